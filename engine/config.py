@@ -1,0 +1,177 @@
+"""Frozen, validated engine configuration.
+
+``ModelConfig`` is the engine's view of a checkpoint's ``config.json`` (or of GGUF metadata,
+which transformers converts to the same ``PretrainedConfig``). ``CacheConfig`` and
+``SchedulerConfig`` size the paged KV cache and the step budget; ``EngineConfig`` bundles them
+with the device and dtype. Vocabulary follows vLLM (``num_kv_heads``, ``block_size``,
+``max_num_batched_tokens``, ``max_num_seqs``, ``max_model_len``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture hyper-parameters of a decoder-only transformer.
+
+    Built with :meth:`from_hf_config` from a transformers ``PretrainedConfig``. Sizes are
+    counts (heads, layers, tokens); ``rope_scaling`` is the HF dict (``rope_type`` "llama3",
+    "linear", ...) or ``None``.
+    """
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    qk_norm: bool = False
+    rope_scaling: dict[str, Any] | None = None
+    hidden_act: str = "silu"
+    sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.hidden_act not in ("silu", "swish"):
+            raise ValueError(f"unsupported hidden_act {self.hidden_act!r} (only silu)")
+
+    @property
+    def num_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.num_key_value_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @classmethod
+    def from_hf_config(cls, hf_config: Any) -> "ModelConfig":
+        """Convert a transformers ``PretrainedConfig`` (Llama, Mistral, Qwen2 or Qwen3).
+
+        Raises ``ValueError`` when a required field is missing or inconsistent.
+        """
+        archs = getattr(hf_config, "architectures", None) or []
+        arch = archs[0] if archs else _ARCH_FROM_MODEL_TYPE.get(hf_config.model_type, "")
+        num_heads = hf_config.num_attention_heads
+        head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // num_heads
+        num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
+        rope_scaling = getattr(hf_config, "rope_scaling", None)
+        rope_theta = getattr(hf_config, "rope_theta", None)
+        rope_params = getattr(hf_config, "rope_parameters", None)
+        if rope_params:  # transformers >= 5 moves rope settings into rope_parameters
+            rope_theta = rope_params.get("rope_theta", rope_theta)
+            if rope_params.get("rope_type", "default") != "default":
+                rope_scaling = dict(rope_params)
+        if rope_scaling is not None and rope_scaling.get("rope_type",
+                                                         rope_scaling.get("type")) == "default":
+            rope_scaling = None
+        return cls(
+            architecture=arch,
+            vocab_size=hf_config.vocab_size,
+            hidden_size=hf_config.hidden_size,
+            intermediate_size=hf_config.intermediate_size,
+            num_hidden_layers=hf_config.num_hidden_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=hf_config.rms_norm_eps,
+            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            max_position_embeddings=getattr(hf_config, "max_position_embeddings", 2048),
+            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+            attention_bias=bool(getattr(hf_config, "attention_bias", False))
+            or arch == "Qwen2ForCausalLM",
+            qk_norm=arch == "Qwen3ForCausalLM",
+            rope_scaling=dict(rope_scaling) if rope_scaling else None,
+            hidden_act=getattr(hf_config, "hidden_act", "silu"),
+            sliding_window=getattr(hf_config, "sliding_window", None)
+            if getattr(hf_config, "use_sliding_window", True) else None,
+        )
+
+
+_ARCH_FROM_MODEL_TYPE = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Paged KV cache geometry.
+
+    ``block_size`` is tokens per block; ``num_blocks`` is the pool size (``None``: sized from
+    ``kv_cache_memory_bytes`` or the device's memory at engine start).
+    """
+
+    block_size: int = 16
+    num_blocks: int | None = None
+    kv_cache_memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
+        if self.num_blocks is not None and self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Per-step budgets: at most ``max_num_seqs`` sequences and ``max_num_batched_tokens``
+    tokens per model forward; ``max_model_len`` caps prompt + output tokens per request
+    (``None``: the model's ``max_position_embeddings``, capped at 8192 on CPU)."""
+
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything ``LLMEngine`` needs besides the model files.
+
+    ``dtype`` of ``None`` picks bfloat16 on CUDA and float32 on CPU.
+    """
+
+    device: str | None = None
+    dtype: torch.dtype | None = None
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    seed: int = 0
+
+    def resolved_device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def resolved_dtype(self) -> torch.dtype:
+        if self.dtype is not None:
+            return self.dtype
+        return torch.bfloat16 if self.resolved_device().type == "cuda" else torch.float32

@@ -1,0 +1,1 @@
+"""localchat.engine.models"""

@@ -1,0 +1,63 @@
+"""Lifecycle state of one generation request (vLLM's ``Request``, simplified)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from .sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request stopped: ``stop`` (a stop token), ``length`` (``max_tokens`` or the
+    context end) or ``abort`` (cancelled by the caller)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass
+class Request:
+    """One prompt being generated.
+
+    ``prompt_token_ids`` and ``output_token_ids`` are lists of token ids; ``num_computed_tokens``
+    counts tokens whose K/V is already in the paged cache. ``block_ids`` are the KV blocks
+    owned by this request, in sequence order.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    stop_token_ids: frozenset[int] = frozenset()
+    max_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    block_ids: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    arrival_time: float = field(default_factory=time.perf_counter)
+    first_token_time: float | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
