@@ -45,6 +45,7 @@ class Request:
     finish_reason: FinishReason | None = None
     arrival_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
+    last_token_time: float | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -1,1 +1,105 @@
-"""localchat.engine.loader"""
+"""Checkpoint loading: HF folders (config.json + safetensors) and GGUF files.
+
+``load_model`` turns a resolved model path into a ready ``nn.Module`` on the target device,
+building the architecture from the registry and streaming weights tensor by tensor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from ..errors import ModelLoadError
+from ..models import get_model_class
+from .gguf import iter_gguf_tensors, load_gguf_hf_config
+from .safetensors import iter_safetensors
+
+
+def is_gguf(path: Path) -> bool:
+    return Path(path).suffix.lower() == ".gguf"
+
+
+def load_hf_config(path: Path, cache_dir: Path | None = None):
+    """The transformers config of an HF folder (never remote code) or a GGUF file.
+
+    Raises ``ModelLoadError`` when it cannot be read.
+    """
+    path = Path(path)
+    if is_gguf(path):
+        return load_gguf_hf_config(path, cache_dir)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read model config in {path}: {exc}") from exc
+
+
+def load_model_config(path: Path, cache_dir: Path | None = None) -> ModelConfig:
+    """``ModelConfig`` for an HF folder or GGUF file. Raises ``ModelLoadError``."""
+    hf_config = load_hf_config(path, cache_dir)
+    try:
+        return ModelConfig.from_hf_config(hf_config)
+    except (AttributeError, ValueError) as exc:
+        raise ModelLoadError(f"unusable model config in {path}: {exc}") from exc
+
+
+def load_model(
+    path: Path,
+    model_config: ModelConfig,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    max_position: int | None = None,
+) -> nn.Module:
+    """Build the model for ``model_config`` and load its weights from ``path``.
+
+    Weights are converted to ``dtype`` tensor by tensor. ``max_position`` (tokens) sizes the
+    RoPE table. Raises ``UnsupportedArchitectureError`` or ``ModelLoadError`` (unreadable,
+    truncated, or missing tensors: the message names up to three missing ones).
+    """
+    path = Path(path)
+    model_cls = get_model_class(model_config)
+    old_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            model = model_cls(model_config, max_position=max_position)
+    finally:
+        torch.set_default_dtype(old_dtype)
+    model = model.to_empty(device=device)
+    _init_buffers(model, model_config, max_position)
+    if is_gguf(path):
+        weights = iter_gguf_tensors(
+            path, model_config.num_heads, model_config.num_kv_heads, dtype
+        )
+    else:
+        weights = iter_safetensors(path, dtype)
+    try:
+        loaded = model.load_weights((name, t.to(device)) for name, t in weights)
+    except ValueError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from exc
+    missing = model.expected_weights() - loaded
+    if missing:
+        shown = ", ".join(sorted(missing)[:3])
+        raise ModelLoadError(f"{path}: checkpoint is missing {len(missing)} tensors ({shown})")
+    return model.eval()
+
+
+def _init_buffers(model: nn.Module, config: ModelConfig, max_position: int | None) -> None:
+    """Recompute non-persistent buffers (the RoPE tables) lost by meta-device construction."""
+    from ..layers.rotary import RotaryEmbedding
+
+    table = None
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            if table is None:  # every layer shares one table
+                fresh = RotaryEmbedding(
+                    config.head_dim, max_position or config.max_position_embeddings,
+                    config.rope_theta, config.rope_scaling,
+                )
+                table = fresh.cos_sin_cache.to(module.cos_sin_cache.device)
+            module.cos_sin_cache = table

@@ -1,0 +1,219 @@
+"""The synchronous engine: add requests, call ``step()``, read ``RequestOutput``s.
+
+Wires the parts of one chat turn (DESIGN.md section 3): tokenizer, scheduler over a paged KV
+cache, model runner, sampler, incremental detokenizer. ``generate`` is the one-request
+streaming convenience the CLI uses. Reference design: vLLM's ``LLMEngine``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from .config import EngineConfig, ModelConfig
+from .detokenizer import IncrementalDetokenizer
+from .errors import ContextLengthError
+from .kv_cache import KVCacheManager, allocate_kv_caches, kv_cache_bytes_per_token
+from .loader import load_model, load_model_config
+from .model_runner import ModelRunner
+from .outputs import RequestMetrics, RequestOutput
+from .request import FinishReason, Request
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+# On CPU the KV pool may take at most this fraction of available RAM.
+_CPU_KV_RAM_FRACTION = 0.25
+_CPU_DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def _available_ram_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+class LLMEngine:
+    """One model, many requests, one step at a time.
+
+    Build with :meth:`from_path`. ``max_model_len`` is the context size in tokens (prompt +
+    output); ``num_blocks`` KV blocks of ``block_size`` tokens back all requests.
+    """
+
+    def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer,
+                 config: EngineConfig, max_model_len: int) -> None:
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_model_len = max_model_len
+        self.device = config.resolved_device()
+        self.dtype = config.resolved_dtype()
+        block_size = config.cache.block_size
+        self.num_blocks = config.cache.num_blocks or self._plan_num_blocks()
+        kv_caches = allocate_kv_caches(
+            model_config.num_hidden_layers, self.num_blocks, block_size,
+            model_config.num_kv_heads, model_config.head_dim, self.dtype, self.device,
+        )
+        self.kv_cache_manager = KVCacheManager(self.num_blocks, block_size)
+        self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
+        self.runner = ModelRunner(model, kv_caches, block_size, self.device)
+        self._detoks: dict[str, IncrementalDetokenizer] = {}
+        self._ids = itertools.count()
+        logger.info(
+            "KV cache: %d blocks x %d tokens = %d tokens, %.1f MiB",
+            self.num_blocks, block_size, self.num_blocks * block_size,
+            self.num_blocks * block_size * self.kv_bytes_per_token / 2**20,
+        )
+
+    @classmethod
+    def from_path(cls, path: Path, config: EngineConfig | None = None, *,
+                  cache_dir: Path | None = None) -> "LLMEngine":
+        """Load an HF folder or a ``.gguf`` file.
+
+        ``cache_dir`` keeps converted GGUF metadata (config, tokenizer) for faster reloads.
+        Raises ``ModelLoadError`` / ``UnsupportedArchitectureError`` for unusable files.
+        """
+        config = config or EngineConfig()
+        device, dtype = config.resolved_device(), config.resolved_dtype()
+        model_config = load_model_config(path, cache_dir)
+        max_model_len = config.scheduler.max_model_len or model_config.max_position_embeddings
+        if device.type == "cpu" and config.scheduler.max_model_len is None:
+            max_model_len = min(max_model_len, _CPU_DEFAULT_MAX_MODEL_LEN)
+        tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
+        model = load_model(path, model_config, dtype=dtype, device=device,
+                           max_position=max_model_len)
+        return cls(model, model_config, tokenizer, config, max_model_len)
+
+    @classmethod
+    def from_source(cls, source, config: EngineConfig | None = None, *,
+                    cache_dir: Path | None = None) -> "LLMEngine":
+        """Load a resolved ``hub.ModelSource`` (see :meth:`from_path`)."""
+        return cls.from_path(source.path, config, cache_dir=cache_dir)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        c = self.model_config
+        return kv_cache_bytes_per_token(c.num_hidden_layers, c.num_kv_heads, c.head_dim,
+                                        self.dtype)
+
+    def _plan_num_blocks(self) -> int:
+        """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
+        (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
+        RAM), and at least one full-context sequence."""
+        block_size = self.config.cache.block_size
+        wanted = self.max_model_len * self.config.scheduler.max_num_seqs
+        budget = self.config.cache.kv_cache_memory_bytes
+        if budget is None:
+            if self.device.type == "cuda":
+                budget = int(torch.cuda.mem_get_info(self.device)[0] * 0.9)
+            else:
+                budget = int(_available_ram_bytes() * _CPU_KV_RAM_FRACTION)
+        tokens = min(wanted, budget // self.kv_bytes_per_token)
+        tokens = max(tokens, self.max_model_len)
+        return -(-tokens // block_size)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def add_request(self, request_id: str | None, prompt_token_ids: list[int],
+                    sampling_params: SamplingParams) -> str:
+        """Queue a request; returns its id.
+
+        Raises ``ContextLengthError`` when the prompt leaves no room to generate, and
+        ``ValueError`` for an empty prompt.
+        """
+        if not prompt_token_ids:
+            raise ValueError("prompt_token_ids is empty")
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise ContextLengthError(
+                f"prompt is {len(prompt_token_ids)} tokens but the context holds "
+                f"{self.max_model_len} (prompt + reply)"
+            )
+        request_id = request_id or f"req-{next(self._ids)}"
+        room = self.max_model_len - len(prompt_token_ids)
+        max_tokens = min(sampling_params.max_tokens or room, room)
+        stop = set(sampling_params.stop_token_ids)
+        if not sampling_params.ignore_eos:
+            stop |= self.tokenizer.stop_token_ids
+        req = Request(request_id, list(prompt_token_ids), sampling_params,
+                      stop_token_ids=frozenset(stop), max_tokens=max_tokens)
+        self.scheduler.add_request(req)
+        self._detoks[request_id] = IncrementalDetokenizer(self.tokenizer)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        """Stop a request and free its KV blocks; unknown ids are ignored."""
+        self.scheduler.abort_request(request_id)
+        self._detoks.pop(request_id, None)
+        self.runner.release(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, sample, and report each request that progressed."""
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return []
+        sampled = self.runner.execute_model(sched)
+        outputs = []
+        for req in self.scheduler.update_from_output(sched, sampled):
+            outputs.append(self._make_output(req))
+        return outputs
+
+    def _make_output(self, req: Request) -> RequestOutput:
+        detok = self._detoks[req.request_id]
+        new_ids = req.output_token_ids[-1:]
+        # Stop tokens end the reply; they are not part of its text.
+        visible = [t for t in new_ids if t not in req.stop_token_ids]
+        delta = detok.step(visible)
+        if req.is_finished:
+            delta += detok.flush()
+            self._detoks.pop(req.request_id, None)
+            self.runner.release(req.request_id)
+        return RequestOutput(
+            request_id=req.request_id,
+            new_token_ids=new_ids,
+            text_delta=delta,
+            text=detok.text,
+            num_prompt_tokens=req.num_prompt_tokens,
+            num_output_tokens=len(req.output_token_ids),
+            finished=req.is_finished,
+            finish_reason=req.finish_reason,
+            metrics=RequestMetrics(req.arrival_time, req.first_token_time,
+                                   req.last_token_time),
+            output_token_ids=list(req.output_token_ids),
+        )
+
+    def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
+                 request_id: str | None = None) -> Iterator[RequestOutput]:
+        """Stream one request's outputs, stepping the engine until it finishes.
+
+        Closing the iterator early (``break``, Ctrl+C) aborts the request and frees its
+        blocks. Other queued requests also advance while this one runs.
+        """
+        rid = self.add_request(request_id, prompt_token_ids, sampling_params)
+        finished = False
+        try:
+            while not finished:
+                for out in self.step():
+                    if out.request_id == rid:
+                        finished = out.finished
+                        yield out
+        finally:
+            if not finished:
+                self.abort_request(rid)
+
+
+__all__ = ["LLMEngine", "FinishReason"]

