@@ -1,0 +1,261 @@
+"""Text <-> token ids, the chat template and the stop token ids of a model.
+
+``Tokenizer`` wraps a transformers *fast* tokenizer (the Rust ``tokenizers`` backend) loaded
+from an HF-format folder or from a GGUF file's metadata. Converting a GGUF vocabulary through
+transformers is slow (seconds), so with ``cache_dir`` the converted tokenizer is saved once
+under ``cache_dir/gguf-tokenizers/<key>`` and loaded from there afterwards.
+
+``decode`` is the backend's raw decode: transformers' ``clean_up_tokenization_spaces`` is never
+applied, so model output is shown exactly and ``IncrementalDetokenizer`` can match it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from localchat.engine.errors import ModelLoadError, ModelNotFoundError
+
+# Used when a model ships no chat template: plain ChatML (SmolLM2, Qwen and many fine-tunes).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Markers that end an assistant turn in common templates; matched after a rendered reply.
+END_OF_TURN_TOKENS = (
+    "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>",
+    "<|end_of_text|>", "<|eom_id|>", "<|END_OF_TURN_TOKEN|>",
+)
+
+_SENTINEL = "Lc7Sentinel"
+_MIB = 1 << 20
+
+
+class Tokenizer:
+    """A model's tokenizer: ``encode``/``decode``, chat template, stop token ids.
+
+    Build it with ``Tokenizer.from_pretrained``; ``Tokenizer(hf)`` wraps an already loaded
+    transformers fast tokenizer (``extra_eos_ids``: more EOS ids, e.g. from a generation config).
+
+    Attributes:
+        hf: the underlying transformers tokenizer.
+        loaded_from_cache: ``True`` when it was read from the GGUF tokenizer cache.
+    """
+
+    def __init__(self, hf: Any, *, extra_eos_ids: tuple[int, ...] = (),
+                 loaded_from_cache: bool = False) -> None:
+        backend = getattr(hf, "backend_tokenizer", None)
+        if backend is None:
+            raise ModelLoadError(f"tokenizer {type(hf).__name__} is not a fast tokenizer")
+        self.hf = hf
+        self.backend = backend
+        self.loaded_from_cache = loaded_from_cache
+        self._uses_fallback_template = not getattr(hf, "chat_template", None)
+        self.special_ids: frozenset[int] = frozenset(
+            i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
+        ) | frozenset(hf.all_special_ids)
+        self.stop_token_ids: frozenset[int] = self._find_stop_ids(extra_eos_ids)
+        self._bos_added = self._adds_bos()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, path: Path, *, cache_dir: Path | None = None) -> Tokenizer:
+        """Load from an HF-format folder or a ``.gguf`` file (never remote code).
+
+        For a GGUF file with ``cache_dir``, the converted tokenizer is cached under
+        ``cache_dir/gguf-tokenizers/<key>`` (key: file name, size, a hash of its first and last
+        MiB, and the transformers version), written atomically.
+
+        Raises:
+            ModelNotFoundError: ``path`` does not exist.
+            ModelLoadError: the tokenizer files or GGUF metadata are unreadable or corrupt.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise ModelNotFoundError(f"no tokenizer at {path}: no such file or folder")
+        if path.is_dir():
+            hf = _load_hf(path)
+            return cls(hf, extra_eos_ids=_generation_config_eos(path))
+        if cache_dir is None:
+            return cls(_load_gguf(path))
+        target = Path(cache_dir) / "gguf-tokenizers" / _cache_key(path)
+        if target.is_dir():
+            try:
+                return cls(_load_hf(target), loaded_from_cache=True)
+            except ModelLoadError:
+                shutil.rmtree(target, ignore_errors=True)  # a damaged cache entry: rebuild it
+        hf = _load_gguf(path)
+        _save_atomically(hf, target)
+        return cls(hf)
+
+    # ------------------------------------------------------------------ text <-> ids
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``; BOS/EOS only with ``add_special_tokens``."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids`` exactly as the backend renders it (no space clean-up)."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def render_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The conversation rendered by the model's template (ChatML when it has none).
+
+        Raises:
+            ValueError: the template rejects the conversation (e.g. an unsupported role).
+        """
+        kwargs = {"chat_template": CHATML_TEMPLATE} if self._uses_fallback_template else {}
+        try:
+            text = self.hf.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            )
+        except Exception as err:  # jinja2 errors, raise_exception() in templates
+            raise ValueError(f"chat template failed: {_one_line(err)}") from err
+        return text if isinstance(text, str) else text[0]
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True
+                            ) -> list[int]:
+        """Prompt token ids of a conversation (``[{"role": ..., "content": ...}, ...]``).
+
+        The rendered text is encoded without adding special tokens (the template writes its
+        own); a BOS that the tokenizer would add but the template omits is prepended, and a
+        doubled BOS is collapsed, so there is exactly one when the model uses one.
+
+        Raises:
+            ValueError: the template rejects the conversation.
+        """
+        ids = self.encode(self.render_chat_template(messages, add_generation_prompt))
+        bos = self.bos_token_id
+        if bos is not None and self._bos_added:
+            while len(ids) > 1 and ids[0] == bos and ids[1] == bos:
+                ids.pop(0)
+            if not ids or ids[0] != bos:
+                ids.insert(0, bos)
+        return ids
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's own EOS id (``stop_token_ids`` may hold more)."""
+        return self.hf.eos_token_id
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The BOS id, or ``None`` when the tokenizer defines none."""
+        return self.hf.bos_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, added tokens included (``len(hf)``)."""
+        return len(self.hf)
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """Ids of the special tokens (skipped by ``decode(skip_special_tokens=True)``)."""
+        return sorted(self.special_ids)
+
+    # ------------------------------------------------------------------ internals
+    def _adds_bos(self) -> bool:
+        bos = self.bos_token_id
+        with_special = self.backend.encode("a", add_special_tokens=True).ids
+        return bool(with_special) and with_special[0] == bos and self.encode("a")[:1] != [bos]
+
+    def _find_stop_ids(self, extra_eos_ids: tuple[int, ...]) -> frozenset[int]:
+        ids = set(extra_eos_ids)
+        if self.eos_token_id is not None:
+            ids.add(self.eos_token_id)
+        tok = self.end_of_turn_token()
+        if tok is not None:
+            ids.add(self.hf.convert_tokens_to_ids(tok))
+        return frozenset(ids)
+
+    def end_of_turn_token(self) -> str | None:
+        """The special token the template writes right after an assistant reply, if any."""
+        messages = [{"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": _SENTINEL}]
+        try:
+            text = self.render_chat_template(messages, add_generation_prompt=False)
+        except ValueError:
+            return None
+        if _SENTINEL not in text:
+            return None
+        tail = text[text.rindex(_SENTINEL) + len(_SENTINEL):].lstrip()
+        known = {self.hf.convert_ids_to_tokens(i) for i in self.special_ids}
+        candidates = sorted(known | set(END_OF_TURN_TOKENS), key=len, reverse=True)
+        vocab = self.hf.get_vocab()
+        for tok in candidates:
+            if tail.startswith(tok) and tok in vocab:
+                return tok
+        return None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _load_hf(folder: Path, **kwargs: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False, **kwargs)
+    except Exception as err:  # transformers raises many kinds for bad files
+        where = folder / kwargs["gguf_file"] if "gguf_file" in kwargs else folder
+        raise ModelLoadError(f"cannot load the tokenizer from {where}: {_one_line(err)}") from err
+
+
+def _load_gguf(file: Path) -> Any:
+    return _load_hf(file.parent, gguf_file=file.name)
+
+
+def _generation_config_eos(folder: Path) -> tuple[int, ...]:
+    """EOS ids from ``generation_config.json`` (an int or a list), if the folder has one."""
+    try:
+        value = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, int))
+    return ()
+
+
+def _cache_key(file: Path) -> str:
+    """Stable key for a GGUF file: name, size, first and last MiB, transformers version."""
+    import transformers
+
+    size = file.stat().st_size
+    digest = hashlib.sha256(f"{file.name}|{size}|{transformers.__version__}".encode())
+    with open(file, "rb") as f:
+        digest.update(f.read(_MIB))
+        if size > 2 * _MIB:
+            f.seek(size - _MIB)
+        digest.update(f.read(_MIB))
+    return f"{file.stem}-{digest.hexdigest()[:16]}"
+
+
+def _save_atomically(hf: Any, target: Path) -> None:
+    """``save_pretrained`` into a temp folder, then rename it to ``target``.
+
+    A failure to write the cache is not fatal: the tokenizer in memory is still good.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+        tmp.chmod(0o755)
+    except OSError:
+        return
+    try:
+        hf.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        pass  # another process won the race, or the disk is read-only/full
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
