@@ -1,0 +1,260 @@
+"""Terminal plumbing for the CLI: stdin, streamed stdout, one-line errors and exit codes.
+
+DESIGN.md section 9: one line on stderr for every user-facing error (``localchat: error:
+...``), no traceback unless ``--debug``; exit 0 ok, 1 runtime error, 2 usage error, 130
+interrupted. stdout carries only the answer. Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+import typer
+
+try:  # typer >= 0.2x vendors its own click; older versions use click itself
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+
+PROG = "localchat"
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `localchat ask ... | head`
+# click >= 8.2 raises this for a group called with no arguments and no_args_is_help.
+_NoArgsIsHelpError = getattr(click_exc, "NoArgsIsHelpError", ())
+
+
+class CliUsageError(Exception):
+    """A usage error found after parsing (bad flag value, no prompt): exit 2, one line."""
+
+
+def one_line(text: str) -> str:
+    """Collapse a message onto a single line (multi-line messages are joined with ' ')."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def error(message: str) -> None:
+    """Print ``localchat: error: <message>`` as one line on stderr."""
+    _err_write(f"{PROG}: error: {one_line(message)}\n")
+
+
+def warn(message: str) -> None:
+    """Print ``localchat: warning: <message>`` as one line on stderr."""
+    _err_write(f"{PROG}: warning: {one_line(message)}\n")
+
+
+def notice(message: str) -> None:
+    """Print a short status line on stderr, only when stderr is a terminal."""
+    if stream_isatty(sys.stderr):
+        _err_write(f"{message}\n")
+
+
+def stream_isatty(stream: IO[Any] | None) -> bool:
+    """True when ``stream`` is an open terminal (False for None, closed or odd streams)."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+def read_stdin() -> str:
+    """Read stdin to EOF when it is not a terminal; '' when it is one or is absent.
+
+    The bytes are decoded as UTF-8 with replacement; a one-line warning goes to stderr when
+    any byte was invalid.
+    """
+    stdin = sys.stdin
+    if stdin is None or stream_isatty(stdin):
+        return ""
+    try:
+        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    except (OSError, ValueError):
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        warn("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        return data.decode("utf-8", errors="replace")
+
+
+def build_prompt(argument: str | None, stdin_text: str) -> str:
+    """Join stdin text and the prompt argument: stdin first, then a blank line, then the argument.
+
+    Trailing whitespace of each part is dropped, so ``echo X | ask Y`` equals ``ask "X\\n\\nY"``.
+
+    Raises:
+        CliUsageError: both parts are empty or whitespace only.
+    """
+    parts = [p.rstrip() for p in (stdin_text, argument or "") if p and p.strip()]
+    if not parts:
+        raise CliUsageError(
+            "no prompt: pass PROMPT or pipe text on stdin (see 'localchat ask --help')"
+        )
+    return "\n\n".join(parts)
+
+
+class AnswerWriter:
+    """Streams text deltas to stdout, flushing each, and ends the answer with exactly one newline.
+
+    Trailing newlines of the text so far are held back until more text arrives, so the final
+    output ends with a single ``\\n`` whatever the model produced.
+    """
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self._pending = ""
+        self.text = ""
+
+    def write(self, delta: str) -> None:
+        """Write one delta (trailing newlines are deferred) and flush."""
+        if not delta:
+            return
+        self.text += delta
+        text = self._pending + delta
+        body = text.rstrip("\n")
+        self._pending = text[len(body) :]
+        if body:
+            self.stream.write(body)
+            self.stream.flush()
+
+    def finish(self) -> None:
+        """End the answer with exactly one newline."""
+        self._pending = ""
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def human_size(num_bytes: int | None) -> str:
+    """Format a byte count for people (``98.4 MB``); ``—`` when unknown."""
+    if num_bytes is None:
+        return "—"
+    size = float(num_bytes)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"  # pragma: no cover - unreachable
+
+
+def stderr_progress(message: str) -> None:
+    """The hub's ``progress`` callback: each message as one ``localchat: ...`` line on stderr."""
+    _err_write(f"{PROG}: {one_line(message)}\n")
+
+
+def debug_requested(argv: Sequence[str]) -> bool:
+    """True when ``--debug`` is among the options (before ``--``) or LOCALCHAT_DEBUG is set."""
+    if os.environ.get("LOCALCHAT_DEBUG", "") not in ("", "0"):
+        return True
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--debug":
+            return True
+    return False
+
+
+def sampling_error_message(err: ValueError, flags: dict[str, str]) -> str:
+    """Rewrite a ``SamplingParams`` message to name the CLI flag instead of the field.
+
+    ``flags`` maps field names to flags, e.g. ``{"temperature": "--temperature"}``.
+    """
+    msg = one_line(str(err))
+    for field_name, flag in sorted(flags.items(), key=lambda kv: -len(kv[0])):
+        if msg.startswith((field_name + " ", field_name + ":")):
+            return flag + msg[len(field_name) :]
+    return f"invalid sampling option: {msg}"
+
+
+def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
+    """Run a click/typer command and map every outcome to an exit code (DESIGN.md section 9).
+
+    Usage errors -> one line, 2; ``LocalchatError`` -> one line, 1; Ctrl+C -> 130; anything
+    else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).
+    """
+    from localchat.engine.errors import LocalchatError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(args)
+    _tolerant_streams()
+    if not debug and not sys.warnoptions:  # library warnings are noise on a user's stderr
+        warnings.simplefilter("ignore")
+    try:
+        rv = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        return rv if isinstance(rv, int) else EXIT_OK
+    except _NoArgsIsHelpError as e:
+        typer.echo(e.ctx.get_help() if e.ctx else str(e))
+        return EXIT_OK
+    except click_exc.UsageError as e:
+        error(_usage_message(e))
+        return EXIT_USAGE
+    except click_exc.ClickException as e:
+        error(e.format_message())
+        return e.exit_code
+    except CliUsageError as e:
+        error(str(e))
+        return EXIT_USAGE
+    except typer.Abort:
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except LocalchatError as e:
+        if debug:
+            raise
+        error(str(e) or type(e).__name__)
+        return EXIT_RUNTIME
+    except Exception as e:  # the last line of defence: never a bare traceback
+        if debug:
+            raise
+        error(f"internal error: {e!r}; rerun with --debug")
+        return EXIT_RUNTIME
+
+
+def guarded(fn: Callable[[], Any]) -> Any:
+    """Call ``fn``, turning KeyboardInterrupt into exit 130 (used around model loading)."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _usage_message(e: Any) -> str:
+    msg = one_line(e.format_message())
+    if e.ctx is not None:
+        msg += f" (see '{e.ctx.command_path} --help')"
+    return msg
+
+
+def _err_write(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _tolerant_streams() -> None:
+    """Never crash on an unencodable character: replace it (e.g. an ASCII-only locale)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
