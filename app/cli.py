@@ -13,6 +13,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
+
 from localchat.app import cli_io
 from localchat.app.cli_io import CliUsageError
 

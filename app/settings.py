@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
 from localchat.engine.catalog import DEFAULT_MODEL
 from localchat.engine.errors import LocalchatError
 

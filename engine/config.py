@@ -68,7 +68,7 @@ class ModelConfig:
         return self.num_key_value_heads * self.head_dim
 
     @classmethod
-    def from_hf_config(cls, hf_config: Any) -> "ModelConfig":
+    def from_hf_config(cls, hf_config: Any) -> ModelConfig:
         """Convert a transformers ``PretrainedConfig`` (Llama, Mistral, Qwen2 or Qwen3).
 
         Raises ``ValueError`` when a required field is missing or inconsistent.

@@ -79,7 +79,7 @@ class LLMEngine:
 
     @classmethod
     def from_path(cls, path: Path, config: EngineConfig | None = None, *,
-                  cache_dir: Path | None = None) -> "LLMEngine":
+                  cache_dir: Path | None = None) -> LLMEngine:
         """Load an HF folder or a ``.gguf`` file.
 
         ``cache_dir`` keeps converted GGUF metadata (config, tokenizer) for faster reloads.
@@ -93,12 +93,12 @@ class LLMEngine:
             max_model_len = min(max_model_len, _CPU_DEFAULT_MAX_MODEL_LEN)
         tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
         model = load_model(path, model_config, dtype=dtype, device=device,
-                           max_position=max_model_len)
+                           max_position=max_model_len, cache_dir=cache_dir)
         return cls(model, model_config, tokenizer, config, max_model_len)
 
     @classmethod
     def from_source(cls, source, config: EngineConfig | None = None, *,
-                    cache_dir: Path | None = None) -> "LLMEngine":
+                    cache_dir: Path | None = None) -> LLMEngine:
         """Load a resolved ``hub.ModelSource`` (see :meth:`from_path`)."""
         return cls.from_path(source.path, config, cache_dir=cache_dir)
 
@@ -216,4 +216,4 @@ class LLMEngine:
                 self.abort_request(rid)
 
 
-__all__ = ["LLMEngine", "FinishReason"]
+__all__ = ["FinishReason", "LLMEngine"]

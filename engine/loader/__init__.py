@@ -54,11 +54,12 @@ def load_model(
     dtype: torch.dtype,
     device: torch.device,
     max_position: int | None = None,
+    cache_dir: Path | None = None,
 ) -> nn.Module:
     """Build the model for ``model_config`` and load its weights from ``path``.
 
     Weights are converted to ``dtype`` tensor by tensor. ``max_position`` (tokens) sizes the
-    RoPE table. Raises ``UnsupportedArchitectureError`` or ``ModelLoadError`` (unreadable,
+    RoPE table; ``cache_dir`` keeps a GGUF's parsed tensor table. Raises ``UnsupportedArchitectureError`` or ``ModelLoadError`` (unreadable,
     truncated, or missing tensors: the message names up to three missing ones).
     """
     path = Path(path)
@@ -74,7 +75,7 @@ def load_model(
     _init_buffers(model, model_config, max_position)
     if is_gguf(path):
         weights = iter_gguf_tensors(
-            path, model_config.num_heads, model_config.num_kv_heads, dtype
+            path, model_config.num_heads, model_config.num_kv_heads, dtype, cache_dir
         )
     else:
         weights = iter_safetensors(path, dtype)

@@ -9,6 +9,7 @@ llama.cpp's ``convert_hf_to_gguf.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -93,11 +94,24 @@ def _cache_key(path: Path) -> str:
     return f"{path.stem}-{st.st_size}-{int(st.st_mtime)}"
 
 
+def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
+    """``cache_dir/gguf-meta/<name>-<size>-<mtime>``: converted metadata of one GGUF file."""
+    return Path(cache_dir) / "gguf-meta" / _cache_key(path) if cache_dir else None
+
+
+def _write_atomically(target: Path, name: str, text: str) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target, prefix=f".{name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, target / name)
+
+
 def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
     """The transformers ``PretrainedConfig`` of a GGUF file (``AutoConfig`` with ``gguf_file``).
 
     The conversion parses the whole file (seconds), so with ``cache_dir`` the result is saved
-    as ``cache_dir/gguf-configs/<name>-<size>-<mtime>/config.json`` and read from there later.
+    as ``cache_dir/gguf-meta/<name>-<size>-<mtime>/config.json`` and read from there later.
 
     Raises ``ModelLoadError`` when the file is not a readable GGUF.
     """
@@ -105,9 +119,9 @@ def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
 
     path = Path(path)
     check_gguf_header(path)
-    cached = Path(cache_dir) / "gguf-configs" / _cache_key(path) if cache_dir else None
-    if cached is not None and (cached / "config.json").is_file():
-        return AutoConfig.from_pretrained(str(cached))
+    meta = _meta_dir(path, cache_dir)
+    if meta is not None and (meta / "config.json").is_file():
+        return AutoConfig.from_pretrained(str(meta))
     try:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as exc:
@@ -115,50 +129,86 @@ def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
             f"cannot read GGUF file {path}: truncated, corrupt or unsupported "
             f"({type(exc).__name__}: {exc})"
         ) from exc
-    if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=cached.parent))
-        config.save_pretrained(str(tmp))
-        try:
-            os.replace(tmp, cached)
-        except OSError:  # another process won the race; theirs is identical
-            pass
+    if meta is not None:
+        _write_atomically(meta, "config.json", config.to_json_string())
     return config
 
 
+def _tensor_index(path: Path, cache_dir: Path | None) -> dict:
+    """Architecture and tensor table (name, GGML type, GGUF dims, byte offset and size, the
+    raw numpy dtype/shape) of a GGUF file.
+
+    Parsing with ``gguf.GGUFReader`` walks every metadata string (seconds for a 49k-token
+    vocabulary), so with ``cache_dir`` the table is kept as ``tensors.json`` beside the
+    cached config; the key includes the file's size and mtime, so a changed file is re-parsed.
+    """
+    meta = _meta_dir(path, cache_dir)
+    if meta is not None and (meta / "tensors.json").is_file():
+        return json.loads((meta / "tensors.json").read_text())
+    reader = open_gguf(path)
+    arch_field = reader.fields.get("general.architecture")
+    index = {
+        "architecture": bytes(arch_field.parts[-1]).decode() if arch_field is not None else "",
+        "tensors": [
+            {
+                "name": t.name,
+                "type": int(t.tensor_type),
+                "dims": [int(d) for d in t.shape.tolist()],
+                "offset": int(t.data_offset),
+                "n_bytes": int(t.n_bytes),
+                "np_dtype": t.data.dtype.str,
+                "np_shape": list(t.data.shape),
+            }
+            for t in reader.tensors
+        ],
+    }
+    if meta is not None:
+        _write_atomically(meta, "tensors.json", json.dumps(index))
+    return index
+
+
 def iter_gguf_tensors(
-    path: Path, num_heads: int, num_kv_heads: int, dtype: torch.dtype
+    path: Path, num_heads: int, num_kv_heads: int, dtype: torch.dtype,
+    cache_dir: Path | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, tensor)`` for every GGUF tensor we load, dequantized to ``dtype``.
 
-    Shapes are HF's (``[out_features, in_features]``; GGUF stores dims reversed).
+    Shapes are HF's (``[out_features, in_features]``; GGUF stores dims reversed). The file is
+    memory-mapped; ``gguf.quants.dequantize`` turns each tensor's blocks into fp32.
     Raises ``ModelLoadError`` for an unreadable file or an unsupported quantization type.
     """
     import gguf
 
-    reader = open_gguf(Path(path))
-    arch_field = reader.fields.get("general.architecture")
-    arch = bytes(arch_field.parts[-1]).decode() if arch_field is not None else ""
-    permute = arch == "llama"
-    for t in reader.tensors:
-        name = hf_name(t.name)
+    path = Path(path)
+    check_gguf_header(path)
+    index = _tensor_index(path, cache_dir)
+    permute = index["architecture"] == "llama"
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    for t in index["tensors"]:
+        name = hf_name(t["name"])
         if name is None:
             continue
+        qtype = gguf.GGMLQuantizationType(t["type"])
+        end = t["offset"] + t["n_bytes"]
+        if end > data.shape[0]:
+            raise ModelLoadError(f"cannot read GGUF file {path}: truncated at tensor {t['name']}")
+        raw = np.asarray(data[t["offset"] : end]).view(np.dtype(t["np_dtype"]))
         try:
-            arr = gguf.quants.dequantize(t.data, t.tensor_type)
+            arr = gguf.quants.dequantize(raw.reshape(t["np_shape"]), qtype)
         except NotImplementedError as exc:
             raise ModelLoadError(
-                f"{path}: tensor {t.name} uses unsupported GGUF type {t.tensor_type.name}"
+                f"{path}: tensor {t['name']} uses unsupported GGUF type {qtype.name}"
             ) from exc
         except Exception as exc:
             raise ModelLoadError(
-                f"cannot read GGUF file {path}: tensor {t.name} is truncated or corrupt ({exc})"
+                f"cannot read GGUF file {path}: tensor {t['name']} is corrupt ({exc})"
             ) from exc
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        shape = tuple(reversed(t["dims"]))
         arr = np.asarray(arr, dtype=np.float32).reshape(shape)
         if permute and ".q_proj." in name:
             arr = _unpermute(arr, num_heads)
         elif permute and ".k_proj." in name:
             arr = _unpermute(arr, num_kv_heads)
-        yield name, torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
-
+        if not (arr.flags.writeable and arr.flags.c_contiguous):
+            arr = np.array(arr, copy=True, order="C")  # unquantized tensors view the mmap
+        yield name, torch.from_numpy(arr).to(dtype)

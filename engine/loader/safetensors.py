@@ -37,7 +37,7 @@ def iter_safetensors(
     for path in safetensors_files(folder):
         try:
             with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                     tensor = f.get_tensor(name)
                     if dtype is not None and tensor.is_floating_point():
                         tensor = tensor.to(dtype)

@@ -31,5 +31,11 @@ def get_model_class(config: ModelConfig) -> type[nn.Module]:
         ) from None
 
 
-__all__ = ["MODEL_REGISTRY", "get_model_class", "LlamaForCausalLM", "MistralForCausalLM",
-           "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+__all__ = [
+    "MODEL_REGISTRY",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "get_model_class",
+]

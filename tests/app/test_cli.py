@@ -4,11 +4,9 @@ Subprocess tests run the real entry point (``python -m localchat.app.cli``) and 
 and stderr separately (DESIGN.md sections 7 and 9). In-process tests drive ``ask`` with a fake
 engine where the model does not matter.
 
-TODO(lead): these tests want a session-scoped ``localchat_home`` fixture in
-``tests/conftest.py``: a ``LOCALCHAT_HOME`` path whose cache already holds ``smollm2-135m``.
-``home`` below uses it when it exists; until then it falls back to the env var
-``LOCALCHAT_TEST_HOME`` and, when that is unset, to the user's normal settings
-(``LOCALCHAT_HOME`` left as it is, the same cache ``tests/conftest.py`` resolves).
+Subprocesses inherit the environment, so they use the same model cache as
+``tests/conftest.py`` (``LOCALCHAT_HOME`` or the platformdirs default; CI fills it with
+``localchat pull smollm2-135m``). ``LOCALCHAT_TEST_HOME`` points them at another home.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from localchat.app import cli, cli_io
 from localchat.engine.outputs import RequestOutput
 from localchat.engine.request import FinishReason
@@ -35,11 +34,8 @@ GREEDY = ["--temperature", "0", "--max-tokens", "24"]
 @pytest.fixture(scope="module")
 def home(request) -> Path | None:
     """The LOCALCHAT_HOME for subprocesses (see the module docstring), or None to inherit."""
-    try:
-        return Path(request.getfixturevalue("localchat_home"))
-    except pytest.FixtureLookupError:
-        env = os.environ.get("LOCALCHAT_TEST_HOME")
-        return Path(env) if env else None
+    env = os.environ.get("LOCALCHAT_TEST_HOME")
+    return Path(env) if env else None
 
 
 @pytest.fixture(scope="module")

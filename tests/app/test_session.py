@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from localchat.app.session import ChatSession
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from localchat.app import settings
 from localchat.engine.errors import LocalchatError
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from localchat.engine.bundle import fetch_bundle
 from localchat.engine.catalog import CATALOG, BundleSpec, CatalogEntry
 from localchat.engine.errors import ModelDownloadError

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from localchat.engine.detokenizer import IncrementalDetokenizer
-from localchat.engine.tokenizer import Tokenizer
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from localchat.engine.detokenizer import IncrementalDetokenizer
+from localchat.engine.tokenizer import Tokenizer
 
 FRAGMENTS = [
     "Hello", " world", ", ", ". ", "!", "  ", "   ", "\n", "\n\n", "\t", "\t\t", "    ",

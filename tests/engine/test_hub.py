@@ -12,6 +12,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 from huggingface_hub import utils as hf_utils
+
 from localchat.engine import hub
 from localchat.engine.catalog import CATALOG
 from localchat.engine.errors import ModelDownloadError, ModelNotFoundError

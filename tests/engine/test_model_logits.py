@@ -104,7 +104,7 @@ def test_batched_decode_matches_single(tiny):
     """Two sequences of different lengths decoded in one batch equal each decoded alone."""
     from localchat.kernels import paged_attention_decode, prefill_attention
 
-    arch, hf_model, ours, config = tiny
+    _, hf_model, ours, config = tiny
     a = list(range(3, 3 + 20))
     b = list(range(50, 50 + 33))
     want_a = _oracle_logits(hf_model, a)[-1]

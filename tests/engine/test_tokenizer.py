@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from localchat.engine.errors import ModelLoadError, ModelNotFoundError
-from localchat.engine.tokenizer import Tokenizer
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
+
+from localchat.engine.errors import ModelLoadError, ModelNotFoundError
+from localchat.engine.tokenizer import Tokenizer
 
 MIXED = (
     "Hello, world! Ünïcödé façade — 你好，世界。日本語のテキスト 😀👍🏽👨‍👩‍👧 e\u0301\n"

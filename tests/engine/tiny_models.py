@@ -15,11 +15,11 @@ ARCHS = ("llama", "llama3_scaled", "mistral", "qwen2", "qwen3")
 def make_config(arch: str):
     from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-    common = dict(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-    )
+    common = {
+        "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+    }
     if arch == "llama":
         return LlamaConfig(**common, tie_word_embeddings=True, rope_theta=10000.0)
     if arch == "llama3_scaled":
