@@ -41,9 +41,12 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     ranks = torch.arange(vocab, device=logits.device).expand_as(sorted_logits)
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab))
     remove = ranks >= k[:, None]
+    # top-p acts on the distribution left by top-k, renormalized (transformers / vLLM order).
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     probs = sorted_logits.softmax(dim=-1)
     cum_before = probs.cumsum(dim=-1) - probs  # mass strictly above this token
-    remove |= cum_before > top_p[:, None]
+    # Rows with top_p == 1 are untouched: an fp32 cumsum can overshoot 1 on a large vocab.
+    remove |= (cum_before > top_p[:, None]) & (top_p < 1)[:, None]
     remove[:, 0] = False  # always keep the most likely token
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)
@@ -61,8 +64,12 @@ class Sampler:
         temps = torch.tensor(
             [p.temperature if not p.greedy else 1.0 for p in params], device=device
         )
-        # Divide in fp32 and clamp: a tiny temperature must not overflow to inf/NaN.
-        scaled = (logits / temps.clamp_min(1e-5)[:, None]).clamp(min=-1e30, max=1e30)
+        # Subtract the row max before dividing: the top logit becomes exactly 0 and the rest
+        # go to (at worst) -inf, so any temperature > 0, however tiny, stays NaN-free and a
+        # tiny one concentrates all mass on the argmax (no clamp that would flatten gaps).
+        shifted = logits - logits.max(dim=-1, keepdim=True).values
+        tiny = torch.finfo(torch.float32).tiny
+        scaled = shifted / temps.clamp_min(tiny)[:, None]
         top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
         top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
         if bool((top_k > 0).any()) or bool((top_p < 1).any()):

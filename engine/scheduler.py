@@ -60,6 +60,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        preempted = False
         # 1. running requests, oldest first
         i = 0
         while i < len(self.running) and budget > 0:
@@ -68,6 +69,7 @@ class Scheduler:
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()  # newest
                 self._preempt(victim)
+                preempted = True
                 out.scheduled = [r for r in out.scheduled if r is not victim]
                 budget += out.num_scheduled_tokens.pop(victim.request_id, 0)
                 if victim is req:
@@ -79,8 +81,11 @@ class Scheduler:
                 i += 1
                 continue
             break  # req itself was preempted
-        # 2. waiting requests in arrival order
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        # 2. waiting requests in arrival order. Not in a step that preempted: the blocks just
+        # freed are too few for the running requests, and re-admitting a request preempted a
+        # moment ago would only throw its cache away to recompute it (vLLM v1 does the same).
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < self.config.max_num_seqs):
             req = self.waiting[0]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if not self.kv.allocate_slots(req, n):

@@ -57,10 +57,15 @@ class BlockPool:
         return out
 
     def free(self, blocks: list[KVCacheBlock]) -> None:
+        # Validate the whole list first, so a double free leaves the pool unchanged (a block
+        # listed more times than its ref count is a double free too).
+        times: dict[int, int] = {}
+        for block in blocks:
+            times[block.block_id] = times.get(block.block_id, 0) + 1
+            if times[block.block_id] > block.ref_cnt:
+                raise ValueError(f"double free of block {block.block_id}")
         # Free the tail first, so a later reuse of the head keeps its prefix longest.
         for block in reversed(blocks):
-            if block.ref_cnt <= 0:
-                raise ValueError(f"double free of block {block.block_id}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self._free.append(block)
