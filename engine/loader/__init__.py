@@ -6,6 +6,7 @@ building the architecture from the registry and streaming weights tensor by tens
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -14,7 +15,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ModelLoadError
 from ..models import get_model_class
-from .gguf import iter_gguf_tensors, load_gguf_hf_config
+from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
 from .safetensors import iter_safetensors
 
 
@@ -42,9 +43,15 @@ def load_model_config(path: Path, cache_dir: Path | None = None) -> ModelConfig:
     """``ModelConfig`` for an HF folder or GGUF file. Raises ``ModelLoadError``."""
     hf_config = load_hf_config(path, cache_dir)
     try:
-        return ModelConfig.from_hf_config(hf_config)
+        config = ModelConfig.from_hf_config(hf_config)
     except (AttributeError, ValueError) as exc:
         raise ModelLoadError(f"unusable model config in {path}: {exc}") from exc
+    if is_gguf(path):
+        # A GGUF without an output matrix ties the LM head to the embedding, whatever the
+        # converted config says.
+        tied = "output.weight" not in gguf_tensor_names(path, cache_dir)
+        config = dataclasses.replace(config, tie_word_embeddings=tied)
+    return config
 
 
 def load_model(

@@ -167,6 +167,11 @@ def _tensor_index(path: Path, cache_dir: Path | None) -> dict:
     return index
 
 
+def gguf_tensor_names(path: Path, cache_dir: Path | None = None) -> set[str]:
+    """GGUF names of the tensors in ``path`` (e.g. to see whether ``output.weight`` exists)."""
+    return {t["name"] for t in _tensor_index(Path(path), cache_dir)["tensors"]}
+
+
 def iter_gguf_tensors(
     path: Path, num_heads: int, num_kv_heads: int, dtype: torch.dtype,
     cache_dir: Path | None = None,
