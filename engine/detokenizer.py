@@ -86,10 +86,14 @@ class IncrementalDetokenizer:
                 out.append(delta)
         return self._emit("".join(out)) if out else ""
 
-    def flush(self) -> str:
+    def flush(self, drop_incomplete: bool = False) -> str:
         """End of generation: release held text, rendered as ``decode`` renders it.
 
-        A genuinely invalid UTF-8 tail comes out with its U+FFFD characters. Idempotent.
+        A held tail is an incomplete UTF-8 sequence (generation stopped inside a character).
+        By default it comes out as ``decode`` renders it, with U+FFFD; with
+        ``drop_incomplete=True`` (the engine's choice when ``max_tokens`` or an abort cut the
+        reply) trailing U+FFFD are dropped, so no broken character reaches the user.
+        Idempotent.
         """
         self._finished = True
         if not self._pending:
@@ -98,6 +102,8 @@ class IncrementalDetokenizer:
         full = self._decode(self._context + self._pending)
         self._context, self._pending = [], []
         delta = full.removeprefix(prefix)
+        if drop_incomplete:
+            delta = delta.rstrip(_REPLACEMENT)
         return self._emit(delta) if delta else ""
 
     # ------------------------------------------------------------------ internals

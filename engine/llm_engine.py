@@ -179,7 +179,8 @@ class LLMEngine:
         visible = [t for t in new_ids if t not in req.stop_token_ids]
         delta = detok.step(visible)
         if req.is_finished:
-            delta += detok.flush()
+            # A reply cut by a token limit or an abort may end inside a character: drop it.
+            delta += detok.flush(drop_incomplete=req.finish_reason is not FinishReason.STOP)
             self._detoks.pop(req.request_id, None)
             self.runner.release(req.request_id)
         return RequestOutput(

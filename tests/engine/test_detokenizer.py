@@ -231,6 +231,18 @@ def test_flush_releases_an_invalid_tail(smollm2: Tokenizer, use_decode_stream: b
         det.step([1])
 
 
+@pytest.mark.parametrize("use_decode_stream", [True, False])
+def test_flush_can_drop_a_cut_character(smollm2: Tokenizer, use_decode_stream: bool) -> None:
+    """A reply cut by max_tokens inside an emoji ends at the last whole character."""
+    partial = [smollm2.hf.convert_tokens_to_ids(_byte_level_token(b))
+               for b in "😀".encode()[:3]]
+    ids = smollm2.encode("pizza 🍕") + partial
+    det = IncrementalDetokenizer(smollm2, use_decode_stream=use_decode_stream)
+    streamed = "".join(det.step([i]) for i in ids)
+    assert streamed + det.flush(drop_incomplete=True) == smollm2.decode(ids).rstrip("\ufffd")
+    assert det.text == "pizza 🍕" and "\ufffd" not in det.text
+
+
 def test_special_tokens_kept_or_skipped(smollm2: Tokenizer) -> None:
     ids = smollm2.encode("Hi") + [2] + smollm2.encode(" there")
     assert "".join(_stream(smollm2, ids, [1, 2, 3])[0]) == "Hi there"

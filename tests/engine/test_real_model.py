@@ -105,3 +105,14 @@ def test_batched_requests_equal_single(smollm2_engine):
                 done[out.request_id] = out.output_token_ids
     assert done == solo
     assert eng.kv_cache_manager.usage == 0.0
+
+
+def test_reply_cut_inside_a_character_has_no_replacement_char(smollm2_engine):
+    """max_tokens may stop between the bytes of a CJK character: the text ends before it."""
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": "日本の首都はどこですか？"}])
+    tokens, outs = _greedy(eng, ids, 60)
+    text = "".join(o.text_delta for o in outs)
+    full = eng.tokenizer.decode(tokens)
+    assert full.endswith("\ufffd")  # this prompt really does stop mid-character at 60
+    assert text == full.rstrip("\ufffd") == outs[-1].text
