@@ -189,7 +189,7 @@ def _resolve(spec: str) -> Any:
 def _load_engine(spec: str) -> Any:
     """Resolve ``spec`` and load an ``LLMEngine`` on it (notice on stderr when a terminal)."""
     source = _resolve(spec)
-    cli_io.notice(f"loading {getattr(source, 'alias', None) or spec} ...")
+    cli_io.notice(f"loading {source.alias or spec} ...")
     from localchat.app.settings import cache_dir
     from localchat.engine.llm_engine import LLMEngine
 
@@ -206,11 +206,16 @@ def _stream_answer(engine: Any, prompt_ids: list[int], sampling: Any) -> None:
             writer.write(out.text_delta)
             if out.finished:
                 break
-    except KeyboardInterrupt:
         writer.finish()
+    except KeyboardInterrupt:
+        with contextlib.suppress(BrokenPipeError):
+            writer.finish()
         _close_quietly(outputs)
         raise typer.Exit(cli_io.EXIT_INTERRUPTED) from None
-    writer.finish()
+    except BrokenPipeError:  # the reader went away (`| head`): stop generating, quietly
+        _close_quietly(outputs)
+        cli_io.silence_stdout()
+        raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
 
 
 def _close_quietly(outputs: Any) -> None:
@@ -223,15 +228,12 @@ def _close_quietly(outputs: Any) -> None:
 
 def _model_row(info: Any) -> tuple[str, str, str, str, str]:
     """One ``models`` table row from a hub ``ModelInfo``."""
-    size = getattr(info, "size_bytes", getattr(info, "size", None))
-    cached = bool(getattr(info, "cached", False))
-    path = getattr(info, "path", None)
     return (
-        str(info.alias),
-        str(getattr(info, "source", "")),
-        cli_io.human_size(size),
-        "✓" if cached else "—",
-        str(path) if path else "—",
+        info.alias,
+        info.source,
+        cli_io.human_size(info.size_bytes),
+        "✓" if info.cached else "—",
+        str(info.path) if info.path else "—",
     )
 
 

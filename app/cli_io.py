@@ -203,7 +203,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
             raise
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return EXIT_BROKEN_PIPE
     except LocalchatError as e:
         if debug:
@@ -251,7 +251,7 @@ def _tolerant_streams() -> None:
                 pass
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)

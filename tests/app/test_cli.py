@@ -336,3 +336,18 @@ def test_sigint_during_generation_exits_130(env, gguf):
     assert proc.returncode == 130, err.decode()
     assert out.endswith("\n") and len(out) > 1
     assert "Traceback" not in err.decode()
+
+
+def test_broken_pipe_stops_quietly_with_141(env, gguf):
+    """`localchat ask ... | head -c 20`: generation stops, no traceback, exit 128 + SIGPIPE."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localchat.app.cli", "ask", "-m", str(gguf), "--temperature", "0",
+         "--max-tokens", "200", "--", "Write a long essay about the history of Rome."],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    first = proc.stdout.read(20)
+    proc.stdout.close()
+    err = proc.stderr.read().decode("utf-8", "replace")
+    assert proc.wait(timeout=600) == 141, err
+    assert len(first) == 20
+    assert "Traceback" not in err and "error" not in err
