@@ -10,6 +10,7 @@ from the Hub: never pickled weights, never remote code.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Literal
 
 from localchat.engine.bundle import Progress, fetch_bundle
 from localchat.engine.catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
-from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
+from localchat.engine.errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
 
 HUB_ALLOW_PATTERNS = [
     "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
@@ -108,9 +109,11 @@ def resolve_model(
             entry = None
         folder = _hub_snapshot(repo_id, revision, download, progress)
         return ModelSource(spec, folder, "hf", entry.alias if entry else None, entry)
+    close = difflib.get_close_matches(text.lower(), list(CATALOG), n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     raise ModelNotFoundError(
         f"{text!r} is not a model alias, a local .gguf file or model folder, or a Hub repo id "
-        "(org/name); run `localchat models` to list the aliases"
+        f"(org/name); {hint}run `localchat models` to list the aliases"
     )
 
 
@@ -155,8 +158,10 @@ def _looks_like_path(text: str) -> bool:
 def _local_model(path: Path, text: str) -> tuple[Path, Literal["hf", "gguf"]]:
     """(file or folder, format) of a local model; ``ModelNotFoundError`` when it is none."""
     if path.is_file():
-        if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
+        if _has_gguf_magic(path):
             return path.resolve(), "gguf"
+        if path.suffix.lower() == ".gguf":  # fail before the engine is imported (seconds)
+            raise ModelLoadError(f"{text} is not a GGUF file (it does not start with 'GGUF')")
         raise ModelNotFoundError(f"{text} is not a model: expected a .gguf file or a model folder")
     if (path / "config.json").is_file():
         return path.resolve(), "hf"

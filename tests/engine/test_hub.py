@@ -15,7 +15,7 @@ from huggingface_hub import utils as hf_utils
 
 from localchat.engine import hub
 from localchat.engine.catalog import CATALOG
-from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
+from localchat.engine.errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
 from localchat.engine.hub import ModelSource, is_cached, list_models, resolve_model
 
 SMOL = CATALOG["smollm2-135m"]
@@ -96,6 +96,21 @@ def test_gguf_magic_without_suffix(tmp_path, fake_hub):
     g.write_text("hello")
     with pytest.raises(ModelNotFoundError, match="not a model"):
         resolve_model(str(g), cache_dir=tmp_path)
+    fake = tmp_path / "fake.gguf"  # named .gguf, but not one: refused before any loading
+    fake.write_text("# hello")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        resolve_model(str(fake), cache_dir=tmp_path)
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        resolve_model(str(tmp_path / "empty.gguf"), cache_dir=tmp_path)
+
+
+def test_a_typo_in_an_alias_suggests_the_alias(tmp_path, fake_hub):
+    with pytest.raises(ModelNotFoundError, match="did you mean 'smollm2-135m'"):
+        resolve_model("smollm2-135n", cache_dir=tmp_path)
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model("entirely-unknown-thing", cache_dir=tmp_path)
+    assert "did you mean" not in str(err.value)
 
 
 def test_local_hf_folder_and_single_gguf_folder(tmp_path, fake_hub):
