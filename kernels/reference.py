@@ -61,25 +61,28 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> 
     q_len, num_heads, head_dim = q.shape
     kv_len, num_kv_heads = k.shape[0], k.shape[1]
     group = num_heads // num_kv_heads
-    kt = k.transpose(0, 1)  # [H_kv, kv_len, D]
-    vt = v.transpose(0, 1)
     if q_len == 1:
         # Decode: the group's query heads share one KV head, so fold them into the query
-        # length and attend without a mask (no K/V copies for GQA).
+        # rows ([H_kv, group, D]) and use two batched GEMMs; no K/V copies for GQA, and on CPU
+        # this beats SDPA's generic path, whose per-call checks dominate at these sizes.
         qg = q.view(num_kv_heads, group, head_dim)
-        out = F.scaled_dot_product_attention(qg, kt, vt, scale=scale)
+        scores = torch.bmm(qg, k.permute(1, 2, 0)).float().mul_(scale)  # [H_kv, group, kv_len]
+        probs = scores.softmax(dim=-1).to(v.dtype)
+        out = torch.bmm(probs, v.transpose(0, 1))  # [H_kv, group, D]
         return out.reshape(1, num_heads, head_dim)
-    qt = q.transpose(0, 1)  # [H, q_len, D]
-    if group > 1:
-        kt = kt.repeat_interleave(group, dim=0)
-        vt = vt.repeat_interleave(group, dim=0)
+    # Prefill: 4-D inputs select SDPA's fused (flash) kernels, GQA without K/V copies.
+    qt = q.transpose(0, 1)[None]  # [1, H, q_len, D]
+    kt = k.transpose(0, 1)[None]
+    vt = v.transpose(0, 1)[None]
     if q_len == kv_len:
-        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
+        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale,
+                                             enable_gqa=group > 1)
     else:
         q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)
         mask = q_pos[:, None] >= torch.arange(kv_len, device=q.device)[None, :]
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale)
-    return out.transpose(0, 1)
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scale,
+                                             enable_gqa=group > 1)
+    return out[0].transpose(0, 1)
 
 
 def paged_attention_decode(

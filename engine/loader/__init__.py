@@ -94,6 +94,9 @@ def load_model(
     if missing:
         shown = ", ".join(sorted(missing)[:3])
         raise ModelLoadError(f"{path}: checkpoint is missing {len(missing)} tensors ({shown})")
+    for module in model.modules():
+        if hasattr(module, "process_weights_after_loading"):
+            module.process_weights_after_loading()
     return model.eval()
 
 
