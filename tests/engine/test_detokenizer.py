@@ -9,9 +9,7 @@ Prepend/Replace normalizer + Strip decoder; Mistral/newer style: Metaspace ``fir
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,37 +36,10 @@ SETTINGS = settings(max_examples=60, deadline=None,
 
 
 # ---------------------------------------------------------------- tokenizers under test
-def _locate_smollm2_gguf() -> Path:
-    """The SmolLM2-135M GGUF: ``$LOCALCHAT_TEST_GGUF``, else the catalog bundle via the hub."""
-    env = os.environ.get("LOCALCHAT_TEST_GGUF")
-    if env:
-        if not Path(env).is_file():
-            pytest.fail(f"LOCALCHAT_TEST_GGUF={env} is not a file")
-        return Path(env)
-    try:
-        from localchat.app.settings import cache_dir
-        from localchat.engine.hub import resolve_model
-
-        return Path(resolve_model("smollm2-135m", cache_dir=cache_dir()).path)
-    except Exception as err:  # noqa: BLE001 - report any failure to find the test model
-        pytest.fail(
-            "SmolLM2-135M GGUF unavailable: run `localchat pull smollm2-135m` or set "
-            f"LOCALCHAT_TEST_GGUF=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf ({err!r})"
-        )
-
-
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Tokenizer:
-    """Loaded once per session; shared with test_tokenizer.py through ``pytestconfig``."""
-    loaded = getattr(pytestconfig, "_localchat_smollm2_tokenizer", None)
-    if loaded is None:
-        cache = tmp_path_factory.getbasetemp() / "smollm2-tokcache"
-        start = time.perf_counter()
-        tok = Tokenizer.from_pretrained(_locate_smollm2_gguf(), cache_dir=cache)
-        tok.cold_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
-        loaded = (tok, cache)
-        pytestconfig._localchat_smollm2_tokenizer = loaded  # type: ignore[attr-defined]
-    return loaded[0]
+def smollm2(smollm2_tokenizer_cold) -> Tokenizer:
+    """SmolLM2's GGUF tokenizer, converted once per session (``tests/conftest.py``)."""
+    return smollm2_tokenizer_cold[0]
 
 
 _SP_CORPUS = [

@@ -21,14 +21,8 @@ from hypothesis import strategies as st
 from localchat.engine.sampler import Sampler, SamplingMetadata, _filter_top_k_top_p
 from localchat.engine.sampling_params import SamplingParams
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: one thread avoids OpenMP barrier stalls on a busy 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny tensors: one thread avoids OpenMP barrier stalls on a busy 2-core machine.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def meta(params, seeds=None):

@@ -8,7 +8,6 @@ from transformers' own calls (``convert_tokens_to_ids``, ``tokenizer(...)``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -27,50 +26,10 @@ MIXED = (
 CORPUS = [MIXED, "", " ", "a", "\n\n\n", "  leading", "数学 math 🧮", "<|im_end|> literal"]
 
 
-def _locate_smollm2_gguf() -> Path:
-    """The SmolLM2-135M GGUF: ``$LOCALCHAT_TEST_GGUF``, else the catalog bundle via the hub."""
-    env = os.environ.get("LOCALCHAT_TEST_GGUF")
-    if env:
-        if not Path(env).is_file():
-            pytest.fail(f"LOCALCHAT_TEST_GGUF={env} is not a file")
-        return Path(env)
-    try:
-        from localchat.app.settings import cache_dir
-        from localchat.engine.hub import resolve_model
-
-        return Path(resolve_model("smollm2-135m", cache_dir=cache_dir()).path)
-    except Exception as err:  # noqa: BLE001 - report any failure to find the test model
-        pytest.fail(
-            "SmolLM2-135M GGUF unavailable: run `localchat pull smollm2-135m` or set "
-            f"LOCALCHAT_TEST_GGUF=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf ({err!r})"
-        )
-
-
 @pytest.fixture(scope="session")
-def smollm2_gguf() -> Path:
-    return _locate_smollm2_gguf()
-
-
-@pytest.fixture(scope="session")
-def smollm2_loaded(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory,
-                   pytestconfig: pytest.Config) -> tuple[Tokenizer, Path]:
-    """(tokenizer, cache root): converted once per session (cold, into a fresh cache folder).
-
-    Shared with test_detokenizer.py through ``pytestconfig`` so the slow GGUF conversion runs
-    once per test session.
-    """
-    loaded = getattr(pytestconfig, "_localchat_smollm2_tokenizer", None)
-    if loaded is None:
-        import transformers  # noqa: F401 - import outside the timed conversion
-
-        cache = tmp_path_factory.getbasetemp() / "smollm2-tokcache"
-        start = time.perf_counter()
-        tok = Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache)
-        tok.cold_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
-        assert not tok.loaded_from_cache
-        loaded = (tok, cache)
-        pytestconfig._localchat_smollm2_tokenizer = loaded  # type: ignore[attr-defined]
-    return loaded
+def smollm2_loaded(smollm2_tokenizer_cold) -> tuple[Tokenizer, Path]:
+    """(tokenizer, cache root), converted once per session (``tests/conftest.py``)."""
+    return smollm2_tokenizer_cold
 
 
 @pytest.fixture

@@ -25,14 +25,8 @@ from localchat.kernels.reference import (
     store_kv_cache,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: one thread avoids OpenMP barrier stalls on a busy 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny tensors: one thread avoids OpenMP barrier stalls on a busy 2-core machine.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 HEADS = [(4, 4), (8, 2), (6, 2)]
