@@ -1,1 +1,1 @@
-"""localchat.themes"""
+"""localchat.themes: Textual themes (.tcss), shipped as package data (with the TUI)."""
