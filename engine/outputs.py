@@ -36,7 +36,8 @@ class RequestOutput:
     """One step's news for one request.
 
     ``new_token_ids`` are the tokens generated this step, ``text_delta`` their text (with
-    incomplete UTF-8 held back), ``text`` everything generated so far.
+    incomplete UTF-8 held back), ``text`` everything generated so far. ``stop_reason`` is the
+    stop token id or stop string that ended the request.
     """
 
     request_id: str
@@ -49,3 +50,6 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     metrics: RequestMetrics | None = None
     output_token_ids: list[int] = field(default_factory=list)
+    stop_reason: int | str | None = None
+    # Top-n {token_id: logprob} for each token in ``new_token_ids`` (when requested).
+    logprobs: list[dict[int, float]] | None = None

@@ -43,6 +43,10 @@ class Request:
     num_computed_tokens: int = 0
     block_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    # The stop token id or stop string that ended the request (finish_reason STOP).
+    stop_reason: int | str | None = None
+    # Per generated token, {token_id: logprob} of the top-n tokens (SamplingParams.logprobs).
+    output_logprobs: list[dict[int, float]] = field(default_factory=list)
     arrival_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     last_token_time: float | None = None

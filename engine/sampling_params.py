@@ -23,6 +23,16 @@ class SamplingParams:
         stop_token_ids: extra token ids that end generation (the tokenizer's EOS ids are added
             by the engine unless ``ignore_eos``).
         ignore_eos: keep generating past EOS / end-of-turn tokens (benchmarks).
+        min_p: drop tokens whose probability is below ``min_p`` times the top token's, in
+            [0, 1]; 0 disables it.
+        repetition_penalty: transformers semantics over prompt and output tokens: a seen
+            token's logit is divided by it when positive, multiplied when negative; > 0,
+            1 disables it.
+        presence_penalty, frequency_penalty: OpenAI semantics over output tokens:
+            ``logit -= presence * (count > 0) + frequency * count``; each in [-2, 2].
+        stop: strings that end generation; the matched string is not part of the output.
+        logprobs: return the top-n log-probabilities per generated token, n in [0, 20];
+            ``None`` returns none.
 
     Raises:
         ValueError: a value is out of range; the message names the field and the range.
@@ -35,6 +45,12 @@ class SamplingParams:
     max_tokens: int | None = 512
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.temperature <= 100.0):
@@ -47,6 +63,22 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.seed is not None and not (0 <= self.seed < 2**63):
             raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not (0.0 < self.repetition_penalty <= 100.0):
+            raise ValueError(
+                f"repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (-2.0 <= value <= 2.0):
+                raise ValueError(f"{name} must be in [-2, 2], got {value}")
+        if self.logprobs is not None and not (0 <= self.logprobs <= 20):
+            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop must be non-empty strings")
+        object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     @property
