@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from localchat.engine.errors import ContextLengthError
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -35,6 +37,9 @@ class ChatSession:
 
     system: str | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
+    #: Earlier user+assistant turns left out by the last ``to_prompt_token_ids`` call to fit
+    #: ``max_prompt_tokens`` (0 when everything fit or no limit was given).
+    last_dropped_turns: int = field(default=0, init=False, compare=False)
 
     def add_user(self, text: str) -> None:
         """Append a user message."""
@@ -50,7 +55,11 @@ class ChatSession:
         return head + [dict(m) for m in self.messages]
 
     def to_prompt_token_ids(
-        self, tokenizer: ChatTemplateTokenizer, *, add_generation_prompt: bool = True
+        self,
+        tokenizer: ChatTemplateTokenizer,
+        max_prompt_tokens: int | None = None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> list[int]:
         """Render the conversation with the tokenizer's chat template into prompt token ids.
 
@@ -58,22 +67,52 @@ class ChatSession:
         Accepts tokenizers whose ``apply_chat_template`` returns a list of ids or a mapping
         with ``input_ids`` (a raw transformers tokenizer).
 
+        Context overflow: with ``max_prompt_tokens``, when the whole conversation renders to
+        more tokens than that, the oldest turns (a user message with the assistant replies that
+        follow it) are left out whole, oldest first, until it fits. The system prompt and the
+        latest user message (with anything after it) are always kept. The stored messages are
+        not changed; ``last_dropped_turns`` records how many turns were left out. The template
+        is rendered at most ``2 + log2(turns)`` times (a binary search on the number dropped).
+
         Raises:
             ValueError: the conversation has no message to render.
+            ContextLengthError: the system prompt plus the latest user message alone render
+                to more than ``max_prompt_tokens`` tokens.
         """
+        self.last_dropped_turns = 0
         messages = self.to_messages()
         if not messages:
             raise ValueError("the conversation is empty: add a user message first")
-        ids: Any = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt
-        )
-        if isinstance(ids, Mapping) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        if ids and isinstance(ids[0], list):  # a batch of one
-            ids = ids[0]
-        return [int(t) for t in ids]
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+
+        def render(drop: int) -> list[int]:
+            kept = head + [m for turn in turns[drop:] for m in turn] + tail
+            return _render_ids(tokenizer, kept, add_generation_prompt)
+
+        head = messages[: len(messages) - len(self.messages)]  # the system message, if any
+        turns, tail = _split_turns([dict(m) for m in self.messages])
+        ids = render(0)
+        if max_prompt_tokens is None or len(ids) <= max_prompt_tokens:
+            return ids
+        minimal = render(len(turns)) if turns else ids
+        if len(minimal) > max_prompt_tokens:
+            what = "the system prompt plus the latest message take" if head else (
+                "the latest message takes")
+            raise ContextLengthError(
+                f"{what} {len(minimal)} tokens but at most {max_prompt_tokens} fit in the "
+                "context (after room for the reply); shorten the prompt or lower --max-tokens"
+            )
+        lo, hi, best = 1, len(turns), minimal  # render(hi) fits, render(lo - 1) does not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            candidate = render(mid)
+            if len(candidate) <= max_prompt_tokens:
+                hi, best = mid, candidate
+            else:
+                lo = mid + 1
+        self.last_dropped_turns = hi
+        return best
 
     def clear(self) -> None:
         """Forget every turn; the system prompt stays."""
@@ -83,3 +122,38 @@ class ChatSession:
         if not isinstance(text, str):
             raise TypeError(f"message content must be str, got {type(text).__name__}")
         self.messages.append({"role": role, "content": text})
+
+
+def _split_turns(
+    messages: list[dict[str, str]],
+) -> tuple[list[list[dict[str, str]]], list[dict[str, str]]]:
+    """Split turns into droppable groups and the protected tail.
+
+    The tail runs from the latest user message to the end; every earlier group starts at a user
+    message and holds the assistant replies after it (a leading assistant message with no user
+    message before it is a group of its own). Dropping groups from the front therefore never
+    splits a user+assistant pair.
+    """
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last_user is None:
+        return [], messages
+    groups: list[list[dict[str, str]]] = []
+    for m in messages[:last_user]:
+        if m["role"] == "user" or not groups:
+            groups.append([m])
+        else:
+            groups[-1].append(m)
+    return groups, messages[last_user:]
+
+
+def _render_ids(
+    tokenizer: ChatTemplateTokenizer, messages: list[dict[str, str]], add_generation_prompt: bool
+) -> list[int]:
+    ids: Any = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    if isinstance(ids, Mapping) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):  # a batch of one
+        ids = ids[0]
+    return [int(t) for t in ids]

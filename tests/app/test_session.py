@@ -97,3 +97,133 @@ def test_accepts_a_raw_transformers_tokenizer():
         vocab[w]
         for w in ["<s>", "system", "sys", "<s>", "user", "hello", "there", "<s>", "assistant"]
     ]
+
+
+# -- context overflow ------------------------------------------------------------------------
+
+
+def long_session(pairs: int, system: str | None = "SYS") -> ChatSession:
+    session = ChatSession(system=system)
+    for i in range(pairs):
+        session.add_user(f"Q{i:02d}")
+        session.add_assistant(f"A{i:02d}")
+    session.add_user("LAST")
+    return session
+
+
+def rendered(system: str | None, kept_pairs: range, last: str = "LAST") -> str:
+    """Independent reference of RecordingTokenizer's rendering of a truncated session."""
+    text = f"system:{system}|" if system else ""
+    for i in kept_pairs:
+        text += f"user:Q{i:02d}|assistant:A{i:02d}|"
+    return text + f"user:{last}|assistant:"
+
+
+def test_no_limit_or_a_roomy_limit_keeps_everything():
+    session = long_session(5)
+    full = rendered("SYS", range(5))
+    for limit in (None, len(full), 10_000):
+        assert decode(session.to_prompt_token_ids(RecordingTokenizer(), limit)) == full
+        assert session.last_dropped_turns == 0
+
+
+@pytest.mark.parametrize("pairs", [1, 2, 7, 40])
+@pytest.mark.parametrize("system", ["SYS", None])
+def test_oldest_pairs_are_dropped_whole_until_it_fits(pairs, system):
+    session = long_session(pairs, system)
+    for keep in range(pairs + 1):  # the limit that fits exactly the last `keep` pairs
+        expected = rendered(system, range(pairs - keep, pairs))
+        for slack in (0, 1):  # one token short of the next longer rendering still keeps `keep`
+            tok = RecordingTokenizer()
+            ids = session.to_prompt_token_ids(tok, len(expected) + slack)
+            assert decode(ids) == expected
+            assert len(ids) <= len(expected) + slack
+            assert session.last_dropped_turns == pairs - keep
+            assert len(tok.calls) <= 3 + pairs.bit_length()  # full, minimal, binary search
+    assert len(session.messages) == 2 * pairs + 1  # the stored conversation is untouched
+
+
+def test_system_plus_latest_too_long_is_a_context_length_error():
+    from localchat.engine.errors import ContextLengthError
+
+    session = long_session(3)
+    minimal = rendered("SYS", range(0))
+    with pytest.raises(ContextLengthError) as info:
+        session.to_prompt_token_ids(RecordingTokenizer(), len(minimal) - 1)
+    msg = str(info.value)
+    assert "\n" not in msg and str(len(minimal)) in msg and str(len(minimal) - 1) in msg
+    assert "system prompt" in msg
+    solo = ChatSession()
+    solo.add_user("x" * 50)
+    with pytest.raises(ContextLengthError, match="latest message takes"):
+        solo.to_prompt_token_ids(RecordingTokenizer(), 20)
+
+
+def test_turn_groups_keep_consecutive_messages_together():
+    """A user message without a reply (interrupted) and a leading assistant greeting are whole
+    groups too; messages after the latest user message are kept."""
+    session = ChatSession(system="S")
+    session.add_assistant("hello")
+    session.add_user("u1")
+    session.add_user("u2")
+    session.add_assistant("a2")
+    session.add_user("u3")
+    from localchat.engine.errors import ContextLengthError
+
+    tok = RecordingTokenizer()
+    seen = set()
+    for limit in range(1, 200):
+        try:
+            ids = session.to_prompt_token_ids(tok, limit)
+        except ContextLengthError:
+            continue
+        seen.add((decode(ids), session.last_dropped_turns))
+    kept = sorted(seen, key=lambda t: t[1])
+    assert [t[0] for t in kept] == [
+        "system:S|assistant:hello|user:u1|user:u2|assistant:a2|user:u3|assistant:",
+        "system:S|user:u1|user:u2|assistant:a2|user:u3|assistant:",
+        "system:S|user:u2|assistant:a2|user:u3|assistant:",
+        "system:S|user:u3|assistant:",
+    ]
+    assert [t[1] for t in kept] == [0, 1, 2, 3]
+
+
+def test_truncation_with_the_real_smollm2_tokenizer(smollm2_tokenizer_cold):
+    """Reference: transformers renders each candidate (the last k pairs) itself; the session
+    must keep the largest k that fits, with the system prompt and the latest message."""
+    tok, _ = smollm2_tokenizer_cold
+    system = "You are a careful assistant. Answer in one short sentence."
+    pairs = [(f"Question number {i}: what is {i} times {i + 3}?",
+              f"Answer number {i}: it is {i * (i + 3)}.") for i in range(24)]
+    session = ChatSession(system=system)
+    for q, a in pairs:
+        session.add_user(q)
+        session.add_assistant(a)
+    session.add_user("Final question: what is the capital of France?")
+
+    def reference(k: int) -> list[int]:
+        msgs = [{"role": "system", "content": system}]
+        for q, a in pairs[len(pairs) - k:]:
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        msgs.append({"role": "user", "content": session.messages[-1]["content"]})
+        text = tok.hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return tok.hf(text, add_special_tokens=False)["input_ids"]
+
+    full = reference(len(pairs))
+    assert session.to_prompt_token_ids(tok, len(full)) == full
+    limit = len(full) * 2 // 5
+    keep = max(k for k in range(len(pairs) + 1) if len(reference(k)) <= limit)
+    assert 0 < keep < len(pairs)
+    ids = session.to_prompt_token_ids(tok, limit)
+    assert len(ids) <= limit
+    assert ids == reference(keep)
+    assert session.last_dropped_turns == len(pairs) - keep
+    text = tok.decode(ids, skip_special_tokens=False)
+    assert text.count(system) == 1 and text.count("Final question") == 1
+    for i, (q, a) in enumerate(pairs):
+        kept = i >= len(pairs) - keep
+        assert (q in text, a in text) == (kept, kept), i
+    from localchat.engine.errors import ContextLengthError
+
+    with pytest.raises(ContextLengthError):
+        session.to_prompt_token_ids(tok, len(reference(0)) - 1)
