@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ END_OF_TURN_TOKENS = (
 )
 
 _SENTINEL = "Lc7Sentinel"
+
+
+class SystemPromptFoldedWarning(UserWarning):
+    """The chat template rejects the system role; the system text went into the first user
+    turn instead (``system + "\n\n" + user``). The CLI prints it as ``localchat: note:``."""
 _MIB = 1 << 20
 
 
@@ -59,6 +65,7 @@ class Tokenizer:
         self.backend = backend
         self.loaded_from_cache = loaded_from_cache
         self._uses_fallback_template = not getattr(hf, "chat_template", None)
+        self._system_role_ok: bool | None = None  # learned on the first system message
         self.special_ids: frozenset[int] = frozenset(
             i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
         ) | frozenset(hf.all_special_ids)
@@ -108,9 +115,32 @@ class Tokenizer:
     def render_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The conversation rendered by the model's template (ChatML when it has none).
 
+        A template that rejects the system role (Gemma, Mistral v0.1: it raises) gets the
+        leading system text folded into the first user turn (``system + "\n\n" + user``),
+        with a ``SystemPromptFoldedWarning``; the system text is never dropped.
+
         Raises:
             ValueError: the template rejects the conversation (e.g. an unsupported role).
         """
+        has_system = bool(messages) and messages[0].get("role") == "system"
+        if has_system and self._system_role_ok is False:
+            return self._render_folded(messages, add_generation_prompt)
+        try:
+            text = self._render(messages, add_generation_prompt)
+        except ValueError as err:
+            if not has_system or self._system_role_ok:
+                raise
+            try:
+                text = self._render_folded(messages, add_generation_prompt)
+            except ValueError:
+                raise err from err.__cause__  # the system role was not the (only) problem
+            self._system_role_ok = False
+            return text
+        if has_system:
+            self._system_role_ok = True
+        return text
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool) -> str:
         kwargs = {"chat_template": CHATML_TEMPLATE} if self._uses_fallback_template else {}
         try:
             text = self.hf.apply_chat_template(
@@ -119,6 +149,16 @@ class Tokenizer:
         except Exception as err:  # jinja2 errors, raise_exception() in templates
             raise ValueError(f"chat template failed: {_one_line(err)}") from err
         return text if isinstance(text, str) else text[0]
+
+    def _render_folded(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        text = self._render(fold_system_messages(messages), add_generation_prompt)
+        warnings.warn(
+            "the chat template does not support a system prompt; it was put at the start of "
+            "the first user message",
+            SystemPromptFoldedWarning,
+            stacklevel=3,
+        )
+        return text
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True
                             ) -> list[int]:
@@ -194,6 +234,25 @@ class Tokenizer:
             if tail.startswith(tok) and tok in vocab:
                 return tok
         return None
+
+
+def fold_system_messages(messages: list[dict]) -> list[dict]:
+    """Fold the leading system message(s) into the first user message.
+
+    ``[system S, user U, ...]`` becomes ``[user S + "\n\n" + U, ...]``; with no user message
+    right after the system text, it becomes a user message of its own.
+    """
+    i = 0
+    while i < len(messages) and messages[i].get("role") == "system":
+        i += 1
+    system = "\n\n".join(str(m.get("content", "")) for m in messages[:i])
+    rest = [dict(m) for m in messages[i:]]
+    if not system:
+        return rest
+    if rest and rest[0].get("role") == "user":
+        rest[0]["content"] = system + "\n\n" + str(rest[0].get("content", ""))
+        return rest
+    return [{"role": "user", "content": system}, *rest]
 
 
 def _one_line(err: BaseException) -> str:

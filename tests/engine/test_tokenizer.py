@@ -202,3 +202,70 @@ def test_corrupt_or_missing_tokenizer(tmp_path: Path) -> None:
         Tokenizer.from_pretrained(folder)
     with pytest.raises(ModelNotFoundError):
         Tokenizer.from_pretrained(tmp_path / "missing.gguf")
+
+
+NO_SYSTEM = (  # Gemma style: the template raises on a system message
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>assistant\n{% endif %}"
+)
+
+
+def test_system_role_is_folded_into_the_first_user_turn() -> None:
+    import warnings
+
+    from localchat.engine.tokenizer import SystemPromptFoldedWarning
+
+    special = ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+    tok = Tokenizer(_tiny(special, template=NO_SYSTEM, eos="<eos>", bos="<bos>"))
+    msgs = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi there"},
+            {"role": "assistant", "content": "Hi"},
+            {"role": "user", "content": "there"}]
+    expected = ("<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+                "<start_of_turn>assistant\nHi<end_of_turn>\n"
+                "<start_of_turn>user\nthere<end_of_turn>\n<start_of_turn>assistant\n")
+    for _ in range(2):  # the second time the template is known to reject the system role
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert tok.render_chat_template(msgs) == expected
+        assert [w.category for w in caught] == [SystemPromptFoldedWarning]
+        assert "\n" not in str(caught[0].message) and "system" in str(caught[0].message)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids = tok.apply_chat_template(msgs)
+    assert ids == tok.hf(expected, add_special_tokens=False)["input_ids"]
+    assert msgs[1]["content"] == "Hi there"  # the caller's messages are not changed
+    # no system message: no notice; a system message alone becomes a user message
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tok.render_chat_template(msgs[1:])
+    assert caught == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = tok.render_chat_template(msgs[:1])
+    assert alone.startswith("<bos><start_of_turn>user\nBe brief.<end_of_turn>\n")
+
+
+def test_templates_that_accept_the_system_role_are_untouched() -> None:
+    import warnings
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(_tiny(special, template=CHATML, eos="<|endoftext|>"))
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = tok.render_chat_template(msgs)
+    assert caught == []
+    assert text.startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>")
+
+
+def test_other_template_errors_still_raise() -> None:
+    special = ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+    broken = "{{ raise_exception('Conversation roles must alternate') }}"
+    tok = Tokenizer(_tiny(special, template=broken, eos="<eos>", bos="<bos>"))
+    for msgs in ([{"role": "user", "content": "Hi"}],
+                 [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]):
+        with pytest.raises(ValueError, match="roles must alternate"):
+            tok.render_chat_template(msgs)
