@@ -93,15 +93,43 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> dict[str, int]:
-        """Run one step; returns ``{request_id: sampled token id}`` for requests that sample."""
+        """Run one step; returns ``{request_id: sampled token id}`` for requests that sample.
+
+        Requests with ``sampling_params.logprobs is not None`` also get one
+        ``{token_id: logprob}`` dict appended to ``req.output_logprobs`` per sampled token
+        (see ``engine.sampler`` for which distribution).
+        """
         input_ids, positions, meta, rows, samplers = self.prepare_inputs(out)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
         if not rows:
             return {}
         logits = self.model.compute_logits(hidden[rows])
-        metadata = SamplingMetadata(
-            params=[r.sampling_params for r in samplers],
-            generators=[self._generator(r) for r in samplers],
-        )
-        tokens = self.sampler.sample(logits, metadata).tolist()
+        metadata = self.sampling_metadata(samplers)
+        result = self.sampler.forward(logits, metadata)
+        for req, lp in zip(samplers, result.logprobs):
+            if lp is not None:
+                req.output_logprobs.append(lp)
+        tokens = result.token_ids.tolist()
         return {r.request_id: t for r, t in zip(samplers, tokens)}
+
+    def sampling_metadata(self, samplers: list[Request]) -> SamplingMetadata:
+        """``SamplingMetadata`` for the requests sampled this step, one row each.
+
+        Token id lists are passed only when some row has a penalty, and only for the rows
+        that need them (the prompt only for ``repetition_penalty``): a batch of defaults
+        costs nothing extra.
+        """
+        params = [r.sampling_params for r in samplers]
+        prompt_ids = output_ids = None
+        if any(p.repetition_penalty != 1.0 for p in params):
+            prompt_ids = [r.prompt_token_ids if r.sampling_params.repetition_penalty != 1.0
+                          else [] for r in samplers]
+        if any(p.repetition_penalty != 1.0 or p.presence_penalty != 0.0
+               or p.frequency_penalty != 0.0 for p in params):
+            output_ids = [r.output_token_ids for r in samplers]
+        return SamplingMetadata(
+            params=params,
+            generators=[self._generator(r) for r in samplers],
+            prompt_token_ids=prompt_ids,
+            output_token_ids=output_ids,
+        )

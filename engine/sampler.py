@@ -1,15 +1,34 @@
-"""Logits -> token ids for the whole batch in one call.
+"""Logits -> token ids (and optional logprobs) for the whole batch in one call.
 
-Greedy rows take the exact argmax. Other rows apply temperature, then top-k and top-p
-(nucleus, Holtzman et al. 2019) filtering, then draw from the softmax: seeded requests with
-their own ``torch.Generator`` (so a seed reproduces whatever else is in the batch), the rest by
-the exponential-race trick (argmax of ``probs / Exponential(1)``), which equals a categorical
-draw. The full sampling issue extends this (min-p, penalties, logprobs).
+Order of operations per row (all rows at once, ``[num_seqs, vocab]`` fp32 tensors):
+
+1. Penalties, only when some row uses one (a batch of defaults builds no count tensors):
+   - ``repetition_penalty`` over prompt + output tokens, transformers semantics
+     (``RepetitionPenaltyLogitsProcessor``; Keskar et al. 2019, CTRL): a seen token's logit is
+     divided by the penalty when positive and multiplied by it when negative.
+   - then ``presence_penalty`` / ``frequency_penalty`` over output tokens only, OpenAI
+     semantics (platform.openai.com/docs, "Parameter details"):
+     ``logit -= presence * (count > 0) + frequency * count``.
+   The order (repetition first, then presence/frequency) is vLLM's ``apply_penalties``.
+2. Logprobs (rows with ``logprobs is not None``): ``log_softmax`` of the penalized logits,
+   before temperature, top-k, top-p and min-p. This is the distribution of the model after
+   penalties, independent of the decoding knobs; with no penalty it equals vLLM's default
+   ``raw_logprobs``. Each row gets ``{token_id: logprob}`` of its top-n tokens plus the
+   sampled token (n or n + 1 entries).
+3. Greedy rows (temperature 0 or top_k 1) take the exact argmax of the penalized logits
+   (penalties apply to greedy decoding too, as in transformers).
+4. Sampled rows: temperature (after subtracting the row max, so tiny temperatures stay
+   finite), then top-k, then top-p (nucleus, Holtzman et al. 2019) on the distribution left by
+   top-k, then min-p (Nguyen et al. 2024, arXiv 2407.01082: drop tokens with probability below
+   ``min_p`` times the top token's; the top token is always kept), then the draw from the
+   softmax: seeded requests with their own ``torch.Generator`` (so a seed reproduces whatever
+   else is in the batch), the rest from the global RNG, both by the exponential-race trick
+   (argmax of ``probs / Exponential(1)``), which equals a categorical draw.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,14 +40,88 @@ class SamplingMetadata:
     """Per-row sampling settings for a batch of ``num_seqs`` logit rows.
 
     ``generators`` holds one ``torch.Generator`` (or ``None``) per row.
+    ``prompt_token_ids`` / ``output_token_ids``: one list of token ids per row, or ``None``
+    when no row needs them. Only rows with a penalty read them (the prompt only for
+    ``repetition_penalty``); other rows may pass empty lists.
     """
 
     params: list[SamplingParams]
     generators: list[torch.Generator | None]
+    prompt_token_ids: list[list[int]] | None = None
+    output_token_ids: list[list[int]] | None = None
 
     @property
     def all_greedy(self) -> bool:
         return all(p.greedy for p in self.params)
+
+    @property
+    def any_repetition_penalty(self) -> bool:
+        return any(p.repetition_penalty != 1.0 for p in self.params)
+
+    @property
+    def any_output_penalty(self) -> bool:
+        return any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+                   for p in self.params)
+
+    @property
+    def any_logprobs(self) -> bool:
+        return any(p.logprobs is not None for p in self.params)
+
+
+@dataclass
+class SamplerOutput:
+    """``token_ids [num_seqs]`` int64; ``logprobs``: per row ``{token_id: logprob}`` (top-n
+    plus the sampled token) or ``None`` when that row did not ask for logprobs."""
+
+    token_ids: torch.Tensor
+    logprobs: list[dict[int, float] | None] = field(default_factory=list)
+
+
+def token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """Occurrences of each token id per row: ``[len(rows), vocab]`` int64, one bincount."""
+    n = len(rows)
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
+    flat = [t for r in rows for t in r]
+    if not flat:
+        return torch.zeros(n, vocab, dtype=torch.int64, device=device)
+    ids = torch.tensor(flat, dtype=torch.int64, device=device)
+    row_idx = torch.repeat_interleave(torch.arange(n, device=device), lengths.to(device))
+    return torch.bincount(row_idx * vocab + ids, minlength=n * vocab).view(n, vocab)
+
+
+def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+    """Repetition, then presence/frequency penalties, row-wise; returns a new tensor.
+
+    ``logits [num_seqs, vocab]`` fp32. Rows whose penalties are neutral (1, 0, 0) come back
+    bit-identical. A positive logit divided by a penalty < 1 is clamped to the fp32 max so it
+    cannot become ``inf`` (and then ``NaN`` after the max shift).
+    """
+    vocab = logits.shape[-1]
+    device = logits.device
+    params = metadata.params
+    out = logits
+    if metadata.any_repetition_penalty:
+        prompt = metadata.prompt_token_ids or [[] for _ in params]
+        output = metadata.output_token_ids or [[] for _ in params]
+        rows = [list(p) + list(o) if sp.repetition_penalty != 1.0 else []
+                for sp, p, o in zip(params, prompt, output)]
+        seen = token_counts(rows, vocab, device) > 0
+        penalty = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype,
+                               device=device)[:, None].expand_as(logits)
+        penalized = torch.where(out > 0, out / penalty, out * penalty)
+        out = torch.where(seen, penalized, out).clamp(max=torch.finfo(logits.dtype).max)
+    if metadata.any_output_penalty:
+        output = metadata.output_token_ids or [[] for _ in params]
+        rows = [list(o) if (sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0) else []
+                for sp, o in zip(params, output)]
+        counts = token_counts(rows, vocab, device)
+        presence = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype,
+                                device=device)[:, None]
+        frequency = torch.tensor([p.frequency_penalty for p in params], dtype=logits.dtype,
+                                 device=device)[:, None]
+        out = out - (presence * (counts > 0).to(logits.dtype)
+                     + frequency * counts.to(logits.dtype))
+    return out
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
@@ -52,10 +145,63 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)
 
 
+def _filter_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Mask (``-inf``) tokens with ``prob < min_p * max prob``, row-wise (transformers'
+    ``MinPLogitsWarper``; Nguyen et al. 2024, arXiv 2407.01082).
+
+    ``logits [n, vocab]`` fp32 (already temperature-scaled and filtered), ``min_p [n]`` fp32
+    (0 = off). The ratio to the top probability does not depend on renormalization, so the mask
+    is the same before or after top-k / top-p. The top token is always kept.
+    """
+    probs = logits.softmax(dim=-1)
+    top = probs.max(dim=-1, keepdim=True)
+    remove = probs < min_p[:, None] * top.values
+    remove.scatter_(-1, top.indices, False)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def _gather_logprobs(logprobs: torch.Tensor, tokens: torch.Tensor,
+                     params: list[SamplingParams]) -> list[dict[int, float] | None]:
+    """``logprobs [n, vocab]`` fp32, ``tokens [n]`` int64 -> per row ``{id: logprob}`` of the
+    top-``params[i].logprobs`` ids plus the sampled one (``None`` for rows not asking)."""
+    max_n = max(p.logprobs or 0 for p in params)
+    top_vals, top_ids = logprobs.topk(max_n, dim=-1) if max_n else (None, None)
+    sampled_vals = logprobs.gather(-1, tokens[:, None])[:, 0].tolist()
+    top_vals = top_vals.tolist() if max_n else None
+    top_ids = top_ids.tolist() if max_n else None
+    token_list = tokens.tolist()
+    out: list[dict[int, float] | None] = []
+    for i, p in enumerate(params):
+        if p.logprobs is None:
+            out.append(None)
+            continue
+        row = {}
+        if p.logprobs:
+            row = dict(zip(top_ids[i][:p.logprobs], top_vals[i][:p.logprobs]))
+        row[token_list[i]] = sampled_vals[i]
+        out.append(row)
+    return out
+
+
 class Sampler:
-    """``sample(logits [num_seqs, vocab] fp32, metadata) -> [num_seqs] int64 token ids``."""
+    """``sample(logits [num_seqs, vocab] fp32, metadata) -> [num_seqs] int64 token ids``;
+    ``forward`` also returns the logprobs rows asked for (``SamplerOutput``)."""
 
     def sample(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+        return self.forward(logits, metadata).token_ids
+
+    def forward(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
+        params = metadata.params
+        if metadata.any_repetition_penalty or metadata.any_output_penalty:
+            logits = apply_penalties(logits, metadata)
+        tokens = self._draw(logits, metadata)
+        logprobs: list[dict[int, float] | None] = [None] * len(params)
+        if metadata.any_logprobs:
+            logprobs = _gather_logprobs(logits.log_softmax(dim=-1), tokens, params)
+        return SamplerOutput(tokens, logprobs)
+
+    def _draw(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
+        """``logits [n, vocab]`` fp32 (penalized) -> ``[n]`` int64 token ids."""
         greedy_tokens = logits.argmax(dim=-1)
         if metadata.all_greedy:
             return greedy_tokens
@@ -74,6 +220,10 @@ class Sampler:
         top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
         if bool((top_k > 0).any()) or bool((top_p < 1).any()):
             scaled = _filter_top_k_top_p(scaled, top_k, top_p)
+        if any(p.min_p > 0.0 and not p.greedy for p in params):
+            min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],
+                                 device=device, dtype=torch.float32)
+            scaled = _filter_min_p(scaled, min_p)
         probs = scaled.softmax(dim=-1)
         noise = torch.empty_like(probs)
         for i, gen in enumerate(metadata.generators):

@@ -223,3 +223,27 @@ def test_same_seed_same_tokens_whatever_else_is_in_the_batch():
     assert alone == with_others
     # Not a constant: a different seed gives a different sequence.
     assert run(target, [p], [43], 0) != alone
+
+
+def test_seed_reproduces_with_min_p_and_penalties_in_a_mixed_batch():
+    """min-p and penalties keep the per-request seed property: a seeded row draws the same
+    tokens alone and inside a batch of differently configured rows."""
+    gen = torch.Generator().manual_seed(11)
+    target = torch.randn(1, 300, generator=gen)
+    p = SamplingParams(temperature=1.1, min_p=0.05, repetition_penalty=1.2,
+                       frequency_penalty=0.3, seed=5)
+    prompt, output = [1, 2, 3, 250], [7, 7, 9]
+
+    def run(batch_logits, params, seeds, prompts, outputs, row):
+        gens = [None if s is None else torch.Generator().manual_seed(s) for s in seeds]
+        metadata = SamplingMetadata(params, gens, prompts, outputs)
+        return [Sampler().sample(batch_logits, metadata)[row].item() for _ in range(5)]
+
+    alone = run(target, [p], [5], [prompt], [output], 0)
+    others = torch.randn(2, 300, generator=gen)
+    mixed = torch.cat([others[:1], target, others[1:]])
+    params = [SamplingParams(temperature=0.0, presence_penalty=1.0), p,
+              SamplingParams(temperature=0.9, top_k=20, min_p=0.2, seed=3)]
+    with_others = run(mixed, params, [None, 5, 3], [[4], prompt, []], [[5, 6], output, [8]], 1)
+    assert alone == with_others
+    assert run(target, [p], [6], [prompt], [output], 0) != alone
