@@ -21,13 +21,20 @@ rendered by ``decode`` as one U+FFFD per byte for the whole run, even the valid 
 before the bad byte; text already streamed cannot be taken back, so only then can the stream
 differ from the one-shot decode. Models emit valid UTF-8 in practice.
 
-Stop strings (a later issue) plug in at ``_emit``: every delta passes through it.
+Stop strings: every delta passes through ``_emit``, which feeds a ``StopStringMatcher``
+(engine/stop_strings.py) when ``stop`` is given. Then the emitted text is the decode cut
+before the earliest stop string (the stop and everything after it never appear), text that
+may start a stop is held back until it cannot, and ``stop_matched`` names the stop once a
+match is certain; after it ``step`` returns "". The streamed deltas plus ``flush()`` still
+equal ``text``, so streamed output equals non-streamed output.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from localchat.engine.stop_strings import StopStringMatcher
 from localchat.engine.tokenizer import Tokenizer
 
 try:  # tokenizers >= 0.21
@@ -47,14 +54,19 @@ class IncrementalDetokenizer:
             ``tokenizer.decode`` does with the same flag.
         use_decode_stream: use ``tokenizers.decoders.DecodeStream`` for the steps when it is
             available (``False`` forces the pure-Python window; both give the same text).
+        stop: stop strings; the text ends before the earliest one (see the module docstring).
+
+    Raises:
+        ValueError: a stop string is empty.
 
     Attributes:
         text: all text emitted so far (the deltas concatenated).
         num_tokens: how many ids have been fed.
+        stop_matched: the stop string that ended the text, or ``None``.
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True,
-                 *, use_decode_stream: bool = True) -> None:
+                 *, use_decode_stream: bool = True, stop: Sequence[str] = ()) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.text = ""
@@ -66,6 +78,11 @@ class IncrementalDetokenizer:
         if use_decode_stream and DecodeStream is not None:
             self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
         self._finished = False
+        self._matcher = StopStringMatcher(stop) if stop else None
+
+    @property
+    def stop_matched(self) -> str | None:
+        return self._matcher.matched if self._matcher is not None else None
 
     def step(self, new_token_ids: list[int]) -> str:
         """Feed the newly generated ids; return the text they complete (may be "").
@@ -93,22 +110,30 @@ class IncrementalDetokenizer:
         By default it comes out as ``decode`` renders it, with U+FFFD; with
         ``drop_incomplete=True`` (the engine's choice when ``max_tokens`` or an abort cut the
         reply) trailing U+FFFD are dropped, so no broken character reaches the user.
-        Idempotent.
+        Text held back as a possible stop-string start is released too (cut at a stop string
+        if it completes one). Idempotent.
         """
         self._finished = True
-        if not self._pending:
-            return ""
-        prefix = self._decode(self._context)
-        full = self._decode(self._context + self._pending)
-        self._context, self._pending = [], []
-        delta = full.removeprefix(prefix)
-        if drop_incomplete:
-            delta = delta.rstrip(_REPLACEMENT)
-        return self._emit(delta) if delta else ""
+        out = ""
+        if self._pending:
+            prefix = self._decode(self._context)
+            full = self._decode(self._context + self._pending)
+            self._context, self._pending = [], []
+            delta = full.removeprefix(prefix)
+            if drop_incomplete:
+                delta = delta.rstrip(_REPLACEMENT)
+            out = self._emit(delta) if delta else ""
+        if self._matcher is not None:
+            tail = self._matcher.flush()
+            self.text += tail
+            out += tail
+        return out
 
     # ------------------------------------------------------------------ internals
     def _emit(self, delta: str) -> str:
-        """Single exit for text: the seam where stop-string matching will hook in."""
+        """Single exit for text: stop strings are matched here."""
+        if self._matcher is not None:
+            delta, _ = self._matcher.feed(delta)
         self.text += delta
         return delta
 

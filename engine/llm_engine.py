@@ -149,7 +149,8 @@ class LLMEngine:
         req = Request(request_id, list(prompt_token_ids), sampling_params,
                       stop_token_ids=frozenset(stop), max_tokens=max_tokens)
         self.scheduler.add_request(req)
-        self._detoks[request_id] = IncrementalDetokenizer(self.tokenizer)
+        self._detoks[request_id] = IncrementalDetokenizer(self.tokenizer,
+                                                          stop=sampling_params.stop)
         return request_id
 
     def abort_request(self, request_id: str) -> None:
@@ -173,14 +174,28 @@ class LLMEngine:
         return outputs
 
     def _make_output(self, req: Request) -> RequestOutput:
+        """Detokenize ``req``'s new token, apply stop strings, build its ``RequestOutput``.
+
+        A stop string in the text finishes the request here (``FinishReason.STOP``,
+        ``stop_reason`` = the string, blocks freed); ``text`` never contains a stop string and
+        the deltas concatenated equal the final ``text``.
+        """
         detok = self._detoks[req.request_id]
         new_ids = req.output_token_ids[-1:]
         # Stop tokens end the reply; they are not part of its text.
         visible = [t for t in new_ids if t not in req.stop_token_ids]
         delta = detok.step(visible)
+        if not req.is_finished and detok.stop_matched is not None:
+            # A stop string ended the text: no more tokens for this request.
+            self.scheduler.finish(req, FinishReason.STOP)
         if req.is_finished:
             # A reply cut by a token limit or an abort may end inside a character: drop it.
             delta += detok.flush(drop_incomplete=req.finish_reason is not FinishReason.STOP)
+            if detok.stop_matched is not None:
+                # The text ends at a stop string (maybe resolved only by the flush, or seen
+                # before the stop token that ended generation): report the string.
+                req.finish_reason = FinishReason.STOP
+                req.stop_reason = detok.stop_matched
             self._detoks.pop(req.request_id, None)
             self.runner.release(req.request_id)
         return RequestOutput(
@@ -195,6 +210,7 @@ class LLMEngine:
             metrics=RequestMetrics(req.arrival_time, req.first_token_time,
                                    req.last_token_time),
             output_token_ids=list(req.output_token_ids),
+            stop_reason=req.stop_reason,
         )
 
     def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams,

@@ -125,6 +125,7 @@ class Scheduler:
             req.last_token_time = now
             if token in req.stop_token_ids:
                 self.finish(req, FinishReason.STOP)
+                req.stop_reason = token
             elif len(req.output_token_ids) >= req.max_tokens or req.num_tokens >= self.max_model_len:
                 self.finish(req, FinishReason.LENGTH)
             touched.append(req)

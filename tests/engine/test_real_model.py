@@ -116,3 +116,37 @@ def test_reply_cut_inside_a_character_has_no_replacement_char(smollm2_engine):
     full = eng.tokenizer.decode(tokens)
     assert full.endswith("\ufffd")  # this prompt really does stop mid-character at 60
     assert text == full.rstrip("\ufffd") == outs[-1].text
+
+
+def test_stop_string_cuts_greedy_reply_end_to_end(smollm2_engine):
+    """A stop string taken from the middle of the greedy reply ends it right before that
+    string: ``stop`` with the string as ``stop_reason``, streamed text == final text, the text
+    equals the no-stop text cut at the first occurrence, and no more tokens are generated."""
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template(CHAT)
+    tokens, outs = _greedy(eng, ids, 40, ignore_eos=True)
+    full = outs[-1].text
+    mid = len(full) // 2
+    stop = full[mid:mid + 6]  # likely spans a token boundary, maybe inside a token
+    assert len(stop) == 6 and stop.strip()
+    want = full[:full.find(stop)]
+
+    cut_tokens, cut_outs = _greedy(eng, ids, 40, ignore_eos=True, stop=(stop,))
+    last = cut_outs[-1]
+    assert last.finished and last.finish_reason.value == "stop"
+    assert last.stop_reason == stop
+    assert last.text == want == "".join(o.text_delta for o in cut_outs)
+    assert stop not in last.text
+    assert len(cut_tokens) < len(tokens) and cut_tokens == tokens[:len(cut_tokens)]
+    assert eng.kv_cache_manager.usage == 0.0
+    assert not eng.has_unfinished_requests()
+
+
+def test_stop_token_is_the_stop_reason(smollm2_engine):
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}])
+    tokens, outs = _greedy(eng, ids, 32, stop=("never-in-this-reply",))
+    assert outs[-1].finish_reason.value == "stop"
+    assert outs[-1].stop_reason == tokens[-1] and tokens[-1] in eng.tokenizer.stop_token_ids
+    assert "never" not in outs[-1].text
