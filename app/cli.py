@@ -16,6 +16,7 @@ import typer
 
 from localchat.app import cli_io
 from localchat.app.cli_io import CliUsageError
+from localchat.engine.errors import ContextLengthError
 
 app = typer.Typer(
     name="localchat",
@@ -36,7 +37,15 @@ SAMPLING_FLAGS = {
     "top_k": "--top-k",
     "seed": "--seed",
     "max_tokens": "--max-tokens",
+    "min_p": "--min-p",
+    "repetition_penalty": "--repetition-penalty",
+    "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "stop": "--stop",
 }
+# Reply room reserved when fitting a conversation into the context: max_tokens, or this when
+# --max-tokens is not given, never more than half the context (see ``fit_prompt``).
+DEFAULT_REPLY_RESERVE = 512
 
 
 @app.callback()
@@ -92,6 +101,48 @@ def ask(
         int | None,
         typer.Option("--seed", help="Random seed for reproducible sampling.", show_default=False),
     ] = None,
+    min_p: Annotated[
+        float | None,
+        typer.Option(
+            "--min-p", help="Drop tokens below min_p x the top probability; [0, 1].",
+            show_default="0",
+        ),
+    ] = None,
+    repetition_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--repetition-penalty",
+            help="Penalize tokens already in the prompt or reply; (0, 100], 1 disables.",
+            show_default="1.0",
+        ),
+    ] = None,
+    presence_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--presence-penalty", help="Penalize tokens already in the reply; [-2, 2].",
+            show_default="0",
+        ),
+    ] = None,
+    frequency_penalty: Annotated[
+        float | None,
+        typer.Option(
+            "--frequency-penalty",
+            help="Penalize tokens by their count in the reply; [-2, 2].",
+            show_default="0",
+        ),
+    ] = None,
+    stop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stop",
+            help="Stop the reply at this text (not printed); repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
+    no_stream: Annotated[
+        bool,
+        typer.Option("--no-stream", help="Print the whole answer at the end instead of streaming."),
+    ] = False,
     no_stdin: Annotated[
         bool, typer.Option("--no-stdin", help="Ignore stdin even when it is piped.")
     ] = False,
@@ -106,6 +157,11 @@ def ask(
         "top_k": top_k,
         "seed": seed,
         "max_tokens": max_tokens,
+        "min_p": min_p,
+        "repetition_penalty": repetition_penalty,
+        "presence_penalty": presence_penalty,
+        "frequency_penalty": frequency_penalty,
+        "stop": tuple(stop) if stop else None,
     }
     try:
         sampling = SamplingParams(**{k: v for k, v in knobs.items() if v is not None})
@@ -120,8 +176,8 @@ def ask(
 
     session = ChatSession(system=system)
     session.add_user(text)
-    prompt_ids = session.to_prompt_token_ids(engine.tokenizer)
-    _stream_answer(engine, prompt_ids, sampling)
+    prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len, max_tokens)
+    _stream_answer(engine, prompt_ids, sampling, stream=not no_stream)
 
 
 @app.command()
@@ -196,9 +252,50 @@ def _load_engine(spec: str) -> Any:
     return LLMEngine.from_source(source, cache_dir=cache_dir())
 
 
-def _stream_answer(engine: Any, prompt_ids: list[int], sampling: Any) -> None:
-    """Stream the reply to stdout; Ctrl+C keeps what was printed and exits 130."""
-    writer = cli_io.AnswerWriter()
+def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None
+               ) -> list[int]:
+    """Render ``session`` into prompt ids that leave room for the reply in the context.
+
+    The rule: ``max_prompt_tokens = max_model_len - min(max_tokens or 512, max_model_len // 2)``.
+    Older turns are dropped whole to fit it (``ChatSession.to_prompt_token_ids``), with one
+    ``localchat: note:`` line on stderr saying how many. When the system prompt plus the latest
+    message alone exceed it but still fit the context (``< max_model_len``), they are sent as
+    they are and the engine caps the reply to the room left (``LLMEngine.add_request``); only a
+    prompt that leaves no room at all is a ``ContextLengthError`` (exit 1). Template notices
+    (a system prompt folded into the first user turn) are printed as notes too.
+    """
+    import warnings
+
+    reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ids = session.to_prompt_token_ids(tokenizer, max_model_len - reserve)
+        except ContextLengthError:
+            try:
+                ids = session.to_prompt_token_ids(tokenizer, max_model_len - 1)
+            except ContextLengthError as err:
+                raise ContextLengthError(
+                    f"{err} (the context holds {max_model_len} tokens, prompt + reply)"
+                ) from None
+    notes = dict.fromkeys(
+        cli_io.one_line(str(w.message)) for w in caught
+        if w.category.__name__ == "SystemPromptFoldedWarning"
+    )
+    for note in notes:
+        cli_io.note(note)
+    dropped = getattr(session, "last_dropped_turns", 0)
+    if dropped:
+        turns = "turn" if dropped == 1 else "turns"
+        cli_io.note(f"dropped {dropped} earlier {turns} to fit the context ({max_model_len} tokens)")
+    return ids
+
+
+def _stream_answer(engine: Any, prompt_ids: list[int], sampling: Any, *, stream: bool = True
+                   ) -> None:
+    """Stream the reply to stdout (or print it whole at the end when not ``stream``); Ctrl+C
+    keeps what was generated and exits 130."""
+    writer = cli_io.AnswerWriter(buffered=not stream)
     outputs: Any = None
     try:
         outputs = engine.generate(prompt_ids, sampling)

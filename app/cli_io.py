@@ -46,6 +46,11 @@ def warn(message: str) -> None:
     _err_write(f"{PROG}: warning: {one_line(message)}\n")
 
 
+def note(message: str) -> None:
+    """Print ``localchat: note: <message>`` as one line on stderr (terminal or not)."""
+    _err_write(f"{PROG}: note: {one_line(message)}\n")
+
+
 def notice(message: str) -> None:
     """Print a short status line on stderr, only when stderr is a terminal."""
     if stream_isatty(sys.stderr):
@@ -100,12 +105,16 @@ class AnswerWriter:
     """Streams text deltas to stdout, flushing each, and ends the answer with exactly one newline.
 
     Trailing newlines of the text so far are held back until more text arrives, so the final
-    output ends with a single ``\\n`` whatever the model produced.
+    output ends with a single ``\\n`` whatever the model produced. With ``buffered``
+    (``--no-stream``) nothing is written before ``finish``, which writes the same bytes in one
+    go.
     """
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, *, buffered: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stdout
+        self.buffered = buffered
         self._pending = ""
+        self._held: list[str] = []
         self.text = ""
 
     def write(self, delta: str) -> None:
@@ -117,13 +126,17 @@ class AnswerWriter:
         body = text.rstrip("\n")
         self._pending = text[len(body) :]
         if body:
+            if self.buffered:
+                self._held.append(body)
+                return
             self.stream.write(body)
             self.stream.flush()
 
     def finish(self) -> None:
-        """End the answer with exactly one newline."""
+        """End the answer with exactly one newline (writing the held text first if buffered)."""
         self._pending = ""
-        self.stream.write("\n")
+        held, self._held = "".join(self._held), []
+        self.stream.write(held + "\n")
         self.stream.flush()
 
 

@@ -100,8 +100,8 @@ class ChatSession:
             what = "the system prompt plus the latest message take" if head else (
                 "the latest message takes")
             raise ContextLengthError(
-                f"{what} {len(minimal)} tokens but at most {max_prompt_tokens} fit in the "
-                "context (after room for the reply); shorten the prompt or lower --max-tokens"
+                f"{what} {len(minimal)} tokens, more than the {max_prompt_tokens} available "
+                "for the prompt; shorten it"
             )
         lo, hi, best = 1, len(turns), minimal  # render(hi) fits, render(lo - 1) does not
         while lo < hi:

@@ -102,11 +102,19 @@ def test_no_prompt_and_empty_stdin_is_a_usage_error(env):
         (["--top-p", "1.5"], "--top-p"),
         (["--top-k", "-3"], "--top-k"),
         (["--temperature", "warm"], "--temperature"),
+        (["--min-p", "1.5"], "--min-p"),
+        (["--min-p", "-0.1"], "--min-p"),
+        (["--repetition-penalty", "0"], "--repetition-penalty"),
+        (["--repetition-penalty", "-1"], "--repetition-penalty"),
+        (["--presence-penalty", "2.5"], "--presence-penalty"),
+        (["--frequency-penalty", "-3"], "--frequency-penalty"),
+        (["--stop", ""], "--stop"),
+        (["--min-p", "lots"], "--min-p"),
     ],
 )
 def test_bad_flag_values_name_the_flag(env, args, flag):
     line = assert_one_line_error(run(env, "ask", "hi", *args), 2, flag)
-    if args[1] != "warm":
+    if args[1] not in ("warm", "lots"):
         assert "must be" in line  # the allowed range is stated
 
 
@@ -193,6 +201,23 @@ def test_piped_stdin_equals_the_combined_argument(env, gguf):
     assert piped.stdout.strip()
 
 
+def test_no_stream_prints_the_same_bytes_as_streaming(env, gguf):
+    """``--no-stream`` prints the whole answer at the end: byte for byte the streamed output."""
+    args = ["ask", "Write three short lines about the sea.", "-m", str(gguf),
+            "--temperature", "0", "--max-tokens", "48"]
+    streamed = run(env, *args)
+    whole = run(env, *args, "--no-stream")
+    assert streamed.returncode == 0 and whole.returncode == 0, whole.stderr.decode()
+    assert whole.stdout == streamed.stdout
+    assert len(streamed.stdout.strip()) > 20
+
+
+def test_prompt_longer_than_the_context_is_one_error_line(env, gguf):
+    """Nothing to drop in ``ask``: a prompt over the context is exit 1, one line, no stdout."""
+    long_prompt = "word " * 12000
+    assert_one_line_error(run(env, "ask", long_prompt, "-m", str(gguf)), 1, "tokens")
+
+
 # -- in-process: ask with a fake engine -------------------------------------------------------
 
 
@@ -204,6 +229,8 @@ class FakeTokenizer:
 
 class FakeEngine:
     """Streams fixed deltas; raises KeyboardInterrupt after ``interrupt_after`` deltas."""
+
+    max_model_len = 4096
 
     def __init__(self, deltas, interrupt_after=None):
         self.tokenizer = FakeTokenizer()
@@ -269,6 +296,111 @@ def test_prompt_composition_and_system_message(fake_ask):
     assert engine.sampling_params.seed == 7
     _, _, _, engine = fake_ask(["QUESTION", "--no-stdin"], ["x"], stdin=b"CTX\n")
     assert engine.tokenizer.messages == [{"role": "user", "content": "QUESTION"}]
+
+
+def test_new_sampling_flags_reach_sampling_params(fake_ask):
+    code, _, _, engine = fake_ask(
+        ["hi", "--min-p", "0.1", "--repetition-penalty", "1.3", "--presence-penalty", "0.5",
+         "--frequency-penalty", "-0.5", "--stop", "END", "--stop", "\n\n"], ["x"])
+    sp = engine.sampling_params
+    assert code == 0
+    assert (sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty) == (
+        0.1, 1.3, 0.5, -0.5)
+    assert sp.stop == ("END", "\n\n")
+    _, _, _, engine = fake_ask(["hi"], ["x"])
+    assert engine.sampling_params.stop == () and engine.sampling_params.min_p == 0.0
+
+
+def test_no_stream_writes_once_at_the_end(fake_ask, monkeypatch):
+    deltas = ["Hel", "lo\n", "", "wor", "ld\n\n"]
+    _, streamed, _, _ = fake_ask(["hi"], deltas)
+    writes = []
+    real = cli_io.AnswerWriter.finish
+
+    def finish(self):
+        writes.append(self.buffered)
+        real(self)
+
+    monkeypatch.setattr(cli_io.AnswerWriter, "finish", finish)
+    code, whole, err, _ = fake_ask(["hi", "--no-stream"], deltas)
+    assert (code, err) == (0, "") and whole == streamed == "Hello\nworld\n"
+    assert writes == [True]
+    buf = io.StringIO()
+    w = cli_io.AnswerWriter(buf, buffered=True)
+    for d in deltas:
+        w.write(d)
+        assert buf.getvalue() == ""
+    w.finish()
+    assert buf.getvalue() == "Hello\nworld\n"
+    # Ctrl+C while not streaming still prints what was generated
+    code, out, _, _ = fake_ask(["hi", "--no-stream"], ["one ", "two ", "x"], interrupt_after=2)
+    assert (code, out) == (130, "one two \n")
+
+
+class CharTokenizer:
+    """``role:content|`` per message, one id per character (as in test_session.py)."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        text = "".join(f"{m['role']}:{m['content']}|" for m in messages)
+        return [ord(c) for c in text + ("assistant:" if add_generation_prompt else "")]
+
+
+def test_fit_prompt_reserves_reply_room_and_notes_dropped_turns(capsys):
+    from localchat.app.session import ChatSession
+
+    session = ChatSession(system="S")
+    for i in range(10):
+        session.add_user(f"q{i}")
+        session.add_assistant(f"a{i}")
+    session.add_user("last")
+    full = len(session.to_prompt_token_ids(CharTokenizer()))  # 10 pairs, 21 chars each
+    # room for the whole conversation plus the reply: nothing dropped, no note
+    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 20)
+    assert len(ids) == full and capsys.readouterr().err == ""
+    # max_tokens 50 must be reserved: 50 - 20 = 30 more tokens go, i.e. 2 pairs of 21
+    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 50)
+    assert len(ids) == full - 2 * 21 and session.last_dropped_turns == 2
+    assert capsys.readouterr().err == (
+        f"localchat: note: dropped 2 earlier turns to fit the context ({full + 20} tokens)\n")
+    # no --max-tokens: 512 reserved, but never more than half the context
+    cli.fit_prompt(session, CharTokenizer(), 100, None)
+    assert 100 - len(cli.fit_prompt(session, CharTokenizer(), 100, None)) >= 50
+    assert "dropped" in capsys.readouterr().err
+    # system + latest fit the context but not the reserve: sent, the engine caps the reply
+    minimal = len("system:S|user:last|assistant:")
+    ids = cli.fit_prompt(session, CharTokenizer(), minimal + 1, 500)
+    assert len(ids) == minimal and session.last_dropped_turns == 10
+    capsys.readouterr()
+    # no room at all: the one-line error of ContextLengthError (exit 1 through run_cli)
+    from localchat.engine.errors import ContextLengthError
+
+    with pytest.raises(ContextLengthError):
+        cli.fit_prompt(session, CharTokenizer(), minimal, 500)
+
+
+def test_fit_prompt_prints_the_system_fold_note_once(capsys):
+    import warnings
+
+    from localchat.app.session import ChatSession
+    from localchat.engine.tokenizer import SystemPromptFoldedWarning
+
+    class Folding(CharTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=True):
+            warnings.warn("the template has no system role; folded", SystemPromptFoldedWarning,
+                          stacklevel=2)
+            return super().apply_chat_template(messages, add_generation_prompt)
+
+    session = ChatSession(system="S")
+    for i in range(5):
+        session.add_user(f"q{i}")
+        session.add_assistant(f"a{i}")
+    session.add_user("last")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as run_cli does without --debug
+        cli.fit_prompt(session, Folding(), 60, 10)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "localchat: note: the template has no system role; folded"
+    assert len(err) == 2 and err[1].startswith("localchat: note: dropped ")
 
 
 def test_ctrl_c_keeps_the_partial_answer_and_exits_130(fake_ask):
