@@ -78,7 +78,11 @@ class SamplerOutput:
 
 
 def token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
-    """Occurrences of each token id per row: ``[len(rows), vocab]`` int64, one bincount."""
+    """Occurrences of each token id per row: ``[len(rows), vocab]`` int64, one bincount.
+
+    ``rows``: one list of token ids per logits row (may be empty); ids outside
+    ``[0, vocab)`` are ignored.
+    """
     n = len(rows)
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
     flat = [t for r in rows for t in r]
@@ -86,7 +90,11 @@ def token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> tor
         return torch.zeros(n, vocab, dtype=torch.int64, device=device)
     ids = torch.tensor(flat, dtype=torch.int64, device=device)
     row_idx = torch.repeat_interleave(torch.arange(n, device=device), lengths.to(device))
-    return torch.bincount(row_idx * vocab + ids, minlength=n * vocab).view(n, vocab)
+    flat_idx = row_idx * vocab + ids
+    # An id outside the logits' vocab (a tokenizer-only added token) has no logit to penalize;
+    # without this filter it would land in the next row.
+    flat_idx = flat_idx[(ids >= 0) & (ids < vocab)]
+    return torch.bincount(flat_idx, minlength=n * vocab).view(n, vocab)
 
 
 def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:

@@ -310,3 +310,10 @@ def test_runner_appends_logprobs_per_token(smollm2_engine, smollm2_oracle):
         want = smollm2_oracle(torch.tensor([ids])).logits[0, -1].float().log_softmax(-1)
     for t, v in req.output_logprobs[0].items():
         assert abs(v - want[t].item()) < 1e-3
+
+
+def test_token_counts_ignore_ids_outside_the_vocab():
+    from localchat.engine.sampler import token_counts
+
+    counts = token_counts([[0, 4, 4, 5, 9], [], [1, 1, -1]], 5, torch.device("cpu"))
+    assert counts.tolist() == [[1, 0, 0, 0, 2], [0] * 5, [0, 2, 0, 0, 0]]
