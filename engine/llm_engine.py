@@ -211,6 +211,8 @@ class LLMEngine:
                                    req.last_token_time),
             output_token_ids=list(req.output_token_ids),
             stop_reason=req.stop_reason,
+            logprobs=(req.output_logprobs[-len(new_ids):]
+                      if req.sampling_params.logprobs is not None else None),
         )
 
     def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams,

@@ -6,6 +6,7 @@ independent path for weights (including the Q/K un-permutation), config and mode
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from localchat.engine.sampling_params import SamplingParams
@@ -150,3 +151,41 @@ def test_stop_token_is_the_stop_reason(smollm2_engine):
     assert outs[-1].finish_reason.value == "stop"
     assert outs[-1].stop_reason == tokens[-1] and tokens[-1] in eng.tokenizer.stop_token_ids
     assert "never" not in outs[-1].text
+
+
+def test_logprobs_reach_the_request_output(smollm2_engine, smollm2_oracle):
+    """Each streamed output carries the top-n logprobs of its token, equal to transformers'
+    log-softmax at that position (greedy, no penalties)."""
+    eng = smollm2_engine
+    ids = eng.tokenizer.apply_chat_template([{"role": "user", "content": "Count to five."}])
+    outs = list(eng.generate(ids, SamplingParams(temperature=0.0, max_tokens=3, logprobs=2,
+                                                 ignore_eos=True)))
+    assert [len(o.logprobs) for o in outs] == [1, 1, 1]
+    tokens = outs[-1].output_token_ids
+    with torch.no_grad():
+        logits = smollm2_oracle(torch.tensor([ids + tokens[:-1]])).logits[0, len(ids) - 1:]
+    want = torch.log_softmax(logits.double(), dim=-1)
+    for step, out in enumerate(outs):
+        lp = out.logprobs[0]
+        assert tokens[step] in lp and len(lp) == 2  # greedy: the sampled token is the top one
+        top2 = want[step].topk(2).indices.tolist()
+        assert set(lp) == set(top2)
+        for tok, value in lp.items():
+            assert abs(value - want[step, tok].item()) < 1e-3
+
+
+def test_prompt_plus_max_tokens_exactly_at_the_context_limit(smollm2_engine):
+    """A prompt whose max_tokens reaches max_model_len exactly runs to the limit and stops with
+    `length`; a prompt that fills the whole context is refused with ContextLengthError."""
+    from localchat.engine.errors import ContextLengthError
+
+    eng = smollm2_engine
+    limit = eng.max_model_len
+    ids = (eng.tokenizer.encode("The quick brown fox jumps over the lazy dog. ") * limit)[
+        : limit - 4]
+    outs = list(eng.generate(ids, SamplingParams(temperature=0.0, max_tokens=100,
+                                                 ignore_eos=True)))
+    assert outs[-1].num_output_tokens == 4 and outs[-1].finish_reason.value == "length"
+    with pytest.raises(ContextLengthError):
+        list(eng.generate(ids + [ids[0]] * 4, SamplingParams(temperature=0.0, max_tokens=1)))
+    assert eng.kv_cache_manager.usage == 0.0
