@@ -62,6 +62,12 @@ class LLMEngine:
         self.dtype = config.resolved_dtype()
         block_size = config.cache.block_size
         self.num_blocks = config.cache.num_blocks or self._plan_num_blocks()
+        pool_tokens = self.num_blocks * block_size
+        if pool_tokens < max_model_len and config.scheduler.max_model_len is None:
+            # The model's context does not fit the KV plan: the plan caps the context.
+            logger.info("max_model_len capped from %d to %d tokens by the KV cache plan",
+                        max_model_len, pool_tokens)
+            self.max_model_len = max_model_len = pool_tokens
         kv_caches = allocate_kv_caches(
             model_config.num_hidden_layers, self.num_blocks, block_size,
             model_config.num_kv_heads, model_config.head_dim, self.dtype, self.device,
@@ -111,7 +117,8 @@ class LLMEngine:
     def _plan_num_blocks(self) -> int:
         """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
         (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
-        RAM), and at least one full-context sequence."""
+        RAM). A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
+        the user set ``max_model_len``, which then sizes the pool for one sequence."""
         block_size = self.config.cache.block_size
         wanted = self.max_model_len * self.config.scheduler.max_num_seqs
         budget = self.config.cache.kv_cache_memory_bytes
@@ -121,8 +128,9 @@ class LLMEngine:
             else:
                 budget = int(_available_ram_bytes() * _CPU_KV_RAM_FRACTION)
         tokens = min(wanted, budget // self.kv_bytes_per_token)
-        tokens = max(tokens, self.max_model_len)
-        return -(-tokens // block_size)
+        if self.config.scheduler.max_model_len is not None:
+            tokens = max(tokens, self.max_model_len)
+        return max(1, tokens // block_size)
 
     # -- requests ---------------------------------------------------------------------------
 

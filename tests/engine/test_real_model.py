@@ -189,3 +189,17 @@ def test_prompt_plus_max_tokens_exactly_at_the_context_limit(smollm2_engine):
     with pytest.raises(ContextLengthError):
         list(eng.generate(ids + [ids[0]] * 4, SamplingParams(temperature=0.0, max_tokens=1)))
     assert eng.kv_cache_manager.usage == 0.0
+
+
+def test_kv_plan_caps_the_default_context(smollm2_gguf, cache_dir):
+    """With a KV budget below the model's context and no explicit max_model_len, the plan
+    caps max_model_len to the pool (bytes per token = 2 x layers x kv_heads x head_dim x 4)."""
+    from localchat.engine.config import CacheConfig, EngineConfig
+    from localchat.engine.llm_engine import LLMEngine
+
+    per_token = 2 * 30 * 3 * 64 * 4  # SmolLM2-135M, fp32
+    config = EngineConfig(device="cpu", dtype=torch.float32,
+                          cache=CacheConfig(kv_cache_memory_bytes=per_token * 1000))
+    eng = LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+    assert eng.kv_bytes_per_token == per_token
+    assert eng.max_model_len == eng.num_blocks * 16 == 1000 // 16 * 16
