@@ -1,0 +1,231 @@
+"""`localchat ask` in-process with a fake streaming engine: output framing, prompt
+composition, sampling flags, context fitting, Ctrl+C and internal errors (no model needed)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from localchat.app import cli, cli_io
+from localchat.engine.outputs import RequestOutput
+from localchat.engine.request import FinishReason
+
+# -- in-process: ask with a fake engine -------------------------------------------------------
+
+
+class FakeTokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        self.messages = messages
+        return [1, 2, 3]
+
+
+class FakeEngine:
+    """Streams fixed deltas; raises KeyboardInterrupt after ``interrupt_after`` deltas."""
+
+    max_model_len = 4096
+
+    def __init__(self, deltas, interrupt_after=None):
+        self.tokenizer = FakeTokenizer()
+        self.deltas, self.interrupt_after = deltas, interrupt_after
+        self.closed = False
+
+    def generate(self, prompt_token_ids, sampling_params, request_id=None):
+        self.sampling_params = sampling_params
+        text = ""
+        try:
+            for i, delta in enumerate(self.deltas):
+                if i == self.interrupt_after:
+                    raise KeyboardInterrupt
+                text += delta
+                last = i == len(self.deltas) - 1
+                yield RequestOutput(
+                    "r",
+                    [i],
+                    delta,
+                    text,
+                    3,
+                    i + 1,
+                    finished=last,
+                    finish_reason=FinishReason.STOP if last else None,
+                )
+        finally:
+            self.closed = True
+
+
+@pytest.fixture
+def fake_ask(monkeypatch, capsys):
+    """Run ``ask`` in-process on a FakeEngine; returns (exit code, stdout, stderr, engine)."""
+
+    def go(args, deltas, *, stdin: bytes | None = None, interrupt_after=None):
+        engine = FakeEngine(deltas, interrupt_after)
+        monkeypatch.setattr(cli, "_load_engine", lambda spec: engine)
+        monkeypatch.setattr(cli, "_default_model", lambda: "fake")
+        if stdin is None:
+            monkeypatch.setattr(sys, "stdin", None)
+        else:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err, engine
+
+    return go
+
+
+def test_exactly_one_trailing_newline(fake_ask):
+    code, out, err, _ = fake_ask(["hi"], ["Hel", "lo\n", "\n", "\n"])
+    assert (code, out, err) == (0, "Hello\n", "")
+    code, out, _, _ = fake_ask(["hi"], ["a\n\nb", ""])
+    assert out == "a\n\nb\n"
+
+
+def test_prompt_composition_and_system_message(fake_ask):
+    code, _, _, engine = fake_ask(["QUESTION", "-s", "SYS", "--seed", "7"], ["x"], stdin=b"CTX\n")
+    assert code == 0
+    assert engine.tokenizer.messages == [
+        {"role": "system", "content": "SYS"},
+        {"role": "user", "content": "CTX\n\nQUESTION"},
+    ]
+    assert engine.sampling_params.seed == 7
+    _, _, _, engine = fake_ask(["QUESTION", "--no-stdin"], ["x"], stdin=b"CTX\n")
+    assert engine.tokenizer.messages == [{"role": "user", "content": "QUESTION"}]
+
+
+def test_new_sampling_flags_reach_sampling_params(fake_ask):
+    code, _, _, engine = fake_ask(
+        ["hi", "--min-p", "0.1", "--repetition-penalty", "1.3", "--presence-penalty", "0.5",
+         "--frequency-penalty", "-0.5", "--stop", "END", "--stop", "\n\n"], ["x"])
+    sp = engine.sampling_params
+    assert code == 0
+    assert (sp.min_p, sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty) == (
+        0.1, 1.3, 0.5, -0.5)
+    assert sp.stop == ("END", "\n\n")
+    _, _, _, engine = fake_ask(["hi"], ["x"])
+    assert engine.sampling_params.stop == () and engine.sampling_params.min_p == 0.0
+
+
+def test_no_stream_writes_once_at_the_end(fake_ask, monkeypatch):
+    deltas = ["Hel", "lo\n", "", "wor", "ld\n\n"]
+    _, streamed, _, _ = fake_ask(["hi"], deltas)
+    writes = []
+    real = cli_io.AnswerWriter.finish
+
+    def finish(self):
+        writes.append(self.buffered)
+        real(self)
+
+    monkeypatch.setattr(cli_io.AnswerWriter, "finish", finish)
+    code, whole, err, _ = fake_ask(["hi", "--no-stream"], deltas)
+    assert (code, err) == (0, "") and whole == streamed == "Hello\nworld\n"
+    assert writes == [True]
+    buf = io.StringIO()
+    w = cli_io.AnswerWriter(buf, buffered=True)
+    for d in deltas:
+        w.write(d)
+        assert buf.getvalue() == ""
+    w.finish()
+    assert buf.getvalue() == "Hello\nworld\n"
+    # Ctrl+C while not streaming still prints what was generated
+    code, out, _, _ = fake_ask(["hi", "--no-stream"], ["one ", "two ", "x"], interrupt_after=2)
+    assert (code, out) == (130, "one two \n")
+
+
+class CharTokenizer:
+    """``role:content|`` per message, one id per character (as in test_session.py)."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        text = "".join(f"{m['role']}:{m['content']}|" for m in messages)
+        return [ord(c) for c in text + ("assistant:" if add_generation_prompt else "")]
+
+
+def test_fit_prompt_reserves_reply_room_and_notes_dropped_turns(capsys):
+    from localchat.app.session import ChatSession
+
+    session = ChatSession(system="S")
+    for i in range(10):
+        session.add_user(f"q{i}")
+        session.add_assistant(f"a{i}")
+    session.add_user("last")
+    full = len(session.to_prompt_token_ids(CharTokenizer()))  # 10 pairs, 21 chars each
+    # room for the whole conversation plus the reply: nothing dropped, no note
+    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 20)
+    assert len(ids) == full and capsys.readouterr().err == ""
+    # max_tokens 50 must be reserved: 50 - 20 = 30 more tokens go, i.e. 2 pairs of 21
+    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 50)
+    assert len(ids) == full - 2 * 21 and session.last_dropped_turns == 2
+    assert capsys.readouterr().err == (
+        f"localchat: note: dropped 2 earlier turns to fit the context ({full + 20} tokens)\n")
+    # no --max-tokens: 512 reserved, but never more than half the context
+    cli.fit_prompt(session, CharTokenizer(), 100, None)
+    assert 100 - len(cli.fit_prompt(session, CharTokenizer(), 100, None)) >= 50
+    assert "dropped" in capsys.readouterr().err
+    # system + latest fit the context but not the reserve: sent, the engine caps the reply
+    minimal = len("system:S|user:last|assistant:")
+    ids = cli.fit_prompt(session, CharTokenizer(), minimal + 1, 500)
+    assert len(ids) == minimal and session.last_dropped_turns == 10
+    capsys.readouterr()
+    # no room at all: the one-line error of ContextLengthError (exit 1 through run_cli)
+    from localchat.engine.errors import ContextLengthError
+
+    with pytest.raises(ContextLengthError):
+        cli.fit_prompt(session, CharTokenizer(), minimal, 500)
+
+
+def test_fit_prompt_prints_the_system_fold_note_once(capsys):
+    import warnings
+
+    from localchat.app.session import ChatSession
+    from localchat.engine.tokenizer import SystemPromptFoldedWarning
+
+    class Folding(CharTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=True):
+            warnings.warn("the template has no system role; folded", SystemPromptFoldedWarning,
+                          stacklevel=2)
+            return super().apply_chat_template(messages, add_generation_prompt)
+
+    session = ChatSession(system="S")
+    for i in range(5):
+        session.add_user(f"q{i}")
+        session.add_assistant(f"a{i}")
+    session.add_user("last")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as run_cli does without --debug
+        cli.fit_prompt(session, Folding(), 60, 10)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "localchat: note: the template has no system role; folded"
+    assert len(err) == 2 and err[1].startswith("localchat: note: dropped ")
+
+
+def test_ctrl_c_keeps_the_partial_answer_and_exits_130(fake_ask):
+    code, out, _, engine = fake_ask(["hi"], ["one ", "two ", "three"], interrupt_after=2)
+    assert code == 130
+    assert out == "one two \n"
+    assert engine.closed
+
+
+def test_unexpected_exception_is_one_line_without_traceback(fake_ask, monkeypatch, capsys):
+    def boom(spec):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(cli, "_load_engine", boom)
+    monkeypatch.setattr(cli, "_default_model", lambda: "fake")
+    monkeypatch.setattr(sys, "stdin", None)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "hi"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == "localchat: error: internal error: RuntimeError('kaboom'); rerun with --debug\n"
+    with pytest.raises(RuntimeError):
+        cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "hi", "--debug"])
+
+
+def test_build_prompt_and_sampling_messages():
+    assert cli_io.build_prompt("Q", "C\n\n") == "C\n\nQ"
+    assert cli_io.build_prompt(None, "C\n") == "C"
+    assert cli_io.build_prompt("Q", "") == "Q"
+    with pytest.raises(cli_io.CliUsageError):
+        cli_io.build_prompt("", " \n")
+    msg = cli_io.sampling_error_message(
+        ValueError("top_p must be in (0, 1], got 2"), cli.SAMPLING_FLAGS
+    )
+    assert msg == "--top-p must be in (0, 1], got 2"
