@@ -116,8 +116,7 @@ class IncrementalDetokenizer:
         self._finished = True
         out = ""
         if self._pending:
-            prefix = self._decode(self._context)
-            full = self._decode(self._context + self._pending)
+            prefix, full = self._window()
             self._context, self._pending = [], []
             delta = full.removeprefix(prefix)
             if drop_incomplete:
@@ -140,10 +139,13 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self._backend.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
+    def _window(self) -> tuple[str, str]:
+        """(text of context, text of context + pending): the offset method's two decodes."""
+        return self._decode(self._context), self._decode(self._context + self._pending)
+
     def _window_step(self) -> str | None:
         """The offset method in Python: text of context + pending beyond text of context."""
-        prefix = self._decode(self._context)
-        full = self._decode(self._context + self._pending)
+        prefix, full = self._window()
         if len(full) <= len(prefix) or full.endswith(_REPLACEMENT):
             return None
         if not full.startswith(prefix):  # cannot happen for well-formed input; be safe

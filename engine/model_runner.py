@@ -63,8 +63,7 @@ class ModelRunner:
             n = out.num_scheduled_tokens[req.request_id]
             start = req.num_computed_tokens
             end = start + n
-            all_ids = req.prompt_token_ids if end <= req.num_prompt_tokens else req.all_token_ids
-            ids.extend(all_ids[start:end])
+            ids.extend(req.token_ids(start, end))
             positions.extend(range(start, end))
             table = req.block_ids
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
@@ -121,11 +120,10 @@ class ModelRunner:
         """
         params = [r.sampling_params for r in samplers]
         prompt_ids = output_ids = None
-        if any(p.repetition_penalty != 1.0 for p in params):
-            prompt_ids = [r.prompt_token_ids if r.sampling_params.repetition_penalty != 1.0
+        if any(p.uses_repetition_penalty for p in params):
+            prompt_ids = [r.prompt_token_ids if r.sampling_params.uses_repetition_penalty
                           else [] for r in samplers]
-        if any(p.repetition_penalty != 1.0 or p.presence_penalty != 0.0
-               or p.frequency_penalty != 0.0 for p in params):
+        if any(p.uses_repetition_penalty or p.uses_output_penalty for p in params):
             output_ids = [r.output_token_ids for r in samplers]
         return SamplingMetadata(
             params=params,

@@ -59,6 +59,15 @@ class Request:
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Token ids at positions ``[start, end)`` of prompt + output, without building the
+        whole concatenation (the model runner calls this every step)."""
+        p = len(self.prompt_token_ids)
+        if end <= p:
+            return self.prompt_token_ids[start:end]
+        head = self.prompt_token_ids[start:p] if start < p else []
+        return head + self.output_token_ids[max(start - p, 0) : end - p]
+
     @property
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids

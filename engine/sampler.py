@@ -56,12 +56,11 @@ class SamplingMetadata:
 
     @property
     def any_repetition_penalty(self) -> bool:
-        return any(p.repetition_penalty != 1.0 for p in self.params)
+        return any(p.uses_repetition_penalty for p in self.params)
 
     @property
     def any_output_penalty(self) -> bool:
-        return any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
-                   for p in self.params)
+        return any(p.uses_output_penalty for p in self.params)
 
     @property
     def any_logprobs(self) -> bool:
@@ -111,7 +110,7 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
     if metadata.any_repetition_penalty:
         prompt = metadata.prompt_token_ids or [[] for _ in params]
         output = metadata.output_token_ids or [[] for _ in params]
-        rows = [list(p) + list(o) if sp.repetition_penalty != 1.0 else []
+        rows = [list(p) + list(o) if sp.uses_repetition_penalty else []
                 for sp, p, o in zip(params, prompt, output)]
         seen = token_counts(rows, vocab, device) > 0
         penalty = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype,
@@ -120,7 +119,7 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
         out = torch.where(seen, penalized, out).clamp(max=torch.finfo(logits.dtype).max)
     if metadata.any_output_penalty:
         output = metadata.output_token_ids or [[] for _ in params]
-        rows = [list(o) if (sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0) else []
+        rows = [list(o) if sp.uses_output_penalty else []
                 for sp, o in zip(params, output)]
         counts = token_counts(rows, vocab, device)
         presence = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype,

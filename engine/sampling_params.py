@@ -82,6 +82,15 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     @property
+    def uses_repetition_penalty(self) -> bool:
+        return self.repetition_penalty != 1.0
+
+    @property
+    def uses_output_penalty(self) -> bool:
+        """Presence or frequency penalty on (both count output tokens only)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
     def greedy(self) -> bool:
         """True when decoding is an exact argmax (temperature 0 or top_k 1)."""
         return self.temperature == 0.0 or self.top_k == 1
