@@ -43,8 +43,9 @@ SAMPLING_FLAGS = {
     "frequency_penalty": "--frequency-penalty",
     "stop": "--stop",
 }
-# Reply room reserved when fitting a conversation into the context: max_tokens, or this when
-# --max-tokens is not given, never more than half the context (see ``fit_prompt``).
+# Reply room reserved when fitting a conversation into the context: the request's max_tokens
+# (SamplingParams' default when --max-tokens is not given), or this when max_tokens is None
+# (run to the context end); never more than half the context (see ``fit_prompt``).
 DEFAULT_REPLY_RESERVE = 512
 
 
@@ -176,7 +177,7 @@ def ask(
 
     session = ChatSession(system=system)
     session.add_user(text)
-    prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len, max_tokens)
+    prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len, sampling.max_tokens)
     _stream_answer(engine, prompt_ids, sampling, stream=not no_stream)
 
 
@@ -266,6 +267,8 @@ def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int
     """
     import warnings
 
+    from localchat.engine.tokenizer import SystemPromptFoldedWarning
+
     reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -280,11 +283,11 @@ def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int
                 ) from None
     notes = dict.fromkeys(
         cli_io.one_line(str(w.message)) for w in caught
-        if w.category.__name__ == "SystemPromptFoldedWarning"
+        if issubclass(w.category, SystemPromptFoldedWarning)
     )
     for note in notes:
         cli_io.note(note)
-    dropped = getattr(session, "last_dropped_turns", 0)
+    dropped = session.last_dropped_turns
     if dropped:
         turns = "turn" if dropped == 1 else "turns"
         cli_io.note(f"dropped {dropped} earlier {turns} to fit the context ({max_model_len} tokens)")
