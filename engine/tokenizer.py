@@ -11,7 +11,6 @@ applied, so model output is shown exactly and ``IncrementalDetokenizer`` can mat
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from localchat.engine.errors import ModelLoadError, ModelNotFoundError
+from localchat.engine.loader.gguf import gguf_cache_key
 
 # Used when a model ships no chat template: plain ChatML (SmolLM2, Qwen and many fine-tunes).
 CHATML_TEMPLATE = (
@@ -42,7 +42,6 @@ _SENTINEL = "Lc7Sentinel"
 class SystemPromptFoldedWarning(UserWarning):
     """The chat template rejects the system role; the system text went into the first user
     turn instead (``system + "\n\n" + user``). The CLI prints it as ``localchat: note:``."""
-_MIB = 1 << 20
 
 
 class Tokenizer:
@@ -78,7 +77,7 @@ class Tokenizer:
         """Load from an HF-format folder or a ``.gguf`` file (never remote code).
 
         For a GGUF file with ``cache_dir``, the converted tokenizer is cached under
-        ``cache_dir/gguf-tokenizers/<key>`` (key: file name, size, a hash of its first and last
+        ``cache_dir/gguf-tokenizers/<key>`` (key: ``loader.gguf.gguf_cache_key``: file name, size, a hash of its first and last
         MiB, and the transformers version), written atomically.
 
         Raises:
@@ -93,7 +92,7 @@ class Tokenizer:
             return cls(hf, extra_eos_ids=_generation_config_eos(path))
         if cache_dir is None:
             return cls(_load_gguf(path))
-        target = Path(cache_dir) / "gguf-tokenizers" / _cache_key(path)
+        target = Path(cache_dir) / "gguf-tokenizers" / gguf_cache_key(path)
         if target.is_dir():
             try:
                 return cls(_load_hf(target), loaded_from_cache=True)
@@ -284,20 +283,6 @@ def _generation_config_eos(folder: Path) -> tuple[int, ...]:
     if isinstance(value, list):
         return tuple(v for v in value if isinstance(v, int))
     return ()
-
-
-def _cache_key(file: Path) -> str:
-    """Stable key for a GGUF file: name, size, first and last MiB, transformers version."""
-    import transformers
-
-    size = file.stat().st_size
-    digest = hashlib.sha256(f"{file.name}|{size}|{transformers.__version__}".encode())
-    with open(file, "rb") as f:
-        digest.update(f.read(_MIB))
-        if size > 2 * _MIB:
-            f.seek(size - _MIB)
-        digest.update(f.read(_MIB))
-    return f"{file.stem}-{digest.hexdigest()[:16]}"
 
 
 def _save_atomically(hf: Any, target: Path) -> None:

@@ -9,6 +9,7 @@ llama.cpp's ``convert_hf_to_gguf.py``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import torch
 from ..errors import ModelLoadError
 
 _GGUF_MAGIC = b"GGUF"
+_MIB = 1 << 20
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
 _LAYER_NAMES = {
@@ -89,14 +91,25 @@ def open_gguf(path: Path):
         ) from exc
 
 
-def _cache_key(path: Path) -> str:
-    st = path.stat()
-    return f"{path.stem}-{st.st_size}-{int(st.st_mtime)}"
+def gguf_cache_key(path: Path) -> str:
+    """Cache key of a GGUF file's converted metadata (config, tensor table, tokenizer):
+    ``<stem>-<16 hex>`` hashing its name, size, first and last MiB and the transformers
+    version (the conversion's author), so a changed file or a new transformers re-converts."""
+    import transformers
+
+    size = path.stat().st_size
+    digest = hashlib.sha256(f"{path.name}|{size}|{transformers.__version__}".encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(_MIB))
+        if size > 2 * _MIB:
+            f.seek(size - _MIB)
+        digest.update(f.read(_MIB))
+    return f"{path.stem}-{digest.hexdigest()[:16]}"
 
 
 def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
-    """``cache_dir/gguf-meta/<name>-<size>-<mtime>``: converted metadata of one GGUF file."""
-    return Path(cache_dir) / "gguf-meta" / _cache_key(path) if cache_dir else None
+    """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file."""
+    return Path(cache_dir) / "gguf-meta" / gguf_cache_key(path) if cache_dir else None
 
 
 def _write_atomically(target: Path, name: str, text: str) -> None:
@@ -111,7 +124,7 @@ def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
     """The transformers ``PretrainedConfig`` of a GGUF file (``AutoConfig`` with ``gguf_file``).
 
     The conversion parses the whole file (seconds), so with ``cache_dir`` the result is saved
-    as ``cache_dir/gguf-meta/<name>-<size>-<mtime>/config.json`` and read from there later.
+    as ``cache_dir/gguf-meta/<gguf_cache_key>/config.json`` and read from there later.
 
     Raises ``ModelLoadError`` when the file is not a readable GGUF.
     """
@@ -140,7 +153,7 @@ def _tensor_index(path: Path, cache_dir: Path | None) -> dict:
 
     Parsing with ``gguf.GGUFReader`` walks every metadata string (seconds for a 49k-token
     vocabulary), so with ``cache_dir`` the table is kept as ``tensors.json`` beside the
-    cached config; the key includes the file's size and mtime, so a changed file is re-parsed.
+    cached config; the key hashes the file's ends and size, so a changed file is re-parsed.
     """
     meta = _meta_dir(path, cache_dir)
     if meta is not None and (meta / "tensors.json").is_file():
