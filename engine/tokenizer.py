@@ -77,8 +77,8 @@ class Tokenizer:
         """Load from an HF-format folder or a ``.gguf`` file (never remote code).
 
         For a GGUF file with ``cache_dir``, the converted tokenizer is cached under
-        ``cache_dir/gguf-tokenizers/<key>`` (key: ``loader.gguf.gguf_cache_key``: file name, size, a hash of its first and last
-        MiB, and the transformers version), written atomically.
+        ``cache_dir/gguf-tokenizers/<key>`` (``loader.gguf.gguf_cache_key``: file name, size,
+        a hash of its first and last MiB, and the transformers version), written atomically.
 
         Raises:
             ModelNotFoundError: ``path`` does not exist.
