@@ -5,14 +5,20 @@ environment variable ``LOCALCHAT_HOME`` is set, all three live under it instead:
 ``$LOCALCHAT_HOME/cache``, ``$LOCALCHAT_HOME/data`` and ``$LOCALCHAT_HOME/config``. Each
 function creates its folder on demand.
 
-The config file is ``config_dir()/config.toml``; today it holds only ``default_model``.
+The config file is ``config_dir()/config.toml``: ``default_model``, ``draft``, ``quant``,
+``theme``, ``system_prompt`` and a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
+are listed in ``KEYS``). Each key can also come from the environment (``LOCALCHAT_`` + the key's
+last part in capitals: ``LOCALCHAT_DEFAULT_MODEL``, ``LOCALCHAT_TEMPERATURE``). Precedence, as
+applied by the CLI and the TUI: command-line flag > environment > config file > built-in default.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -48,44 +54,220 @@ def config_dir() -> Path:
     return _dir("config")
 
 
-@dataclass(frozen=True)
-class Settings:
-    """User settings from ``config.toml``; ``default_model`` is a model spec (alias, repo id,
-    or path) used when no ``--model`` is given."""
-
-    default_model: str = DEFAULT_MODEL
-
-
 def config_path() -> Path:
     """The config file's path (it may not exist)."""
     return config_dir() / "config.toml"
 
 
-def load_settings(path: Path | None = None) -> Settings:
-    """Read ``path`` (default ``config_path()``); a missing file gives the defaults.
+QUANT_CHOICES = ("auto", "none", "fp8", "int8", "int4")
+SAMPLING_TABLE = "sampling"
 
-    Unknown keys are ignored. Raises ``LocalchatError`` (one line) when the file is not valid
-    TOML or ``default_model`` is not a non-empty string.
+
+@dataclass(frozen=True)
+class Key:
+    """One setting: its dotted ``name`` (``sampling.temperature``), Python type, help text and
+    allowed values (``choices``; None allows any non-empty string)."""
+
+    name: str
+    type: type
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def table(self) -> str | None:
+        """The TOML table holding the key (``sampling``), or None for a top-level key."""
+        return self.name.split(".")[0] if "." in self.name else None
+
+    @property
+    def field(self) -> str:
+        """The key's last part: the ``SamplingParams`` field for sampling keys."""
+        return self.name.split(".")[-1]
+
+    @property
+    def env(self) -> str:
+        """The environment variable that overrides the config file."""
+        return "LOCALCHAT_" + self.field.upper()
+
+
+_SAMPLING_KEYS = (
+    ("temperature", float, "softmax temperature, 0 is greedy"),
+    ("top_p", float, "nucleus mass in (0, 1]"),
+    ("top_k", int, "keep the k most likely tokens, 0 keeps all"),
+    ("min_p", float, "drop tokens below min_p x the top probability"),
+    ("repetition_penalty", float, "transformers semantics, 1 disables"),
+    ("presence_penalty", float, "OpenAI semantics, in [-2, 2]"),
+    ("frequency_penalty", float, "OpenAI semantics, in [-2, 2]"),
+    ("max_tokens", int, "most tokens per reply"),
+    ("seed", int, "random seed"),
+)
+KEYS: dict[str, Key] = {k.name: k for k in (
+    Key("default_model", str, "model used when no --model is given"),
+    Key("draft", str, "draft model for speculative decoding"),
+    Key("quant", str, "weight format: " + "|".join(QUANT_CHOICES), QUANT_CHOICES),
+    Key("theme", str, "TUI theme name"),
+    Key("system_prompt", str, "system prompt used when no --system is given"),
+    *(Key(f"{SAMPLING_TABLE}.{n}", t, h) for n, t, h in _SAMPLING_KEYS),
+)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings: config file, then environment over it (``load_settings``).
+
+    ``default_model`` is a model spec (alias, repo id, or path); ``draft``, ``quant``, ``theme``
+    and ``system_prompt`` are None when not set; ``sampling`` maps ``SamplingParams`` field
+    names to the values set. ``sources`` maps each set key name to ``"config"`` or ``"env"``;
+    ``unknown_keys`` lists config-file keys that localchat does not know (they are ignored).
+    """
+
+    default_model: str = DEFAULT_MODEL
+    draft: str | None = None
+    quant: str | None = None
+    theme: str | None = None
+    system_prompt: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    unknown_keys: tuple[str, ...] = field(default=(), compare=False)
+
+    def get(self, name: str) -> Any:
+        """A key's value by dotted name (None when not set; ``default_model`` has a default)."""
+        key = lookup_key(name)
+        if key.table:
+            return self.sampling.get(key.field)
+        return getattr(self, key.name)
+
+
+class SettingError(LocalchatError):
+    """An unknown key or a bad value; the message names the key (and where it came from)."""
+
+
+def lookup_key(name: str) -> Key:
+    """The ``Key`` for a dotted name; a bare sampling field (``temperature``) is accepted too.
+
+    Raises:
+        SettingError: no such key (the message lists the known ones).
+    """
+    name = name.strip()
+    key = KEYS.get(name) or KEYS.get(f"{SAMPLING_TABLE}.{name}")
+    if key is None:
+        raise SettingError(f"unknown config key '{name}'; known keys: {', '.join(KEYS)}")
+    return key
+
+
+def parse_value(key: Key, raw: Any) -> Any:
+    """Convert and check a value for ``key`` (text from the command line or environment, or a
+    TOML value). Sampling values are checked by ``SamplingParams`` itself.
+
+    Raises:
+        SettingError: the value has the wrong type or is out of range; names the key.
+    """
+    if key.type is str:
+        if not isinstance(raw, str) or not raw.strip():
+            raise SettingError(f"{key.name} must be a non-empty string, got {raw!r}")
+        value: Any = raw.strip()
+        if key.choices and value not in key.choices:
+            raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "
+                               f"got {value!r}")
+        return value
+    try:
+        if isinstance(raw, bool) or (key.type is int and isinstance(raw, float)):
+            raise ValueError
+        value = key.type(raw.strip() if isinstance(raw, str) else raw)
+    except (TypeError, ValueError):
+        kind = "an integer" if key.type is int else "a number"
+        raise SettingError(f"{key.name} must be {kind}, got {raw!r}") from None
+    from localchat.engine.sampling_params import SamplingParams
+
+    try:
+        SamplingParams(**{key.field: value})
+    except ValueError as exc:
+        msg = str(exc)
+        if msg.startswith(key.field):
+            msg = key.name + msg[len(key.field):]
+        raise SettingError(msg) from None
+    return value
+
+
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None
+                  ) -> Settings:
+    """Read ``path`` (default ``config_path()``), then apply ``environ`` (default
+    ``os.environ``) over it. A missing file gives the defaults; empty variables are unset.
+
+    Raises:
+        SettingError: the file is not valid TOML, or a value in it or in the environment is
+            bad; the message names the file or variable and the key.
     """
     path = config_path() if path is None else Path(path)
+    environ = os.environ if environ is None else environ
+    data = _read_toml(path)
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    unknown: list[str] = []
+    for name, raw in _flatten(data):
+        key = KEYS.get(name)
+        if key is None:
+            unknown.append(name)
+            continue
+        try:
+            values[name] = parse_value(key, raw)
+        except SettingError as exc:
+            raise SettingError(f"config file {path}: {exc}") from None
+        sources[name] = "config"
+    for key in KEYS.values():
+        raw = environ.get(key.env, "")
+        if raw.strip():
+            try:
+                values[key.name] = parse_value(key, raw)
+            except SettingError as exc:
+                raise SettingError(f"environment variable {key.env}: {exc}") from None
+            sources[key.name] = "env"
+    top = {k: v for k, v in values.items() if KEYS[k].table is None}
+    sampling = {KEYS[k].field: v for k, v in values.items() if KEYS[k].table}
+    return Settings(**top, sampling=sampling, sources=sources, unknown_keys=tuple(unknown))
+
+
+def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key, Any]:
+    """Check ``raw`` for the key ``name`` and write it to the config file (None removes the
+    key). Other lines and comments of the file are kept. Returns the key and parsed value.
+
+    Raises:
+        SettingError: unknown key, bad value, or the current file is not valid TOML.
+    """
+    from localchat.app import toml_edit
+
+    key = lookup_key(name)
+    value = None if raw is None else parse_value(key, raw)
+    path = config_path() if path is None else Path(path)
+    _read_toml(path)  # refuse to edit a file that does not parse
+    toml_edit.set_key(path, key.table, key.field, value)
+    return key, value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return Settings()
+        return {}
     except OSError as exc:
-        raise LocalchatError(f"cannot read config file {path}: {exc.strerror}") from None
+        raise SettingError(f"cannot read config file {path}: {exc.strerror}") from None
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         try:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
-            raise LocalchatError(f"reading {path} needs Python 3.11 or the tomli package") from None
+            raise SettingError(f"reading {path} needs Python 3.11 or the tomli package") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise LocalchatError(f"config file {path} is not valid TOML: {exc}") from None
-    model = data.get("default_model", DEFAULT_MODEL)
-    if not isinstance(model, str) or not model.strip():
-        raise LocalchatError(f"config file {path}: default_model must be a non-empty string")
-    return Settings(default_model=model.strip())
+        raise SettingError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _flatten(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, value in data.items():
+        if isinstance(value, dict):
+            out += [(f"{name}.{k}", v) for k, v in value.items()]
+        else:
+            out.append((name, value))
+    return out

@@ -1,0 +1,407 @@
+"""Conversation history in SQLite, shared by the CLI (``ask -c``, ``history``) and the TUI.
+
+One database file, ``data_dir()/history.db`` (``LOCALCHAT_HOME/data`` in tests), opened with the
+standard library's ``sqlite3`` in WAL mode so readers never block the writer. Every write is one
+short ``BEGIN IMMEDIATE`` transaction and every connection waits up to ``busy_timeout`` for the
+write lock, so two processes (the TUI and an ``ask``) writing at once both succeed.
+
+Schema (timestamps are Unix seconds, ``time.time()``)::
+
+    conversations(id TEXT PK, title, model, system_prompt, sampling JSON, created, updated)
+    messages(id INTEGER PK, conversation_id -> conversations ON DELETE CASCADE,
+             role 'system'|'user'|'assistant', content, created, interrupted 0|1, stats JSON)
+    messages_fts: FTS5 over messages.content (porter stemming), kept in sync by triggers
+
+When this SQLite build has no FTS5, search falls back to ``LIKE`` (``Store.fts`` is False and
+``search`` warns once). DESIGN.md section 4: a crash or cancel mid-reply never loses the user's
+message; callers commit it before generation starts (``add_message`` commits at once).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localchat.engine.errors import LocalchatError
+
+DB_NAME = "history.db"
+BUSY_TIMEOUT_MS = 30_000
+TITLE_CHARS = 60
+ROLES = ("system", "user", "assistant")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL DEFAULT '',
+    model TEXT,
+    system_prompt TEXT,
+    sampling TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_updated ON conversations(updated);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL,
+    created REAL NOT NULL,
+    interrupted INTEGER NOT NULL DEFAULT 0,
+    stats TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_conversation ON messages(conversation_id, id);
+"""
+_FTS_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content, content='messages', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2');
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+
+class ConversationNotFoundError(LocalchatError):
+    """No conversation has this id (or id prefix), or the prefix names several."""
+
+
+@dataclass
+class Message:
+    """One stored message. ``created`` is Unix seconds; ``stats`` is the reply's usage and
+    timings (the ``--json`` ``usage``/``timings`` objects) or None."""
+
+    id: int
+    conversation_id: str
+    role: str
+    content: str
+    created: float
+    interrupted: bool = False
+    stats: dict[str, Any] | None = None
+
+
+@dataclass
+class Conversation:
+    """One stored conversation; ``messages`` is filled by ``Store.get_conversation`` only
+    (oldest first) and ``message_count`` by ``list_conversations`` and ``get_conversation``."""
+
+    id: str
+    title: str
+    model: str | None
+    system_prompt: str | None
+    sampling: dict[str, Any]
+    created: float
+    updated: float
+    message_count: int = 0
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass
+class SearchHit:
+    """A message matching a search: ``snippet`` marks matched words with ``\\x02``/``\\x03``."""
+
+    conversation_id: str
+    title: str
+    message_id: int
+    role: str
+    snippet: str
+    created: float
+
+
+def default_path() -> Path:
+    """``data_dir()/history.db`` (``LOCALCHAT_HOME`` redirects it)."""
+    from localchat.app.settings import data_dir
+
+    return data_dir() / DB_NAME
+
+
+def make_title(text: str) -> str:
+    """A title from a message: its first non-empty line, at most ``TITLE_CHARS`` characters."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class Store:
+    """The history database. Use as a context manager or call ``close``.
+
+    Args:
+        path: the database file (default ``default_path()``); ``":memory:"`` for tests.
+        busy_timeout_ms: how long a write waits for another process's lock, milliseconds.
+
+    Raises:
+        LocalchatError: the file cannot be opened or is not a SQLite database.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+                 ) -> None:
+        self.path = default_path() if path is None else path
+        try:
+            # Autocommit mode: transactions are explicit (``_write``), never implicit.
+            self._db = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
+                                       isolation_level=None, check_same_thread=False)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._script(_SCHEMA)
+            self.fts = self._init_fts()
+        except sqlite3.DatabaseError as exc:
+            raise LocalchatError(f"cannot open the history database {self.path}: {exc}") from None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- conversations -------------------------------------------------------------------------
+
+    def create_conversation(self, model: str | None = None, system_prompt: str | None = None,
+                            sampling: dict[str, Any] | None = None, title: str = ""
+                            ) -> Conversation:
+        """Create an empty conversation and return it (id: 12 hex digits, random)."""
+        now = time.time()
+        sampling_json = json.dumps(sampling or {}, sort_keys=True)
+        while True:
+            cid = uuid.uuid4().hex[:12]
+            try:
+                with self._write():
+                    self._db.execute(
+                        "INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (cid, title, model, system_prompt, sampling_json, now, now))
+                break
+            except sqlite3.IntegrityError:  # pragma: no cover - a 48-bit id collision
+                continue
+        return self.get_conversation(cid, with_messages=False)
+
+    def update_conversation(self, conversation_id: str, *, title: str | None = None,
+                            model: str | None = None, system_prompt: str | None = None,
+                            sampling: dict[str, Any] | None = None) -> None:
+        """Change the given fields (None leaves a field as it is) and bump ``updated``.
+
+        Raises:
+            ConversationNotFoundError: no conversation has this id.
+        """
+        sets = {"title": title, "model": model, "system_prompt": system_prompt,
+                "sampling": None if sampling is None else json.dumps(sampling, sort_keys=True)}
+        sets = {k: v for k, v in sets.items() if v is not None}
+        sets["updated"] = time.time()
+        cols = ", ".join(f"{k} = ?" for k in sets)
+        with self._write():
+            cur = self._db.execute(f"UPDATE conversations SET {cols} WHERE id = ?",
+                                   (*sets.values(), conversation_id))
+        if cur.rowcount == 0:
+            raise ConversationNotFoundError(f"no conversation '{conversation_id}'")
+
+    def rename_conversation(self, conversation_id: str, title: str) -> None:
+        """Set the title (see ``update_conversation``)."""
+        self.update_conversation(conversation_id, title=title)
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        """Delete a conversation and its messages.
+
+        Raises:
+            ConversationNotFoundError: no conversation has this id.
+        """
+        with self._write():
+            self._db.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
+            cur = self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        if cur.rowcount == 0:
+            raise ConversationNotFoundError(f"no conversation '{conversation_id}'")
+
+    def list_conversations(self, limit: int | None = None) -> list[Conversation]:
+        """Conversations, most recently updated first (messages not loaded)."""
+        rows = self._db.execute(
+            "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
+            "FROM conversations c ORDER BY c.updated DESC, c.rowid DESC LIMIT ?",
+            (-1 if limit is None else int(limit),)).fetchall()
+        return [_conversation(r) for r in rows]
+
+    def most_recent(self) -> Conversation | None:
+        """The most recently updated conversation with its messages, or None when empty."""
+        recent = self.list_conversations(limit=1)
+        return self.get_conversation(recent[0].id) if recent else None
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full id of the conversation whose id is ``prefix`` or starts with it.
+
+        Raises:
+            ConversationNotFoundError: no match, or the prefix matches several ids.
+        """
+        prefix = prefix.strip()
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._db.execute(
+            "SELECT id FROM conversations WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
+            (prefix, escaped + "%")).fetchall()
+        ids = [r["id"] for r in rows]
+        if prefix in ids:
+            return prefix
+        if not prefix or not ids:
+            raise ConversationNotFoundError(
+                f"no conversation '{prefix}' (see 'localchat history list')")
+        if len(ids) > 1:
+            raise ConversationNotFoundError(f"conversation id '{prefix}' is ambiguous; "
+                                            "give more characters")
+        return ids[0]
+
+    def get_conversation(self, conversation_id: str, *, with_messages: bool = True
+                         ) -> Conversation:
+        """A conversation by id or unique id prefix, with its messages oldest first.
+
+        Raises:
+            ConversationNotFoundError: see ``resolve_id``.
+        """
+        cid = self.resolve_id(conversation_id)
+        row = self._db.execute(
+            "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
+            "FROM conversations c WHERE c.id = ?", (cid,)).fetchone()
+        conv = _conversation(row)
+        if with_messages:
+            rows = self._db.execute(
+                "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (cid,))
+            conv.messages = [_message(r) for r in rows]
+        return conv
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def add_message(self, conversation_id: str, role: str, content: str, *,
+                    interrupted: bool = False, stats: dict[str, Any] | None = None) -> Message:
+        """Append a message and commit it at once; the first user message sets an empty title.
+
+        Raises:
+            ValueError: ``role`` is not system, user or assistant.
+            ConversationNotFoundError: no conversation has this id.
+        """
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        now = time.time()
+        stats_json = None if stats is None else json.dumps(stats, sort_keys=True)
+        try:
+            with self._write():
+                cur = self._db.execute(
+                    "INSERT INTO messages (conversation_id, role, content, created, interrupted,"
+                    " stats) VALUES (?, ?, ?, ?, ?, ?)",
+                    (conversation_id, role, content, now, int(interrupted), stats_json))
+                title = make_title(content) if role == "user" else ""
+                self._db.execute(
+                    "UPDATE conversations SET updated = ?, title = CASE WHEN title = '' "
+                    "THEN ? ELSE title END WHERE id = ?", (now, title, conversation_id))
+        except sqlite3.IntegrityError:
+            raise ConversationNotFoundError(f"no conversation '{conversation_id}'") from None
+        return Message(int(cur.lastrowid), conversation_id, role, content, now,
+                       interrupted, stats)
+
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Messages whose text contains every word of ``query``, newest first.
+
+        Words are matched whole with FTS5 (porter stemming: ``dragons`` finds ``dragon``);
+        FTS5 syntax in ``query`` is taken literally. Without FTS5, a case-insensitive substring
+        match (``LIKE``) per word, with a warning.
+        """
+        words = query.split()
+        if not words:
+            return []
+        if self.fts:
+            match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
+            rows = self._db.execute(
+                "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
+                "snippet(messages_fts, 0, char(2), char(3), '…', 16) AS snip "
+                "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+                "JOIN conversations c ON c.id = m.conversation_id "
+                "WHERE messages_fts MATCH ? ORDER BY m.created DESC, m.id DESC LIMIT ?",
+                (match, int(limit))).fetchall()
+        else:
+            warnings.warn("this SQLite has no FTS5; searching by substring", stacklevel=2)
+            like = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in words)
+            params = ["%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                      for w in words]
+            rows = self._db.execute(
+                "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
+                "substr(m.content, 1, 120) AS snip FROM messages m "
+                f"JOIN conversations c ON c.id = m.conversation_id WHERE {like} "
+                "ORDER BY m.created DESC, m.id DESC LIMIT ?", (*params, int(limit))).fetchall()
+        return [SearchHit(r["conversation_id"], r["title"], r["id"], r["role"], r["snip"],
+                          r["created"]) for r in rows]
+
+    # -- export --------------------------------------------------------------------------------
+
+    def export_json(self, conversation_id: str) -> str:
+        """The conversation and its messages as one JSON document (UTF-8 text, indented)."""
+        from localchat.app.history_format import to_json
+
+        return to_json(self.get_conversation(conversation_id))
+
+    def export_markdown(self, conversation_id: str) -> str:
+        """The conversation as Markdown: a title, metadata, then one section per message."""
+        from localchat.app.history_format import to_markdown
+
+        return to_markdown(self.get_conversation(conversation_id))
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def _script(self, script: str) -> None:
+        """Run a DDL script in one immediate transaction (``executescript`` would commit an
+        open transaction first, so the BEGIN and COMMIT are part of the script)."""
+        try:
+            self._db.executescript(f"BEGIN IMMEDIATE;\n{script}\nCOMMIT;")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _init_fts(self) -> bool:
+        try:
+            self._script(_FTS_SCHEMA)
+        except sqlite3.OperationalError as exc:
+            if "fts5" not in str(exc).lower():
+                raise
+            return False
+        return True
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): takes the write lock up front,
+    so a concurrent writer waits on ``busy_timeout`` instead of failing on a lock upgrade."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _conversation(row: sqlite3.Row) -> Conversation:
+    return Conversation(row["id"], row["title"], row["model"], row["system_prompt"],
+                        json.loads(row["sampling"] or "{}"), row["created"], row["updated"],
+                        message_count=row["n"])
+
+
+def _message(row: sqlite3.Row) -> Message:
+    return Message(row["id"], row["conversation_id"], row["role"], row["content"],
+                   row["created"], bool(row["interrupted"]),
+                   json.loads(row["stats"]) if row["stats"] else None)
