@@ -199,3 +199,76 @@ def apply_rope(
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
     return rotate(query), rotate(key)
+
+
+def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Weight-only int8 GEMM (W8A16, symmetric, one scale per output channel).
+
+    ``w[n, k] = qweight[n, k] * scales[n]``; returns ``x @ w.T`` computed in fp32 and cast to
+    ``x``'s dtype.
+
+    Args:
+        x: ``[M, K]`` fp32/fp16/bf16 activations.
+        qweight: ``[N, K]`` int8.
+        scales: ``[N]`` fp32 or the activation dtype.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+
+    Raises:
+        ValueError: on mismatched shapes or a non-int8 ``qweight``.
+    """
+    if qweight.dtype != torch.int8 or x.shape[-1] != qweight.shape[1] \
+            or tuple(scales.shape) != (qweight.shape[0],):
+        raise ValueError(f"int8_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)} "
+                         f"{qweight.dtype}, scales {tuple(scales.shape)}")
+    w = qweight.float() * scales.float()[:, None]
+    return (x.float() @ w.t()).to(x.dtype)
+
+
+def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
+    """``[N, K // 2]`` uint8 (low nibble = even k, high nibble = odd k) -> ``[N, K]`` uint8
+    values in 0..15."""
+    low = qweight & 0x0F
+    high = qweight >> 4
+    return torch.stack((low, high), dim=-1).flatten(-2)
+
+
+def int4_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int = 128,
+) -> torch.Tensor:
+    """Weight-only int4 GEMM (W4A16, asymmetric, group-wise along K).
+
+    ``w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G]`` with ``q`` in 0..15 unpacked
+    from ``qweight`` (two values per byte: low nibble = even ``k``, high nibble = odd ``k``);
+    returns ``x @ w.T`` computed in fp32 and cast to ``x``'s dtype.
+
+    Args:
+        x: ``[M, K]`` fp32/fp16/bf16 activations.
+        qweight: ``[N, K // 2]`` uint8.
+        scales, zeros: ``[N, K // group_size]`` fp32 or the activation dtype; ``zeros`` is a
+            float zero point in the quantized domain.
+        group_size: ``G``, columns of K per (scale, zero) pair; must divide K.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+
+    Raises:
+        ValueError: on mismatched shapes or dtypes.
+    """
+    n, half_k = qweight.shape
+    k = x.shape[-1]
+    if qweight.dtype != torch.uint8 or k != 2 * half_k or group_size <= 0 or k % group_size \
+            or tuple(scales.shape) != (n, k // group_size) or scales.shape != zeros.shape:
+        raise ValueError(f"int4_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)} "
+                         f"{qweight.dtype}, scales {tuple(scales.shape)}, zeros "
+                         f"{tuple(zeros.shape)}, group_size {group_size}")
+    q = unpack_int4(qweight).float()  # [N, K]
+    s = scales.float().repeat_interleave(group_size, dim=1)
+    z = zeros.float().repeat_interleave(group_size, dim=1)
+    w = (q - z) * s
+    return (x.float() @ w.t()).to(x.dtype)
