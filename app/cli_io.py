@@ -7,10 +7,13 @@ interrupted. stdout carries only the answer. Nothing here imports torch or trans
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import typer
@@ -49,6 +52,11 @@ def warn(message: str) -> None:
 def note(message: str) -> None:
     """Print ``localchat: note: <message>`` as one line on stderr (terminal or not)."""
     _err_write(f"{PROG}: note: {one_line(message)}\n")
+
+
+def stats_line(message: str) -> None:
+    """Print ``localchat: stats: <message>`` as one line on stderr (``ask --stats``)."""
+    _err_write(f"{PROG}: stats: {one_line(message)}\n")
 
 
 def notice(message: str) -> None:
@@ -236,6 +244,28 @@ def guarded(fn: Callable[[], Any]) -> Any:
         return fn()
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@contextlib.contextmanager
+def loading_interrupts() -> Iterator[None]:
+    """While loading a model: the first Ctrl+C raises ``KeyboardInterrupt`` (exit 130 once the
+    current call returns), and from then on SIGINT has its default action, so a second Ctrl+C
+    ends the process at once, even inside a long C call (torch, file reads). The previous
+    handler comes back when the block ends without an interrupt. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _usage_message(e: Any) -> str:

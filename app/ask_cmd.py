@@ -1,0 +1,285 @@
+"""What ``localchat ask`` does, between parsing (``cli.py``) and the engine.
+
+One turn: merge flags over settings (flag > environment > config file > default), compose the
+prompt (stdin, blank line, argument), load the engine, render the conversation (earlier turns
+with ``-c``/``--conversation``) into prompt token ids that fit the context, commit the user's
+message to the history, stream the reply through a writer (``render.py``), then commit the
+reply (marked interrupted after Ctrl+C) and report ``--json`` / ``--stats``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import typer
+
+from localchat.app import cli_io, render
+from localchat.app.cli_io import CliUsageError
+from localchat.app.load_options import LoadOptions, check_load_options
+from localchat.app.report import answer_stats, format_stats_line
+from localchat.engine.errors import ContextLengthError
+
+# Reply room reserved when fitting a conversation into the context: the request's max_tokens,
+# or this when max_tokens is None (run to the context end); never more than half the context.
+DEFAULT_REPLY_RESERVE = 512
+# SamplingParams field -> the flag that sets it (used to name the flag in range errors).
+SAMPLING_FLAGS = {
+    "temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed",
+    "max_tokens": "--max-tokens", "min_p": "--min-p",
+    "repetition_penalty": "--repetition-penalty", "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty", "stop": "--stop",
+}
+
+
+@dataclass
+class AskArgs:
+    """``ask``'s parsed command line; None means "not given" (settings or defaults apply)."""
+
+    prompt: str | None = None
+    model: str | None = None
+    system: str | None = None
+    draft: str | None = None
+    quant: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams field -> flag value
+    no_stream: bool = False
+    no_stdin: bool = False
+    raw: bool = False
+    json: bool = False
+    stats: bool = False
+    extract: bool = False
+    continue_: bool = False
+    conversation: str | None = None
+    no_save: bool = False
+
+
+def run_ask(args: AskArgs) -> None:
+    """Run one ``ask`` turn; raises ``typer.Exit`` with 130 after Ctrl+C (reply kept).
+
+    Raises:
+        CliUsageError: a bad flag value, no prompt, ``-c`` with ``--conversation``, an option
+            the engine does not offer yet (exit 2).
+        LocalchatError: unknown model or conversation, bad settings, prompt too long (exit 1).
+    """
+    from localchat.app.settings import load_settings
+    from localchat.engine.sampling_params import SamplingParams
+
+    if args.continue_ and args.conversation:
+        raise CliUsageError("use either -c/--continue or --conversation ID, not both")
+    settings = load_settings()
+    for name in settings.unknown_keys:
+        cli_io.warn(f"config file: unknown key '{name}' (ignored; see 'localchat config show')")
+    knobs = {**settings.sampling, **{k: v for k, v in args.sampling.items() if v is not None}}
+    try:
+        sampling = SamplingParams(**knobs)
+    except ValueError as e:
+        raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
+    text = cli_io.build_prompt(args.prompt, "" if args.no_stdin else cli_io.read_stdin())
+
+    store, conv = _open_history(args)
+    try:
+        model = args.model or (conv.model if conv and conv.model else settings.default_model)
+        options = LoadOptions(model=model, draft=args.draft or settings.draft,
+                              quant=args.quant or settings.quant or "auto")
+        check_load_options(options, from_flags={"draft": bool(args.draft),
+                                                "quant": bool(args.quant)})
+        engine = cli_io.guarded(lambda: load_engine(options))
+
+        from localchat.app.session import ChatSession
+
+        system = args.system or (conv.system_prompt if conv else None) or settings.system_prompt
+        session = ChatSession(system=system)
+        for msg in conv.messages if conv else []:
+            if msg.role == "user":
+                session.add_user(msg.content)
+            elif msg.role == "assistant":
+                session.add_assistant(msg.content)
+        session.add_user(text)
+        prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                                sampling.max_tokens)
+        conv_id = None
+        if store is not None:
+            if conv is None:
+                conv = store.create_conversation(model, system, _explicit(args.sampling))
+            elif args.system and args.system != conv.system_prompt:
+                store.update_conversation(conv.id, system_prompt=args.system)
+            conv_id = conv.id
+            store.add_message(conv_id, "user", text)  # committed before generation starts
+        _answer(engine, prompt_ids, sampling, args, store, conv_id, model)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def load_engine(options: LoadOptions) -> Any:
+    """Resolve the model and load an ``LLMEngine`` (notice on stderr when a terminal); a
+    second Ctrl+C while loading ends the process at once (``cli_io.loading_interrupts``)."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub import resolve_model
+
+    with cli_io.loading_interrupts():
+        source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
+                               progress=cli_io.stderr_progress)
+        cli_io.notice(f"loading {source.alias or options.model} ...")
+        from localchat.engine.llm_engine import LLMEngine
+
+        return LLMEngine.from_source(source, cache_dir=cache_dir())
+
+
+def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None
+               ) -> list[int]:
+    """Render ``session`` into prompt ids that leave room for the reply in the context.
+
+    The rule: ``max_prompt_tokens = max_model_len - min(max_tokens or 512, max_model_len // 2)``.
+    Older turns are dropped whole to fit it (``ChatSession.to_prompt_token_ids``), with one
+    ``localchat: note:`` line on stderr saying how many. When the system prompt plus the latest
+    message alone exceed it but still fit the context (``< max_model_len``), they are sent as
+    they are and the engine caps the reply to the room left (``LLMEngine.add_request``); only a
+    prompt that leaves no room at all is a ``ContextLengthError`` (exit 1). Template notices
+    (a system prompt folded into the first user turn) are printed as notes too.
+    """
+    import warnings
+
+    from localchat.engine.tokenizer import SystemPromptFoldedWarning
+
+    reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ids = session.to_prompt_token_ids(tokenizer, max_model_len - reserve)
+        except ContextLengthError:
+            try:
+                ids = session.to_prompt_token_ids(tokenizer, max_model_len - 1)
+            except ContextLengthError as err:
+                raise ContextLengthError(
+                    f"{err} (the context holds {max_model_len} tokens, prompt + reply)"
+                ) from None
+    notes = dict.fromkeys(
+        cli_io.one_line(str(w.message)) for w in caught
+        if issubclass(w.category, SystemPromptFoldedWarning)
+    )
+    for note in notes:
+        cli_io.note(note)
+    dropped = session.last_dropped_turns
+    if dropped:
+        turns = "turn" if dropped == 1 else "turns"
+        cli_io.note(f"dropped {dropped} earlier {turns} to fit the context ({max_model_len} tokens)")
+    return ids
+
+
+# -- internals -------------------------------------------------------------------------------
+
+
+def _open_history(args: AskArgs) -> tuple[Any, Any]:
+    """The store (None with ``--no-save``) and the conversation to continue (or None)."""
+    if args.no_save and not (args.continue_ or args.conversation):
+        return None, None
+    from localchat.app.store import Store
+
+    store = Store()
+    try:
+        conv = None
+        if args.conversation:
+            conv = store.get_conversation(args.conversation)
+        elif args.continue_:
+            conv = store.most_recent()
+            if conv is None:
+                cli_io.note("no earlier conversation to continue; starting a new one")
+    except BaseException:
+        store.close()
+        raise
+    if args.no_save:
+        store.close()
+        return None, conv
+    return store, conv
+
+
+def _explicit(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The sampling flags given on the command line, JSON-ready (for the conversation row)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in knobs.items() if v is not None}
+
+
+def _make_writer(args: AskArgs) -> Any:
+    if args.json or args.extract:
+        return render.BufferedWriter()
+    if cli_io.stream_isatty(sys.stdout) and not args.raw:
+        return render.MarkdownWriter()
+    return cli_io.AnswerWriter(buffered=args.no_stream)
+
+
+def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, store: Any,
+            conv_id: str | None, model: str) -> None:
+    """Generate and show the reply, then save it and report; Ctrl+C keeps the partial reply
+    (shown, saved as interrupted) and exits 130; a closed stdout exits 141."""
+    writer = _make_writer(args)
+    outputs: Any = None
+    last: Any = None
+    interrupted = False
+    try:
+        outputs = engine.generate(prompt_ids, sampling)
+        for out in outputs:
+            last = out
+            writer.write(out.text_delta)
+            if out.finished:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        _close_quietly(outputs)
+    except BrokenPipeError:  # the reader went away (`| head`): stop generating, quietly
+        _close_quietly(outputs)
+        cli_io.silence_stdout()
+        _save_reply(store, conv_id, writer.text, True, None)
+        raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish saving and printing
+    try:
+        stats = answer_stats(last, len(prompt_ids), interrupted)
+        _save_reply(store, conv_id, writer.text, interrupted, stats)
+        _print_answer(writer, args, stats, model, conv_id)
+    except BrokenPipeError:
+        cli_io.silence_stdout()
+        raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise typer.Exit(cli_io.EXIT_INTERRUPTED)
+
+
+def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
+                  conv_id: str | None) -> None:
+    text = writer.text
+    if args.extract:
+        blocks = render.extract_code_blocks(text)
+        if not blocks and text.strip():
+            cli_io.note("the answer has no fenced code block; printing it whole")
+        text = "\n\n".join(blocks) if blocks else text
+    if args.json:
+        doc = {"content": text, "model": model, "conversation_id": conv_id, **stats}
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+    elif args.extract:
+        plain = cli_io.AnswerWriter(buffered=True)
+        plain.write(text)
+        plain.finish()
+    else:
+        writer.finish()
+    if args.stats:
+        cli_io.stats_line(format_stats_line(stats))
+
+
+def _save_reply(store: Any, conv_id: str | None, text: str, interrupted: bool,
+                stats: dict[str, Any] | None) -> None:
+    if store is None or conv_id is None:
+        return
+    store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats)
+
+
+def _close_quietly(outputs: Any) -> None:
+    """Close a generator (the engine aborts the request); ignore a second Ctrl+C."""
+    close = getattr(outputs, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            close()

@@ -1,0 +1,80 @@
+"""``localchat config``: where the config file is, what is in effect, and setting keys.
+
+``show`` prints every key with its value in effect and where it comes from (``config``,
+``env``, ``default``); precedence for commands is flag > environment > config file > default.
+``set KEY VALUE`` checks the value as the commands will (an unknown key or a bad value is a
+one-line usage error naming the key, exit 2) and edits only that line of ``config.toml``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from localchat.app import cli_io
+
+config_app = typer.Typer(
+    name="config", help="Show and change settings (config.toml).", no_args_is_help=True,
+    add_completion=False,
+)
+KeyArg = Annotated[str, typer.Argument(help="A key from 'localchat config show'.")]
+
+
+@config_app.command()
+def path() -> None:
+    """Print the config file's path (it may not exist yet)."""
+    from localchat.app.settings import config_path
+
+    typer.echo(str(config_path()))
+
+
+@config_app.command()
+def show() -> None:
+    """Print every key: value in effect (TOML syntax) and its source, or its default."""
+    from localchat.app import toml_edit
+    from localchat.app.settings import KEYS, load_settings
+    from localchat.engine.sampling_params import SamplingParams
+
+    settings = load_settings()
+    defaults = SamplingParams()
+    for name, key in KEYS.items():
+        value = settings.get(name)
+        source = settings.sources.get(name)
+        if source:
+            origin = "environment " + key.env if source == "env" else "config file"
+            typer.echo(f"{name} = {toml_edit.format_value(value)}  # {origin}")
+        elif value is not None:  # a built-in default (default_model)
+            typer.echo(f"{name} = {toml_edit.format_value(value)}  # default")
+        else:
+            default = getattr(defaults, key.field, None) if key.table else None
+            shown = "not set" if default is None else f"default {default}"
+            typer.echo(f"# {name}: {shown} ({key.help}; env {key.env})")
+    for name in settings.unknown_keys:
+        cli_io.warn(f"config file: unknown key '{name}' (ignored)")
+
+
+@config_app.command("set")
+def set_(key: KeyArg, value: Annotated[str, typer.Argument(help="The new value.")]) -> None:
+    """Set KEY to VALUE in config.toml (checked first; other lines are kept)."""
+    _write(key, value)
+
+
+@config_app.command()
+def unset(key: KeyArg) -> None:
+    """Remove KEY from config.toml (its default applies again)."""
+    _write(key, None)
+
+
+def _write(name: str, value: str | None) -> None:
+    from localchat.app import settings
+
+    try:  # an unknown key or a bad value is a usage error (exit 2) ...
+        key = settings.lookup_key(name)
+        if value is not None:
+            settings.parse_value(key, value)
+    except settings.SettingError as exc:
+        raise cli_io.CliUsageError(str(exc)) from None
+    key, parsed = settings.set_value(name, value)  # ... an unreadable file a runtime error (1)
+    shown = "removed" if parsed is None else f"= {parsed!r}"
+    cli_io.note(f"{key.name} {shown} in {settings.config_path()}")

@@ -1,0 +1,136 @@
+"""``localchat history``: list, show, search, export and delete stored conversations.
+
+A typer sub-application over ``store.Store`` (the same database ``ask -c`` and the TUI use).
+Plain text when stdout is not a terminal (tables as aligned columns, no ANSI); Rich on a
+terminal. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from localchat.app import cli_io
+
+history_app = typer.Typer(
+    name="history", help="Browse the conversation history (shared by ask and the TUI).",
+    no_args_is_help=True, add_completion=False,
+)
+IdArg = Annotated[str, typer.Argument(help="Conversation id (or a unique prefix of it).")]
+DebugOpt = Annotated[
+    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
+]
+
+
+def _store():
+    from localchat.app.store import Store
+
+    return Store()
+
+
+@history_app.command("list")
+def list_(
+    limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="Most rows to show.")] = 50,
+    debug: DebugOpt = False,
+) -> None:
+    """List conversations, most recent first: id, last update, messages, model, title."""
+    from localchat.app.history_format import local_time
+
+    with _store() as store:
+        convs = store.list_conversations(limit=limit)
+    rows = [(c.id, local_time(c.updated), str(c.message_count), c.model or "—", c.title or "—")
+            for c in convs]
+    print_table(("ID", "UPDATED", "MSGS", "MODEL", "TITLE"), rows)
+
+
+@history_app.command()
+def show(conversation: IdArg, debug: DebugOpt = False) -> None:
+    """Print a conversation (Markdown; rendered on a terminal)."""
+    with _store() as store:
+        text = store.export_markdown(conversation)
+    if cli_io.stream_isatty(sys.stdout):
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(text))
+    else:
+        sys.stdout.write(text)
+
+
+@history_app.command()
+def search(
+    query: Annotated[list[str], typer.Argument(help="Words to find (all of them).")],
+    limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="Most hits.")] = 50,
+    debug: DebugOpt = False,
+) -> None:
+    """Find messages containing every word: one line per hit (id, role, snippet)."""
+    with _store() as store:
+        hits = store.search(" ".join(query), limit=limit)
+    if not hits:
+        cli_io.note("no message matches")
+        return
+    tty = cli_io.stream_isatty(sys.stdout)
+    rows = []
+    for hit in hits:
+        snippet = cli_io.one_line(hit.snippet)
+        if not tty:
+            snippet = snippet.replace("\x02", "").replace("\x03", "")
+        rows.append((hit.conversation_id, hit.role, snippet))
+    if tty:
+        from rich.console import Console
+        from rich.markup import escape
+
+        console = Console(highlight=False)
+        for cid, role, snippet in rows:
+            marked = escape(snippet).replace("\x02", "[bold reverse]").replace("\x03", "[/]")
+            console.print(f"[cyan]{cid}[/]  [dim]{role:<9}[/]  {marked}")
+    else:
+        for cid, role, snippet in rows:
+            typer.echo(f"{cid}  {role:<9}  {snippet}")
+
+
+@history_app.command()
+def export(
+    conversation: IdArg,
+    fmt: Annotated[str, typer.Option("-f", "--format", help="md or json.")] = "md",
+    debug: DebugOpt = False,
+) -> None:
+    """Write a conversation to stdout as Markdown or JSON."""
+    if fmt not in ("md", "json"):
+        raise cli_io.CliUsageError(f"--format must be md or json, got {fmt!r}")
+    with _store() as store:
+        text = store.export_json(conversation) if fmt == "json" else \
+            store.export_markdown(conversation)
+    sys.stdout.write(text)
+
+
+@history_app.command("rm")
+def rm(conversations: Annotated[list[str], typer.Argument(help="Conversation ids.")],
+       debug: DebugOpt = False) -> None:
+    """Delete conversations and their messages."""
+    with _store() as store:
+        ids = [store.resolve_id(c) for c in conversations]  # all valid before deleting any
+        for cid in dict.fromkeys(ids):
+            store.delete_conversation(cid)
+            cli_io.note(f"deleted conversation {cid}")
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table on stdout: Rich on a terminal, else aligned plain columns (last one free)."""
+    if cli_io.stream_isatty(sys.stdout):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=None, pad_edge=False)
+        for name in header:
+            table.add_column(name, no_wrap=name != header[-1], overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]
+        typer.echo("  ".join(cells).rstrip())

@@ -1,0 +1,66 @@
+"""Run the real ``localchat`` entry point in a subprocess with a fake engine.
+
+``python tests/app/fake_cli.py ARGS...`` is ``localchat ARGS...`` except that
+``ask_cmd.load_engine`` returns a ``FakeEngine``, configured by environment variables:
+``FAKE_REPLY`` (the reply; streamed in ``FAKE_CHUNK``-character deltas, default 4),
+``FAKE_DELAY`` (seconds before each delta), ``FAKE_LOG`` (a file that receives, as JSON, the
+load options, the prompt token ids decoded to text and the sampling params), and
+``FAKE_LOAD_SECONDS`` (the load sleeps that long, twice over if interrupted: a stubborn load).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_engine import FakeEngine, decode_ids  # noqa: E402
+
+from localchat.app import ask_cmd, cli  # noqa: E402
+
+
+class LoggingEngine(FakeEngine):
+    def __init__(self, options, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.options = options
+
+    def generate(self, prompt_token_ids, sampling_params, request_id=None):
+        log = os.environ.get("FAKE_LOG")
+        if log:
+            Path(log).write_text(json.dumps({
+                "options": dataclasses.asdict(self.options),
+                "prompt": decode_ids(prompt_token_ids),
+                "sampling": dataclasses.asdict(sampling_params),
+            }))
+        yield from super().generate(prompt_token_ids, sampling_params, request_id)
+
+
+def fake_load_engine(options):
+    seconds = float(os.environ.get("FAKE_LOAD_SECONDS", "0"))
+    if seconds:
+        from localchat.app import cli_io
+
+        with cli_io.loading_interrupts():
+            sys.stderr.write("loading\n")
+            sys.stderr.flush()
+            try:
+                time.sleep(seconds)
+            except KeyboardInterrupt:  # a slow clean-up: only a second Ctrl+C cuts it short
+                sys.stderr.write("cleaning up\n")
+                sys.stderr.flush()
+                time.sleep(seconds)
+                raise
+    reply = os.environ.get("FAKE_REPLY", "Hello world")
+    n = int(os.environ.get("FAKE_CHUNK", "4"))
+    deltas = [reply[i:i + n] for i in range(0, len(reply), n)] or [""]
+    return LoggingEngine(options, deltas, delay=float(os.environ.get("FAKE_DELAY", "0")))
+
+
+if __name__ == "__main__":
+    ask_cmd.load_engine = fake_load_engine
+    cli.main(sys.argv[1:])
