@@ -154,16 +154,44 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class QuantConfig:
+    """Weight format: ``scheme`` is "auto" | "none" | "int8" | "int4" | "fp8" (see
+    ``engine/quant``; "auto" is the memory planner's choice and means "none" until the planner
+    is wired into loading). ``group_size`` is int4's group along the input dim (tokens of K);
+    ``use_cache`` keeps quantized weights in the user cache so later loads skip quantizing.
+
+    Raises ``ValueError`` for an unknown scheme or a group size other than 32, 64 or 128.
+    """
+
+    scheme: str = "auto"
+    group_size: int = 128
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        from .quant.schemes import SCHEME_NAMES
+
+        if self.scheme not in SCHEME_NAMES:
+            raise ValueError(
+                f"unknown quantization {self.scheme!r} (choose from {', '.join(SCHEME_NAMES)})"
+            )
+        if self.group_size not in (32, 64, 128):
+            raise ValueError(f"group_size must be 32, 64 or 128, got {self.group_size}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything ``LLMEngine`` needs besides the model files.
 
-    ``dtype`` of ``None`` picks bfloat16 on CUDA and float32 on CPU.
+    ``dtype`` of ``None`` picks the unquantized format: bfloat16 on CUDA and on CPUs with
+    native bf16 arithmetic (AVX-512 BF16 / AMX), float32 on other CPUs. ``quant`` picks the
+    weight format (``QuantConfig``).
     """
 
     device: str | None = None
     dtype: torch.dtype | None = None
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
     seed: int = 0
 
     def resolved_device(self) -> torch.device:
@@ -174,4 +202,6 @@ class EngineConfig:
     def resolved_dtype(self) -> torch.dtype:
         if self.dtype is not None:
             return self.dtype
-        return torch.bfloat16 if self.resolved_device().type == "cuda" else torch.float32
+        from .quant.schemes import default_float_dtype
+
+        return default_float_dtype(self.resolved_device())
