@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fake_engine import FakeEngine, decode_ids  # noqa: E402
+from fake_engine import FakeEngine, decode_ids
 
-from localchat.app import ask_cmd, cli  # noqa: E402
+from localchat.app import ask_cmd, cli
 
 
 class LoggingEngine(FakeEngine):

@@ -8,60 +8,22 @@ import sys
 
 import pytest
 
-from localchat.app import cli, cli_io
-from localchat.engine.outputs import RequestOutput
-from localchat.engine.request import FinishReason
+from localchat.app import ask_cmd, cli, cli_io
+
+from .fake_engine import CharTokenizer, FakeEngine
 
 # -- in-process: ask with a fake engine -------------------------------------------------------
 
 
-class FakeTokenizer:
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        self.messages = messages
-        return [1, 2, 3]
-
-
-class FakeEngine:
-    """Streams fixed deltas; raises KeyboardInterrupt after ``interrupt_after`` deltas."""
-
-    max_model_len = 4096
-
-    def __init__(self, deltas, interrupt_after=None):
-        self.tokenizer = FakeTokenizer()
-        self.deltas, self.interrupt_after = deltas, interrupt_after
-        self.closed = False
-
-    def generate(self, prompt_token_ids, sampling_params, request_id=None):
-        self.sampling_params = sampling_params
-        text = ""
-        try:
-            for i, delta in enumerate(self.deltas):
-                if i == self.interrupt_after:
-                    raise KeyboardInterrupt
-                text += delta
-                last = i == len(self.deltas) - 1
-                yield RequestOutput(
-                    "r",
-                    [i],
-                    delta,
-                    text,
-                    3,
-                    i + 1,
-                    finished=last,
-                    finish_reason=FinishReason.STOP if last else None,
-                )
-        finally:
-            self.closed = True
-
-
 @pytest.fixture
-def fake_ask(monkeypatch, capsys):
-    """Run ``ask`` in-process on a FakeEngine; returns (exit code, stdout, stderr, engine)."""
+def fake_ask(monkeypatch, capsys, tmp_path):
+    """Run ``ask`` in-process on a FakeEngine in a fresh LOCALCHAT_HOME; returns (exit code,
+    stdout, stderr, engine)."""
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
 
     def go(args, deltas, *, stdin: bytes | None = None, interrupt_after=None):
-        engine = FakeEngine(deltas, interrupt_after)
-        monkeypatch.setattr(cli, "_load_engine", lambda spec: engine)
-        monkeypatch.setattr(cli, "_default_model", lambda: "fake")
+        engine = FakeEngine(deltas, interrupt_after=interrupt_after)
+        monkeypatch.setattr(ask_cmd, "load_engine", lambda options: engine)
         if stdin is None:
             monkeypatch.setattr(sys, "stdin", None)
         else:
@@ -131,14 +93,6 @@ def test_no_stream_writes_once_at_the_end(fake_ask, monkeypatch):
     assert (code, out) == (130, "one two \n")
 
 
-class CharTokenizer:
-    """``role:content|`` per message, one id per character (as in test_session.py)."""
-
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        text = "".join(f"{m['role']}:{m['content']}|" for m in messages)
-        return [ord(c) for c in text + ("assistant:" if add_generation_prompt else "")]
-
-
 def test_fit_prompt_reserves_reply_room_and_notes_dropped_turns(capsys):
     from localchat.app.session import ChatSession
 
@@ -149,27 +103,27 @@ def test_fit_prompt_reserves_reply_room_and_notes_dropped_turns(capsys):
     session.add_user("last")
     full = len(session.to_prompt_token_ids(CharTokenizer()))  # 10 pairs, 21 chars each
     # room for the whole conversation plus the reply: nothing dropped, no note
-    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 20)
+    ids = ask_cmd.fit_prompt(session, CharTokenizer(), full + 20, 20)
     assert len(ids) == full and capsys.readouterr().err == ""
     # max_tokens 50 must be reserved: 50 - 20 = 30 more tokens go, i.e. 2 pairs of 21
-    ids = cli.fit_prompt(session, CharTokenizer(), full + 20, 50)
+    ids = ask_cmd.fit_prompt(session, CharTokenizer(), full + 20, 50)
     assert len(ids) == full - 2 * 21 and session.last_dropped_turns == 2
     assert capsys.readouterr().err == (
         f"localchat: note: dropped 2 earlier turns to fit the context ({full + 20} tokens)\n")
     # no --max-tokens: 512 reserved, but never more than half the context
-    cli.fit_prompt(session, CharTokenizer(), 100, None)
-    assert 100 - len(cli.fit_prompt(session, CharTokenizer(), 100, None)) >= 50
+    ask_cmd.fit_prompt(session, CharTokenizer(), 100, None)
+    assert 100 - len(ask_cmd.fit_prompt(session, CharTokenizer(), 100, None)) >= 50
     assert "dropped" in capsys.readouterr().err
     # system + latest fit the context but not the reserve: sent, the engine caps the reply
     minimal = len("system:S|user:last|assistant:")
-    ids = cli.fit_prompt(session, CharTokenizer(), minimal + 1, 500)
+    ids = ask_cmd.fit_prompt(session, CharTokenizer(), minimal + 1, 500)
     assert len(ids) == minimal and session.last_dropped_turns == 10
     capsys.readouterr()
     # no room at all: the one-line error of ContextLengthError (exit 1 through run_cli)
     from localchat.engine.errors import ContextLengthError
 
     with pytest.raises(ContextLengthError):
-        cli.fit_prompt(session, CharTokenizer(), minimal, 500)
+        ask_cmd.fit_prompt(session, CharTokenizer(), minimal, 500)
 
 
 def test_fit_prompt_prints_the_system_fold_note_once(capsys):
@@ -191,7 +145,7 @@ def test_fit_prompt_prints_the_system_fold_note_once(capsys):
     session.add_user("last")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # as run_cli does without --debug
-        cli.fit_prompt(session, Folding(), 60, 10)
+        ask_cmd.fit_prompt(session, Folding(), 60, 10)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "localchat: note: the template has no system role; folded"
     assert len(err) == 2 and err[1].startswith("localchat: note: dropped ")
@@ -208,8 +162,7 @@ def test_unexpected_exception_is_one_line_without_traceback(fake_ask, monkeypatc
     def boom(spec):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli, "_load_engine", boom)
-    monkeypatch.setattr(cli, "_default_model", lambda: "fake")
+    monkeypatch.setattr(ask_cmd, "load_engine", boom)
     monkeypatch.setattr(sys, "stdin", None)
     code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "hi"])
     err = capsys.readouterr().err
@@ -226,6 +179,6 @@ def test_build_prompt_and_sampling_messages():
     with pytest.raises(cli_io.CliUsageError):
         cli_io.build_prompt("", " \n")
     msg = cli_io.sampling_error_message(
-        ValueError("top_p must be in (0, 1], got 2"), cli.SAMPLING_FLAGS
+        ValueError("top_p must be in (0, 1], got 2"), ask_cmd.SAMPLING_FLAGS
     )
     assert msg == "--top-p must be in (0, 1], got 2"

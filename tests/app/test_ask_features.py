@@ -1,0 +1,213 @@
+"""``ask`` features in-process with a fake engine: --json, --stats, -x, history (-c,
+--conversation, --no-save, interrupted replies), --draft/--quant gating and the precedence of
+flags, environment and config file."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from localchat.app import ask_cmd, cli, cli_io, settings
+from localchat.app.store import Store
+
+from .fake_engine import CharTokenizer, FakeEngine, decode_ids
+
+CODE_REPLY = ["Use this:\n```py", "thon\nprint('hi')\n", "```\nand also\n~~~\nls -l\n~~~\n", "Bye."]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    for key in settings.KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def ask(home, monkeypatch, capsys):
+    """``ask(args, deltas)`` -> (exit code, stdout, stderr, engine, load options)."""
+
+    def go(args, deltas=("Hello", " world"), *, stdin: bytes | None = None, interrupt_after=None):
+        engine = FakeEngine(deltas, interrupt_after=interrupt_after)
+        loaded = []
+
+        def load(options):
+            loaded.append(options)
+            return engine
+
+        monkeypatch.setattr(ask_cmd, "load_engine", load)
+        monkeypatch.setattr(sys, "stdin", None if stdin is None
+                            else io.TextIOWrapper(io.BytesIO(stdin)))
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err, engine, (loaded[0] if loaded else None)
+
+    return go
+
+
+def test_json_has_every_field(ask):
+    code, out, err, engine, _ = ask(["hi", "--json", "-m", "my-model"], ["Hel", "lo\n", "!"])
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert out.count("\n") == 1 and out.endswith("\n")
+    assert doc["content"] == "Hello\n!" and doc["model"] == "my-model"
+    assert doc["finish_reason"] == "stop"
+    assert doc["usage"]["prompt_tokens"] == len(engine.prompt_token_ids)
+    assert doc["usage"]["completion_tokens"] == 3
+    assert set(doc["usage"]) == {"prompt_tokens", "cached_tokens", "completion_tokens"}
+    assert set(doc["timings"]) == {"ttft_s", "prefill_tokens_per_s", "decode_tokens_per_s"}
+    assert doc["timings"]["ttft_s"] >= 0 and doc["timings"]["decode_tokens_per_s"] > 0
+    assert doc["speculative"] is None
+    with Store() as store:
+        assert store.most_recent().id == doc["conversation_id"]
+
+
+def test_stats_is_one_stderr_line(ask):
+    code, out, err, engine, _ = ask(["hi", "--stats"], ["a", "b", "c"])
+    assert (code, out) == (0, "abc\n")
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("localchat: stats: ttft ")
+    assert f"prompt {len(engine.prompt_token_ids)} tokens" in lines[0]
+    assert "reply 3 tokens" in lines[0] and "finish stop" in lines[0]
+
+
+def test_extract_prints_only_the_code(ask):
+    code, out, err, _, _ = ask(["hi", "-x"], CODE_REPLY)
+    assert (code, err) == (0, "")
+    assert out == "print('hi')\n\nls -l\n"
+    code, out, err, _, _ = ask(["hi", "--extract"], ["no code here"])
+    assert out == "no code here\n" and "no fenced code block" in err
+    code, out, _, _, _ = ask(["hi", "-x", "--json"], CODE_REPLY)
+    assert json.loads(out)["content"] == "print('hi')\n\nls -l"
+
+
+def test_continue_sends_the_earlier_turns_to_the_model(ask):
+    ask(["first question", "-s", "Be brief."], ["first answer"])
+    ask(["other topic", "--no-save"], ["unsaved"])
+    code, _, _, engine, _ = ask(["second question", "-c"], ["second answer"])
+    assert code == 0
+    expected = CharTokenizer().apply_chat_template([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": "second question"},
+    ])
+    assert engine.prompt_token_ids == expected
+    assert decode_ids(engine.prompt_token_ids).startswith("system:Be brief.|user:first question")
+    with Store() as store:
+        convs = store.list_conversations()
+        assert len(convs) == 1  # --no-save stored nothing
+        conv = store.get_conversation(convs[0].id)
+    assert [(m.role, m.content) for m in conv.messages] == [
+        ("user", "first question"), ("assistant", "first answer"),
+        ("user", "second question"), ("assistant", "second answer")]
+    assert conv.title == "first question" and conv.system_prompt == "Be brief."
+
+
+def test_conversation_id_picks_an_older_conversation(ask):
+    ask(["about cats"], ["cats purr"])
+    with Store() as store:
+        cats = store.most_recent().id
+    ask(["about dogs"], ["dogs bark"])
+    code, _, _, engine, _ = ask(["more", "--conversation", cats[:6]], ["ok"])
+    assert code == 0
+    assert decode_ids(engine.prompt_token_ids) == (
+        "user:about cats|assistant:cats purr|user:more|assistant:")
+    code, out, err, _, _ = ask(["more", "--conversation", "zzzz"], ["ok"])
+    assert code == 1 and out == "" and err.startswith("localchat: error: no conversation 'zzzz'")
+    code, _, err, _, _ = ask(["more", "-c", "--conversation", cats], ["ok"])
+    assert code == 2 and "not both" in err
+
+
+def test_continue_with_no_save_reads_but_does_not_write(ask):
+    ask(["q1"], ["a1"])
+    code, _, _, engine, _ = ask(["q2", "-c", "--no-save"], ["a2"])
+    assert code == 0
+    assert decode_ids(engine.prompt_token_ids) == "user:q1|assistant:a1|user:q2|assistant:"
+    with Store() as store:
+        assert store.most_recent().message_count == 2
+
+
+def test_ctrl_c_saves_the_partial_reply_marked_interrupted(ask):
+    code, out, _, engine, _ = ask(["tell me"], ["one ", "two ", "three"], interrupt_after=2)
+    assert (code, out) == (130, "one two \n") and engine.closed
+    with Store() as store:
+        msgs = store.most_recent().messages
+    assert [(m.role, m.content, m.interrupted) for m in msgs] == [
+        ("user", "tell me", False), ("assistant", "one two ", True)]
+    code, out, _, _, _ = ask(["tell me", "--json"], ["one ", "two"], interrupt_after=1)
+    assert code == 130 and json.loads(out)["finish_reason"] == "interrupted"
+    assert json.loads(out)["content"] == "one "
+
+
+def test_user_message_is_committed_before_generation(ask, monkeypatch):
+    seen = []
+
+    class Peeking(FakeEngine):
+        def generate(self, prompt_token_ids, sampling_params, request_id=None):
+            with Store() as store:  # another connection, as another process would see it
+                seen.extend((m.role, m.content) for m in store.most_recent().messages)
+            yield from super().generate(prompt_token_ids, sampling_params, request_id)
+
+    monkeypatch.setattr(ask_cmd, "load_engine", lambda options: Peeking(["x"]))
+    monkeypatch.setattr(sys, "stdin", None)
+    assert cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "keep me"]) == 0
+    assert seen == [("user", "keep me")]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--quant", "int8"], "--quant int8"),
+    (["--quant", "int4"], "--quant int4"),
+    (["--draft", "qwen2.5-coder-0.5b"], "--draft qwen2.5-coder-0.5b"),
+])
+def test_unavailable_engine_options_are_usage_errors(ask, args, needle):
+    code, out, err, _engine, options = ask(["hi", *args])
+    assert code == 2 and out == "" and options is None
+    assert err.startswith(f"localchat: error: {needle}") and "not available yet" in err
+    assert err.count("\n") == 1
+
+
+def test_engine_options_reach_the_loader(ask):
+    code, _, _, _, options = ask(["hi", "--quant", "none", "-m", "some-model"])
+    assert code == 0 and (options.model, options.quant, options.draft) == (
+        "some-model", "none", None)
+
+
+def test_precedence_flag_over_env_over_config_over_default(ask, monkeypatch):
+    _, _, _, engine, options = ask(["hi"])
+    assert engine.sampling_params.temperature == 0.7 and options.model == "smollm2-135m"
+    settings.set_value("temperature", "0.2")
+    settings.set_value("default_model", "from-config")
+    settings.set_value("system_prompt", "config system")
+    _, _, _, engine, options = ask(["hi"])
+    assert engine.sampling_params.temperature == 0.2 and options.model == "from-config"
+    assert engine.tokenizer.messages[0] == {"role": "system", "content": "config system"}
+    monkeypatch.setenv("LOCALCHAT_TEMPERATURE", "0.3")
+    monkeypatch.setenv("LOCALCHAT_DEFAULT_MODEL", "from-env")
+    _, _, _, engine, options = ask(["hi"])
+    assert engine.sampling_params.temperature == 0.3 and options.model == "from-env"
+    _, _, _, engine, options = ask(["hi", "--temperature", "0.4", "-m", "from-flag", "-s", "S"])
+    assert engine.sampling_params.temperature == 0.4 and options.model == "from-flag"
+    assert engine.tokenizer.messages[0] == {"role": "system", "content": "S"}
+    monkeypatch.setenv("LOCALCHAT_QUANT", "int4")
+    code, _, err, _, _ = ask(["hi"])
+    assert code == 2 and "quant (from the config or environment) int4" in err
+
+
+def test_bad_environment_value_names_the_variable(ask, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_TOP_P", "2")
+    code, out, err, _, _ = ask(["hi"])
+    assert code == 1 and out == ""
+    assert err == ("localchat: error: environment variable LOCALCHAT_TOP_P: sampling.top_p "
+                   "must be in (0, 1], got 2.0\n")
+
+
+def test_invalid_utf8_is_replaced_with_one_warning(ask):
+    code, _, err, engine, _ = ask(["Q"], stdin=b"caf\xe9\n")
+    assert code == 0
+    assert engine.tokenizer.messages[-1]["content"] == "caf\ufffd\n\nQ"
+    assert err == ("localchat: warning: stdin is not valid UTF-8; invalid bytes were replaced "
+                   "with U+FFFD\n")
