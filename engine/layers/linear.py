@@ -2,16 +2,18 @@
 
 ``QKVLinear`` stacks ``q_proj, k_proj, v_proj`` and ``MergedLinear`` stacks e.g.
 ``gate_proj, up_proj`` along the output dim, so one GEMM serves several HF projections. Each
-layer knows how to copy one HF shard into its slice (``load_shard``). Weight layout is
-``[out_features, in_features]`` as in ``torch.nn.Linear``; quantized linear methods arrive with
-the quantization issue and plug in behind ``forward``.
+layer knows how to copy one HF shard into its slice (``load_shard``). The float weight layout is
+``[out_features, in_features]`` as in ``torch.nn.Linear``. How the weight is stored and
+multiplied once loaded is the job of the layer's ``quant_method`` (``engine/quant/methods.py``):
+the unquantized method by default, int8 / int4 / fp8 when the loader sets one.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ..quant.methods import LinearMethod
 
 
 class Linear(nn.Module):
@@ -28,27 +30,16 @@ class Linear(nn.Module):
         # CPU fp32 keeps the weight transposed, [in_features, out_features] (see
         # process_weights_after_loading); None elsewhere.
         self.weight_t: torch.Tensor | None = None
+        # How the weight is stored and applied; the loader swaps in a quantized method.
+        self.quant_method: LinearMethod = LinearMethod()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_t is not None:
-            y = torch.mm(x, self.weight_t)
-            return y if self.bias is None else y.add_(self.bias)
-        return F.linear(x, self.weight, self.bias)
+        return self.quant_method.apply(self, x)
 
     def process_weights_after_loading(self) -> None:
-        """Pick the weight layout the device's GEMM reads fastest, once all shards are in.
-
-        On CPU in fp32, ``x @ W^T`` with ``W^T`` stored contiguous (``[in, out]``) runs
-        batch-1 decode about 1.2x faster than ``F.linear`` over ``[out, in]`` here (MKL's
-        sgemv path streams the transposed layout closer to memory bandwidth; measured by
-        ``scripts/bench_decode.py``); the ``[out, in]`` copy is released. bf16 and CUDA keep
-        ``[out, in]`` (their GEMMs prefer it).
-        """
-        w = self.weight
-        if w is None or w.device.type != "cpu" or w.dtype != torch.float32:
-            return
-        self.weight_t = w.data.t().contiguous()
-        self.weight = None
+        """Convert the loaded weight to the layout the device's kernel reads fastest, once all
+        shards are in (the quant method's job; e.g. fp32 on CPU keeps ``weight_t [in, out]``)."""
+        self.quant_method.process_weights_after_loading(self)
 
     def shard_range(self, shard_id: str | int | None) -> tuple[int, int]:
         """Output rows ``[start, end)`` that HF shard ``shard_id`` occupies."""

@@ -1,0 +1,99 @@
+"""On-disk cache of quantized weights (safetensors), so a second load skips quantization.
+
+One file per (model, model-file hash or revision, scheme, group size, float dtype):
+``<cache_dir>/quant/<model key>-<scheme>-g<group>-<dtype>.safetensors``. It holds the whole
+state dict of the loaded model in the portable layout (``qweight``/``scales``/``zeros`` as in
+``int8.py``/``int4.py``/``fp8.py``, float tensors in the model dtype), before any device repack,
+so it serves every device. The model key of a GGUF file is ``gguf_cache_key`` (name, size, first
+and last MiB, transformers version); of an HF folder, a hash of ``config.json`` and each
+safetensors file's name, size and header (the folder name is the revision in the HF cache).
+Writes are atomic (temporary file + ``os.replace``); an unreadable or mismatched file is treated
+as a miss and rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "localchat-quant-1"
+_MIB = 1 << 20
+
+
+def model_cache_key(path: Path) -> str:
+    """``<stem>-<16 hex>`` identifying the weights at ``path`` (a ``.gguf`` file or an HF
+    folder) without reading them whole."""
+    path = Path(path)
+    if path.suffix.lower() == ".gguf":
+        from ..loader.gguf import gguf_cache_key
+
+        return gguf_cache_key(path)
+    digest = hashlib.sha256(FORMAT.encode())
+    config = path / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for file in sorted(path.glob("*.safetensors")):
+        size = file.stat().st_size
+        digest.update(f"{file.name}|{size}".encode())
+        with open(file, "rb") as f:
+            digest.update(f.read(_MIB))
+    return f"{path.name}-{digest.hexdigest()[:16]}"
+
+
+def cache_path(cache_dir: Path, model_path: Path, scheme: str, group_size: int,
+               dtype: torch.dtype) -> Path:
+    """Where the quantized weights of ``model_path`` under ``scheme`` live in ``cache_dir``."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    name = f"{model_cache_key(model_path)}-{scheme}-g{group_size}-{dtype_name}.safetensors"
+    return Path(cache_dir) / "quant" / name
+
+
+def save_quantized(model: nn.Module, path: Path, metadata: dict[str, str]) -> None:
+    """Write ``model.state_dict()`` (persistent tensors) to ``path`` atomically."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        save_file(state, tmp, metadata={"format": FORMAT, **metadata})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_quantized(model: nn.Module, path: Path) -> bool:
+    """Copy the tensors of ``path`` into ``model``'s state (already allocated, same names,
+    shapes and dtypes), one tensor at a time. Returns ``False`` (and logs why) when the file
+    is missing, unreadable or does not match the model, leaving the caller to re-quantize."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        return False
+    state = model.state_dict()
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if (f.metadata() or {}).get("format") != FORMAT or set(f.keys()) != set(state):
+                logger.warning("quantized cache %s does not match the model; rebuilding", path)
+                return False
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                tensor = f.get_tensor(name)
+                target = state[name]
+                if tensor.shape != target.shape or tensor.dtype != target.dtype:
+                    logger.warning("quantized cache %s: %s differs; rebuilding", path, name)
+                    return False
+                target.copy_(tensor)
+    except Exception as exc:  # noqa: BLE001 - safetensors' own errors and OSError
+        logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
+        return False
+    return True

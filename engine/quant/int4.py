@@ -1,0 +1,112 @@
+"""W4A16 int4 weights: asymmetric, group-wise along the input dim.
+
+Layout (shared with ``localchat.kernels.int4_matmul``): ``qweight`` uint8 ``[N, K // 2]``, two
+4-bit values per byte, the low nibble holding even ``k`` and the high nibble odd ``k``;
+``scales`` and ``zeros`` fp32 ``[N, K // group_size]``, ``zeros`` a float zero point in the
+quantized domain; ``w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G]``, q in 0..15.
+Reference: min/max asymmetric group quantization as in GPTQ's / AWQ's storage format (Frantar
+et al. 2022, arXiv 2210.17323; Lin et al. 2023, arXiv 2306.00978) with round-to-nearest.
+
+Group size: 128 by default; a layer whose K is not a multiple of it uses the largest of
+128 / 64 / 32 that divides K (:func:`pick_group_size`), and a layer with none stays unquantized.
+"""
+
+from __future__ import annotations
+
+import torch
+
+QMAX = 15
+GROUP_SIZES = (128, 64, 32)
+
+
+def pick_group_size(in_features: int, preferred: int = 128) -> int | None:
+    """The group size for a layer of ``in_features`` inputs: ``preferred`` if it divides it,
+    else the largest of 128/64/32 below ``preferred`` that does; ``None`` if none does (the
+    layer then stays unquantized)."""
+    for g in (preferred, *[g for g in GROUP_SIZES if g < preferred]):
+        if in_features % g == 0:
+            return g
+    return None
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """``q [N, K]`` integers in 0..15 (K even) -> uint8 ``[N, K // 2]``: low nibble = even k,
+    high nibble = odd k. Raises ``ValueError`` for an odd K or values out of range."""
+    if q.shape[-1] % 2:
+        raise ValueError(f"K must be even to pack int4, got {q.shape[-1]}")
+    if q.numel() and (int(q.min()) < 0 or int(q.max()) > QMAX):
+        raise ValueError("int4 values must lie in 0..15")
+    q = q.to(torch.uint8)
+    return q[..., 0::2] | (q[..., 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[N, K // 2]`` -> uint8 ``[N, K]`` in 0..15 (inverse of :func:`pack_int4`)."""
+    low = packed & 0x0F
+    high = packed >> 4
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def quantize_int4(
+    weight: torch.Tensor, group_size: int = 128
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Quantize ``weight [N, K]`` -> ``(qweight uint8 [N, K // 2], scales fp32 [N, K // G],
+    zeros fp32 [N, K // G])``.
+
+    Per group: ``scale = (max - min) / 15`` (1.0 for a constant group), ``zero = -min / scale``
+    (a float zero point, not rounded, so min and max map exactly onto 0 and 15), ``q =
+    round(w / scale + zero)`` clamped to 0..15; the error is at most ``scale / 2`` per element.
+    Raises ``ValueError`` unless ``weight`` is 2-D float with K a multiple of ``group_size``
+    and ``group_size`` even.
+    """
+    if weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(f"expected a 2-D float weight, got {tuple(weight.shape)} {weight.dtype}")
+    n, k = weight.shape
+    if group_size <= 0 or group_size % 2 or k % group_size:
+        raise ValueError(f"in_features {k} is not a multiple of an even group size {group_size}")
+    w = weight.float().reshape(n, k // group_size, group_size)
+    wmin = w.amin(dim=-1)
+    wmax = w.amax(dim=-1)
+    span = wmax - wmin
+    scales = torch.where(span > 0, span / QMAX, torch.ones_like(span))
+    zeros = -wmin / scales
+    q = torch.round(w / scales[..., None] + zeros[..., None]).clamp_(0, QMAX)
+    return pack_int4(q.reshape(n, k)), scales, zeros
+
+
+def dequantize_int4(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``qweight uint8 [N, K // 2]``, ``scales``/``zeros [N, K // G]`` -> weights ``[N, K]``."""
+    q = unpack_int4(qweight).float()
+    n, k = q.shape
+    groups = scales.shape[1]
+    q = q.reshape(n, groups, k // groups)
+    w = (q - zeros.float()[..., None]) * scales.float()[..., None]
+    return w.reshape(n, k).to(dtype)
+
+
+def to_cpu_int4pack(
+    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+    dtype: torch.dtype = torch.bfloat16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Repack our layout for ``torch.ops.aten._weight_int4pack_mm_for_cpu``.
+
+    Returns ``(packed uint8 [N, K // 2] in PyTorch's CPU tile order, scales_and_zeros
+    [K // G, N, 2] in ``dtype``)``. PyTorch's kernel computes ``(q - 8) * s + z'``; ours is
+    ``(q - z) * s``, so ``z' = (8 - z) * s``.
+    """
+    q = unpack_int4(qweight).to(torch.int32)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+    zp = (8.0 - zeros.float()) * scales.float()
+    scales_and_zeros = torch.stack((scales.float(), zp), dim=-1).transpose(0, 1).contiguous()
+    return packed, scales_and_zeros.to(dtype)
+
+
+def int4_weight_bytes(
+    out_features: int, in_features: int, group_size: int, scale_bytes: int = 4
+) -> int:
+    """Bytes of one int4 weight: ``N * K / 2`` plus a scale and a zero per group."""
+    groups = in_features // group_size
+    return out_features * in_features // 2 + 2 * out_features * groups * scale_bytes

@@ -1,0 +1,256 @@
+"""Linear methods: how a ``Linear`` layer stores its weight and computes ``x @ W.T + b``.
+
+One object per layer sits behind ``Linear.forward`` (vLLM's ``LinearMethodBase`` pattern).
+Life cycle: the loader fills the layer's float ``weight [N, K]``; ``quantize_weights`` turns it
+into the scheme's layout (the one the cache stores and the Triton kernels read) and frees the
+float copy; after loading (or after reading the cache, through ``create_weights``),
+``process_weights_after_loading`` converts to what the device's kernel reads fastest.
+
+CPU kernels (chosen by ``scripts/bench_quant.py --linear`` on this project's AVX2 machine; see the
+README): int8 uses ``torch.ops.aten._weight_int8pack_mm`` and int4
+``torch.ops.aten._weight_int4pack_mm_for_cpu``, both fed bf16 activations (their fp32 paths are
+several times slower here) and cast back; ``kernel="dequant"`` dequantizes to the activation
+dtype and calls ``F.linear`` (the reference, and the CUDA path until ``localchat.kernels``
+provides ``int8_matmul`` / ``int4_matmul``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
+from .int4 import (
+    dequantize_int4,
+    int4_weight_bytes,
+    pick_group_size,
+    quantize_int4,
+    to_cpu_int4pack,
+)
+from .int8 import dequantize_int8, int8_weight_bytes, quantize_int8
+from .schemes import QuantScheme
+
+
+def _set_buffer(layer: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    if name in layer._buffers:
+        del layer._buffers[name]
+    layer.register_buffer(name, tensor)
+
+
+def _drop(layer: nn.Module, *names: str) -> None:
+    for name in names:
+        layer._buffers.pop(name, None)
+
+
+def _kernel(name: str):
+    """``localchat.kernels.<name>`` (the Triton op on CUDA) or ``None`` if not provided."""
+    from localchat import kernels
+
+    return getattr(kernels, name, None)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return y if bias is None else y.add_(bias)
+
+
+class LinearMethod:
+    """Base class; the unquantized method (weight ``[N, K]`` in the model dtype).
+
+    ``apply(layer, x [..., K]) -> [..., N]`` in x's dtype. On CPU in fp32 the weight is kept
+    transposed (``layer.weight_t [K, N]``): ``torch.mm`` over it runs batch-1 decode about 1.2x
+    faster than ``F.linear`` here (MKL's sgemv streams that layout closer to memory bandwidth;
+    ``scripts/bench_decode.py``); bf16 and CUDA keep ``[N, K]``.
+    """
+
+    scheme = QuantScheme.NONE
+
+    def quantize_weights(self, layer: nn.Module) -> None:
+        """Float ``layer.weight`` -> this scheme's stored layout (nothing to do here)."""
+
+    def create_weights(self, layer: nn.Module, device: torch.device) -> None:
+        """Allocate empty stored-layout tensors (to be filled from the cache)."""
+
+    def process_weights_after_loading(self, layer: nn.Module) -> None:
+        w = layer.weight
+        if w is None or w.device.type != "cpu" or w.dtype != torch.float32:
+            return
+        layer.weight_t = w.data.t().contiguous()
+        layer.weight = None
+
+    def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if layer.weight_t is not None:
+            y = torch.mm(_flat(x), layer.weight_t).reshape(*x.shape[:-1], -1)
+            return _add_bias(y, layer.bias)
+        return F.linear(x, layer.weight, layer.bias)
+
+    def weight_bytes(self, out_features: int, in_features: int, dtype: torch.dtype) -> int:
+        """Bytes the layer's weight occupies once loaded (bias not included)."""
+        return out_features * in_features * dtype.itemsize
+
+
+UnquantizedLinearMethod = LinearMethod
+
+
+class Int8LinearMethod(LinearMethod):
+    """W8A16 int8 per output channel (``int8.py``). ``kernel``: "packed" (CPU
+    ``_weight_int8pack_mm``; on CUDA ``localchat.kernels.int8_matmul`` when present) or
+    "dequant"."""
+
+    scheme = QuantScheme.INT8
+
+    def __init__(self, device: torch.device, kernel: str = "packed") -> None:
+        self.device = torch.device(device)
+        self.kernel = kernel
+
+    def _packed_cpu(self) -> bool:
+        return self.device.type == "cpu" and self.kernel == "packed"
+
+    def quantize_weights(self, layer):
+        qweight, scales = quantize_int8(layer.weight.data)
+        layer.weight = None
+        _set_buffer(layer, "qweight", qweight)
+        _set_buffer(layer, "scales", scales)
+
+    def create_weights(self, layer, device):
+        n, k = layer.out_features, layer.in_features
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.int8, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, dtype=torch.float32, device=device))
+
+    def process_weights_after_loading(self, layer):
+        if self._packed_cpu():  # the CPU kernel wants scales in the activation dtype (bf16)
+            _set_buffer(layer, "scales", layer.scales.to(torch.bfloat16))
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        if self._packed_cpu():
+            y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), layer.qweight,
+                                                   layer.scales).to(x.dtype)
+        elif x.is_cuda and self.kernel == "packed" and _kernel("int8_matmul") is not None:
+            y = _kernel("int8_matmul")(x2, layer.qweight, layer.scales)
+        else:
+            y = F.linear(x2, dequantize_int8(layer.qweight, layer.scales, x.dtype))
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        return int8_weight_bytes(out_features, in_features, 2 if self._packed_cpu() else 4)
+
+
+class Int4LinearMethod(LinearMethod):
+    """W4A16 int4 group-wise (``int4.py``), ``group_size`` chosen per layer by
+    :func:`pick_group_size` (the loader leaves layers without one unquantized). ``kernel``:
+    "packed" (CPU ``_weight_int4pack_mm_for_cpu`` over a repacked copy; on CUDA
+    ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
+
+    scheme = QuantScheme.INT4
+
+    def __init__(self, device: torch.device, group_size: int, kernel: str = "packed") -> None:
+        self.device = torch.device(device)
+        self.group_size = group_size
+        self.kernel = kernel
+
+    def _packed_cpu(self) -> bool:
+        return self.device.type == "cpu" and self.kernel == "packed"
+
+    def quantize_weights(self, layer):
+        qweight, scales, zeros = quantize_int4(layer.weight.data, self.group_size)
+        layer.weight = None
+        _set_buffer(layer, "qweight", qweight)
+        _set_buffer(layer, "scales", scales)
+        _set_buffer(layer, "zeros", zeros)
+
+    def create_weights(self, layer, device):
+        n, k, g = layer.out_features, layer.in_features, self.group_size
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k // 2, dtype=torch.uint8, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        _set_buffer(layer, "zeros", torch.empty(n, k // g, dtype=torch.float32, device=device))
+
+    def process_weights_after_loading(self, layer):
+        if self._packed_cpu():
+            packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.zeros)
+            _drop(layer, "qweight", "scales", "zeros")
+            _set_buffer(layer, "qweight_cpu", packed)
+            _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        if self._packed_cpu():
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
+            ).to(x.dtype)
+        elif x.is_cuda and self.kernel == "packed" and _kernel("int4_matmul") is not None:
+            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.zeros,
+                                       self.group_size)
+        else:
+            w = dequantize_int4(layer.qweight, layer.scales, layer.zeros, x.dtype)
+            y = F.linear(x2, w)
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        # the CPU repack keeps scales and PyTorch's zero points as bf16 [K // G, N, 2]
+        return int4_weight_bytes(out_features, in_features, self.group_size,
+                                 2 if self._packed_cpu() else 4)
+
+
+class Fp8LinearMethod(LinearMethod):
+    """FP8 e4m3 per output channel through ``torch._scaled_mm`` (``fp8.py``); CUDA cc >= 8.9.
+    ``kernel="dequant"`` dequantizes instead (the reference)."""
+
+    scheme = QuantScheme.FP8
+
+    def __init__(self, device: torch.device, kernel: str = "packed") -> None:
+        self.device = torch.device(device)
+        self.kernel = kernel
+
+    def quantize_weights(self, layer):
+        qweight, scales = quantize_fp8(layer.weight.data)
+        layer.weight = None
+        _set_buffer(layer, "qweight", qweight)
+        _set_buffer(layer, "scales", scales)
+
+    def create_weights(self, layer, device):
+        n, k = layer.out_features, layer.in_features
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.float8_e4m3fn, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, dtype=torch.float32, device=device))
+
+    def process_weights_after_loading(self, layer):
+        pass
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        if x.is_cuda and self.kernel == "packed":
+            y = fp8_linear(x2, layer.qweight, layer.scales, layer.bias)
+        else:
+            y = _add_bias(F.linear(x2, dequantize_fp8(layer.qweight, layer.scales, x.dtype)),
+                          layer.bias)
+        return y.reshape(*x.shape[:-1], -1)
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        return fp8_weight_bytes(out_features, in_features)
+
+
+def make_linear_method(
+    scheme: QuantScheme, device: torch.device | str, in_features: int,
+    group_size: int = 128, kernel: str = "packed",
+) -> LinearMethod:
+    """The linear method for one layer of ``in_features`` inputs under ``scheme``.
+
+    int4 picks the layer's group size with :func:`pick_group_size`; a layer whose
+    ``in_features`` no group size divides gets the unquantized method.
+    """
+    device = torch.device(device)
+    if scheme is QuantScheme.INT8:
+        return Int8LinearMethod(device, kernel)
+    if scheme is QuantScheme.INT4:
+        g = pick_group_size(in_features, group_size)
+        return Int4LinearMethod(device, g, kernel) if g else LinearMethod()
+    if scheme is QuantScheme.FP8:
+        return Fp8LinearMethod(device, kernel)
+    return LinearMethod()

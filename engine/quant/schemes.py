@@ -1,0 +1,100 @@
+"""Weight formats (quantization schemes) and which device offers which.
+
+A scheme names how the weights of the decoder layers' linear projections are stored; the
+embedding, norms, biases and the LM head always stay in the unquantized floating format (see
+``engine/quant/__init__.py``). The unquantized format is bf16 on CUDA; on CPU bf16 only where
+the processor has native bf16 arithmetic (AVX-512 BF16 or AMX), fp32 elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from pathlib import Path
+
+import torch
+
+
+class QuantScheme(str, enum.Enum):
+    """Weight formats, best quality first.
+
+    * ``NONE``: the unquantized floating dtype (:func:`default_float_dtype`).
+    * ``FP8``: float8 e4m3 weights, one fp32 scale per output channel; activations scaled per
+      token at run time; ``torch._scaled_mm``. CUDA with compute capability >= 8.9 only.
+    * ``INT8``: W8A16, symmetric int8 per output channel (``engine/quant/int8.py``).
+    * ``INT4``: W4A16, asymmetric 4-bit, group-wise along the input dim (``int4.py``).
+    """
+
+    NONE = "none"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def is_quantized(self) -> bool:
+        return self is not QuantScheme.NONE
+
+
+# "auto" is resolved by the memory planner (engine/quant/planner.py) when it is wired into
+# loading; until then it means the unquantized format.
+SCHEME_NAMES = ("auto", "none", "fp8", "int8", "int4")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """True when ``/proc/cpuinfo`` lists ``avx512_bf16`` or ``amx_bf16`` (native bf16 dot
+    products; without them PyTorch emulates bf16 GEMMs and fp32 is faster)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return False
+
+
+def default_float_dtype(device: torch.device | str) -> torch.dtype:
+    """The unquantized format for ``device``: bf16 on CUDA; on CPU bf16 with native bf16
+    arithmetic (:func:`cpu_has_native_bf16`), else fp32."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def fp8_supported(device: torch.device | str) -> bool:
+    """FP8 e4m3 GEMMs (``torch._scaled_mm``) need CUDA compute capability >= 8.9."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def supported_schemes(device: torch.device | str) -> list[QuantScheme]:
+    """Schemes offered on ``device``, best quality first (fp8 only on CUDA cc >= 8.9)."""
+    return [s for s in QuantScheme if s is not QuantScheme.FP8 or fp8_supported(device)]
+
+
+def resolve_scheme(name: str | QuantScheme, device: torch.device | str) -> QuantScheme:
+    """Turn a user's ``--quant`` value into a scheme offered on ``device``.
+
+    ``"auto"`` resolves to ``NONE`` (the planner will pick once it is wired into loading).
+    Raises ``ValueError`` (one line, naming the value) for an unknown name or a scheme the
+    device does not offer (fp8 off CUDA cc >= 8.9).
+    """
+    if isinstance(name, QuantScheme):
+        scheme = name
+    else:
+        key = str(name).strip().lower()
+        if key not in SCHEME_NAMES:
+            choices = ", ".join(SCHEME_NAMES)
+            raise ValueError(f"unknown quantization {name!r} (choose from {choices})")
+        scheme = QuantScheme.NONE if key == "auto" else QuantScheme(key)
+    if scheme not in supported_schemes(device):
+        raise ValueError(
+            f"quantization {scheme.value!r} is not available on {torch.device(device)} "
+            "(fp8 needs a CUDA GPU of compute capability 8.9 or newer)"
+        )
+    return scheme
