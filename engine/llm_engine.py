@@ -99,7 +99,8 @@ class LLMEngine:
             max_model_len = min(max_model_len, _CPU_DEFAULT_MAX_MODEL_LEN)
         tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
         model = load_model(path, model_config, dtype=dtype, device=device,
-                           max_position=max_model_len, cache_dir=cache_dir)
+                           max_position=max_model_len, cache_dir=cache_dir,
+                           quant=config.quant)
         return cls(model, model_config, tokenizer, config, max_model_len)
 
     @classmethod
