@@ -12,10 +12,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, QuantConfig
 from ..errors import ModelLoadError
 from ..models import get_model_class
+from ..quant.schemes import resolve_scheme
 from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
+from .quantized import load_quantized_model
 from .safetensors import iter_safetensors
 
 
@@ -62,14 +64,24 @@ def load_model(
     device: torch.device,
     max_position: int | None = None,
     cache_dir: Path | None = None,
+    quant: QuantConfig | None = None,
+    quant_kernel: str = "packed",
 ) -> nn.Module:
     """Build the model for ``model_config`` and load its weights from ``path``.
 
     Weights are converted to ``dtype`` tensor by tensor. ``max_position`` (tokens) sizes the
-    RoPE table; ``cache_dir`` keeps a GGUF's parsed tensor table. Raises ``UnsupportedArchitectureError`` or ``ModelLoadError`` (unreadable,
-    truncated, or missing tensors: the message names up to three missing ones).
+    RoPE table; ``cache_dir`` keeps a GGUF's parsed tensor table and the quantized-weight
+    cache. ``quant`` picks the weight format (default: unquantized; "auto" means unquantized
+    until the memory planner is wired in): a quantized scheme quantizes the decoder layers'
+    projections layer by layer from the checkpoint's fp32 weights, or reads them from the
+    cache (``engine/loader/quantized.py``); ``quant_kernel`` ("packed" or "dequant") picks the
+    linear method's kernel (benchmarks and tests). The model's ``quant_scheme`` attribute
+    records the format used. Raises ``UnsupportedArchitectureError``, ``ModelLoadError``
+    (unreadable, truncated, or missing tensors: the message names up to three missing ones),
+    or ``ValueError`` for a scheme the device does not offer.
     """
     path = Path(path)
+    scheme = resolve_scheme(quant.scheme if quant else "none", device)
     model_cls = get_model_class(model_config)
     old_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -78,14 +90,19 @@ def load_model(
             model = model_cls(model_config, max_position=max_position)
     finally:
         torch.set_default_dtype(old_dtype)
+    model.quant_scheme = scheme
+    if scheme.is_quantized:
+        def weights_fp32():
+            return _iter_weights(path, model_config, torch.float32, cache_dir)
+
+        return load_quantized_model(
+            model, path, weights_fp32, scheme=scheme, quant=quant, dtype=dtype, device=device,
+            cache_dir=cache_dir, kernel=quant_kernel,
+            init_buffers=lambda m: _init_buffers(m, model_config, max_position),
+        )
     model = model.to_empty(device=device)
     _init_buffers(model, model_config, max_position)
-    if is_gguf(path):
-        weights = iter_gguf_tensors(
-            path, model_config.num_heads, model_config.num_kv_heads, dtype, cache_dir
-        )
-    else:
-        weights = iter_safetensors(path, dtype)
+    weights = _iter_weights(path, model_config, dtype, cache_dir)
     try:
         loaded = model.load_weights((name, t.to(device)) for name, t in weights)
     except ValueError as exc:
@@ -98,6 +115,13 @@ def load_model(
         if hasattr(module, "process_weights_after_loading"):
             module.process_weights_after_loading()
     return model.eval()
+
+
+def _iter_weights(path: Path, config: ModelConfig, dtype: torch.dtype, cache_dir: Path | None):
+    """``(hf_name, tensor in dtype)`` pairs of a GGUF file or an HF folder, one at a time."""
+    if is_gguf(path):
+        return iter_gguf_tensors(path, config.num_heads, config.num_kv_heads, dtype, cache_dir)
+    return iter_safetensors(path, dtype)
 
 
 def _init_buffers(model: nn.Module, config: ModelConfig, max_position: int | None) -> None:

@@ -1,0 +1,55 @@
+"""Quality probes for weight formats: teacher-forced logits, top-1 agreement, perplexity.
+
+Used by the quantization tests and ``scripts/bench_quant.py`` to compare a quantized model with
+the unquantized one on the same text (one teacher-forced forward pass each).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..attention_metadata import AttentionMetadata
+from ..kv_cache import allocate_kv_caches
+
+_BLOCK_SIZE = 16
+
+
+@torch.inference_mode()
+def teacher_forced_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """One prefill of ``token_ids`` (one sequence, a fresh paged KV cache) through ``model``
+    (a ``LlamaForCausalLM``); returns fp32 logits ``[len(token_ids), vocab_size]`` on CPU:
+    row ``i`` predicts token ``i + 1``."""
+    config = model.config
+    n = len(token_ids)
+    num_blocks = max(1, -(-n // _BLOCK_SIZE))
+    first = next(t for t in model.state_dict().values() if t.is_floating_point())
+    device = first.device
+    kv_caches = allocate_kv_caches(
+        config.num_hidden_layers, num_blocks, _BLOCK_SIZE, config.num_kv_heads,
+        config.head_dim, first.dtype, device,
+    )
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(n, device=device),
+        block_tables=torch.arange(num_blocks, device=device)[None],
+        seq_lens=torch.tensor([n], device=device),
+        query_start_loc=torch.tensor([0, n], device=device),
+        max_query_len=n,
+    )
+    ids = torch.tensor(token_ids, device=device)
+    hidden = model(ids, torch.arange(n, device=device), kv_caches, meta)
+    return model.compute_logits(hidden).float().cpu()
+
+
+def top1_agreement(logits: torch.Tensor, reference: torch.Tensor) -> float:
+    """Fraction of rows of ``logits [n, vocab]`` whose argmax equals ``reference``'s."""
+    return (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
+
+
+def perplexity(logits: torch.Tensor, token_ids: list[int]) -> float:
+    """``exp`` of the mean next-token cross entropy of ``logits [n, vocab]`` (row ``i``
+    predicting ``token_ids[i + 1]``) over the ``n - 1`` predicted tokens."""
+    target = torch.tensor(token_ids[1:])
+    return math.exp(F.cross_entropy(logits[:-1].float(), target).item())
