@@ -24,100 +24,30 @@ import sqlite3
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localchat.app.store_schema import (
+    FTS_SCHEMA,
+    SCHEMA,
+    Conversation,
+    Message,
+    SearchHit,
+    Transaction,
+    conversation_from_row,
+    message_from_row,
+)
 from localchat.engine.errors import LocalchatError
+
+__all__ = ["Conversation", "ConversationNotFoundError", "Message", "SearchHit", "Store"]
 
 DB_NAME = "history.db"
 BUSY_TIMEOUT_MS = 30_000
 TITLE_CHARS = 60
 ROLES = ("system", "user", "assistant")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY,
-    title TEXT NOT NULL DEFAULT '',
-    model TEXT,
-    system_prompt TEXT,
-    sampling TEXT NOT NULL DEFAULT '{}',
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS conversations_updated ON conversations(updated);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-    content TEXT NOT NULL,
-    created REAL NOT NULL,
-    interrupted INTEGER NOT NULL DEFAULT 0,
-    stats TEXT
-);
-CREATE INDEX IF NOT EXISTS messages_conversation ON messages(conversation_id, id);
-"""
-_FTS_SCHEMA = """
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content, content='messages', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2');
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-"""
-
-
 class ConversationNotFoundError(LocalchatError):
     """No conversation has this id (or id prefix), or the prefix names several."""
-
-
-@dataclass
-class Message:
-    """One stored message. ``created`` is Unix seconds; ``stats`` is the reply's usage and
-    timings (the ``--json`` ``usage``/``timings`` objects) or None."""
-
-    id: int
-    conversation_id: str
-    role: str
-    content: str
-    created: float
-    interrupted: bool = False
-    stats: dict[str, Any] | None = None
-
-
-@dataclass
-class Conversation:
-    """One stored conversation; ``messages`` is filled by ``Store.get_conversation`` only
-    (oldest first) and ``message_count`` by ``list_conversations`` and ``get_conversation``."""
-
-    id: str
-    title: str
-    model: str | None
-    system_prompt: str | None
-    sampling: dict[str, Any]
-    created: float
-    updated: float
-    message_count: int = 0
-    messages: list[Message] = field(default_factory=list)
-
-
-@dataclass
-class SearchHit:
-    """A message matching a search: ``snippet`` marks matched words with ``\\x02``/``\\x03``."""
-
-    conversation_id: str
-    title: str
-    message_id: int
-    role: str
-    snippet: str
-    created: float
 
 
 def default_path() -> Path:
@@ -156,7 +86,7 @@ class Store:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
-            self._script(_SCHEMA)
+            self._script(SCHEMA)
             self.fts = self._init_fts()
         except sqlite3.DatabaseError as exc:
             raise LocalchatError(f"cannot open the history database {self.path}: {exc}") from None
@@ -234,7 +164,7 @@ class Store:
             "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
             "FROM conversations c ORDER BY c.updated DESC, c.rowid DESC LIMIT ?",
             (-1 if limit is None else int(limit),)).fetchall()
-        return [_conversation(r) for r in rows]
+        return [conversation_from_row(r) for r in rows]
 
     def most_recent(self) -> Conversation | None:
         """The most recently updated conversation with its messages, or None when empty."""
@@ -274,11 +204,11 @@ class Store:
         row = self._db.execute(
             "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
             "FROM conversations c WHERE c.id = ?", (cid,)).fetchone()
-        conv = _conversation(row)
+        conv = conversation_from_row(row)
         if with_messages:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (cid,))
-            conv.messages = [_message(r) for r in rows]
+            conv.messages = [message_from_row(r) for r in rows]
         return conv
 
     # -- messages ------------------------------------------------------------------------------
@@ -358,8 +288,8 @@ class Store:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _write(self) -> Transaction:
+        return Transaction(self._db)
 
     def _script(self, script: str) -> None:
         """Run a DDL script in one immediate transaction (``executescript`` would commit an
@@ -373,35 +303,9 @@ class Store:
 
     def _init_fts(self) -> bool:
         try:
-            self._script(_FTS_SCHEMA)
+            self._script(FTS_SCHEMA)
         except sqlite3.OperationalError as exc:
             if "fts5" not in str(exc).lower():
                 raise
             return False
         return True
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error): takes the write lock up front,
-    so a concurrent writer waits on ``busy_timeout`` instead of failing on a lock upgrade."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
-
-
-def _conversation(row: sqlite3.Row) -> Conversation:
-    return Conversation(row["id"], row["title"], row["model"], row["system_prompt"],
-                        json.loads(row["sampling"] or "{}"), row["created"], row["updated"],
-                        message_count=row["n"])
-
-
-def _message(row: sqlite3.Row) -> Message:
-    return Message(row["id"], row["conversation_id"], row["role"], row["content"],
-                   row["created"], bool(row["interrupted"]),
-                   json.loads(row["stats"]) if row["stats"] else None)

@@ -1,0 +1,167 @@
+"""History store: schema round trips, titles, ids, search (FTS5 and the LIKE fallback),
+exports, deletes, and two processes writing at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from localchat.app import store as store_mod
+from localchat.app.store import ConversationNotFoundError, Store
+
+
+@pytest.fixture
+def db(tmp_path):
+    with Store(tmp_path / "history.db") as s:
+        yield s
+
+
+def test_round_trip_and_title_from_first_user_message(db):
+    conv = db.create_conversation("smollm2-135m", "Be brief.", {"temperature": 0.0})
+    assert conv.title == "" and conv.message_count == 0
+    db.add_message(conv.id, "user", "\n  How do I list files?\nwith details\n")
+    db.add_message(conv.id, "assistant", "Use ls -l.", stats={"usage": {"prompt_tokens": 9}})
+    db.add_message(conv.id, "user", "A second question")
+    db.add_message(conv.id, "assistant", "partial", interrupted=True)
+    got = db.get_conversation(conv.id)
+    assert got.title == "How do I list files?"
+    assert (got.model, got.system_prompt, got.sampling) == (
+        "smollm2-135m", "Be brief.", {"temperature": 0.0})
+    assert [(m.role, m.content, m.interrupted) for m in got.messages] == [
+        ("user", "\n  How do I list files?\nwith details\n", False),
+        ("assistant", "Use ls -l.", False), ("user", "A second question", False),
+        ("assistant", "partial", True)]
+    assert got.messages[1].stats == {"usage": {"prompt_tokens": 9}}
+    assert got.message_count == 4 and got.updated >= got.created
+    long = db.create_conversation()
+    db.add_message(long.id, "user", "x" * 200)
+    title = db.get_conversation(long.id).title
+    assert len(title) == store_mod.TITLE_CHARS and title.endswith("…")
+
+
+def test_list_order_most_recent_rename_and_prefix_ids(db):
+    a = db.create_conversation(title="a")
+    b = db.create_conversation(title="b")
+    db.add_message(a.id, "user", "later")  # a becomes the most recent
+    assert [c.id for c in db.list_conversations()] == [a.id, b.id]
+    assert db.most_recent().id == a.id and db.most_recent().messages[0].content == "later"
+    db.rename_conversation(b.id, "renamed")
+    assert db.list_conversations(limit=1)[0].title == "renamed"
+    assert db.get_conversation(b.id[:5]).id == b.id
+    with pytest.raises(ConversationNotFoundError, match="no conversation 'nope'"):
+        db.get_conversation("nope")
+    with pytest.raises(ConversationNotFoundError):
+        db.resolve_id("")
+    with pytest.raises(ConversationNotFoundError):
+        db.add_message("nope", "user", "x")
+    with pytest.raises(ValueError, match="role"):
+        db.add_message(a.id, "robot", "x")
+
+
+def test_ambiguous_prefix(db, monkeypatch):
+    ids = iter(["abc111" + "0" * 26, "abc222" + "0" * 26])
+    monkeypatch.setattr(store_mod.uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
+    db.create_conversation()
+    db.create_conversation()
+    with pytest.raises(ConversationNotFoundError, match="ambiguous"):
+        db.resolve_id("abc")
+    assert db.resolve_id("abc2") == "abc222000000"
+
+
+def test_search_finds_words_from_past_replies(db):
+    cats = db.create_conversation()
+    db.add_message(cats.id, "user", "Tell me about cats")
+    db.add_message(cats.id, "assistant", "Cats are small carnivorous mammals; they purr.")
+    dogs = db.create_conversation()
+    db.add_message(dogs.id, "user", "And dogs?")
+    db.add_message(dogs.id, "assistant", 'Dogs bark. "Quoted" words and beast-like AND OR *')
+    assert db.fts
+    hits = db.search("purr")
+    assert [(h.conversation_id, h.role) for h in hits] == [(cats.id, "assistant")]
+    assert "\x02purr\x03" in hits[0].snippet
+    assert {h.conversation_id for h in db.search("carnivorous MAMMALS")} == {cats.id}
+    assert db.search("cats dogs") == []  # every word must match in one message
+    assert [h.role for h in db.search("dog")] == ["assistant", "user"]  # stemming, newest first
+    for query in ('"quoted', "beast-like", "AND", "*", "OR ("):  # FTS syntax taken literally
+        db.search(query)
+    assert db.search("beast-like")[0].conversation_id == dogs.id
+    assert db.search("   ") == []
+    db.delete_conversation(cats.id)
+    assert db.search("purr") == []  # the index follows deletes
+    with pytest.raises(ConversationNotFoundError):
+        db.delete_conversation(cats.id)
+
+
+def test_like_fallback_without_fts5(tmp_path, monkeypatch):
+    monkeypatch.setattr(Store, "_init_fts", lambda self: False)
+    with Store(tmp_path / "plain.db") as db:
+        conv = db.create_conversation()
+        db.add_message(conv.id, "assistant", "100% sure_thing about Paris")
+        assert not db.fts
+        with pytest.warns(UserWarning, match="no FTS5"):
+            assert [h.conversation_id for h in db.search("paris 100%")] == [conv.id]
+        with pytest.warns(UserWarning):
+            assert db.search("sure%thing") == []  # % is literal, not a wildcard
+
+
+def test_exports(db):
+    conv = db.create_conversation("m", "Sys", {"temperature": 0.5})
+    db.add_message(conv.id, "user", "Q? é")
+    db.add_message(conv.id, "assistant", "A!", interrupted=True)
+    data = json.loads(db.export_json(conv.id))
+    assert data["id"] == conv.id and data["model"] == "m" and data["system_prompt"] == "Sys"
+    assert [(m["role"], m["content"], m["interrupted"]) for m in data["messages"]] == [
+        ("user", "Q? é", False), ("assistant", "A!", True)]
+    assert data["created"].endswith("Z") and data["sampling"] == {"temperature": 0.5}
+    md = db.export_markdown(conv.id)
+    assert md.startswith("# Q? é\n")
+    assert "## System\n\nSys\n" in md and "## User\n\nQ? é\n" in md
+    assert "## Assistant (interrupted)\n\nA!\n" in md and md.endswith("A!\n")
+
+
+def test_not_a_database(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(store_mod.LocalchatError, match="cannot open the history database"):
+        Store(bad)
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from localchat.app.store import Store
+    path, name, shared, go = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
+    with Store(path) as db:
+        own = db.create_conversation(title=name)
+        while not go.exists():
+            time.sleep(0.01)
+        for i in range(60):
+            db.add_message(own.id, "user", f"{name} message {i}")
+            db.add_message(shared, "assistant", f"{name} shared {i}")
+""")
+
+
+def test_two_processes_writing_at_once_both_succeed(tmp_path):
+    path = tmp_path / "history.db"
+    with Store(path) as db:
+        shared = db.create_conversation(title="shared").id
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, shared, str(go)],
+                              stderr=subprocess.PIPE) for name in ("alpha", "beta")]
+    go.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    with Store(path) as db:
+        convs = {c.title: c for c in db.list_conversations()}
+        assert convs["alpha"].message_count == convs["beta"].message_count == 60
+        msgs = db.get_conversation(shared).messages
+        assert len(msgs) == 120
+        for name in ("alpha", "beta"):  # each writer's messages in its own order
+            mine = [m.content for m in msgs if m.content.startswith(name)]
+            assert mine == [f"{name} shared {i}" for i in range(60)]
+        assert len(db.search("shared", limit=500)) == 120
