@@ -1,0 +1,152 @@
+"""Settings keys, environment overrides, the comment-keeping TOML edit and ``localchat config``
+(in-process through the real entry point; stdout and stderr checked apart)."""
+
+from __future__ import annotations
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from localchat.app import cli, cli_io, settings, toml_edit
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "lc"))
+    for key in settings.KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)
+    return tmp_path / "lc"
+
+
+@pytest.fixture
+def run(home, capsys):
+    def go(*args):
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return go
+
+
+def test_set_keeps_comments_and_other_keys(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('# my settings\ndefault_model = "a"  # mine\n\n[sampling]\n# cool\n'
+                    'temperature = 0.5\n\n[other]\nx = 1\n')
+    toml_edit.set_key(path, None, "theme", 'dark "blue"\\')
+    toml_edit.set_key(path, "sampling", "temperature", 0.25)
+    toml_edit.set_key(path, "sampling", "top_k", 40)
+    toml_edit.set_key(path, None, "default_model", "b")
+    text = path.read_text()
+    assert text.startswith("# my settings\n") and "# cool\n" in text and "[other]\nx = 1" in text
+    assert tomllib.loads(text) == {"default_model": "b", "theme": 'dark "blue"\\',
+                                   "sampling": {"temperature": 0.25, "top_k": 40},
+                                   "other": {"x": 1}}
+    toml_edit.set_key(path, "sampling", "temperature", None)
+    toml_edit.set_key(path, "sampling", "top_k", None)
+    assert tomllib.loads(path.read_text()) == {"default_model": "b", "theme": 'dark "blue"\\',
+                                               "other": {"x": 1}}
+
+
+@pytest.mark.parametrize("text", [
+    "sampling.temperature = 0.5\n",  # a dotted key: the line edit cannot find it
+    'default_model = """a\nb"""\n',  # a multi-line value
+    "",
+])
+def test_set_falls_back_to_a_whole_rewrite_when_a_line_edit_is_wrong(tmp_path, text):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    before = tomllib.loads(text)
+    toml_edit.set_key(path, "sampling", "temperature", 0.75)
+    toml_edit.set_key(path, None, "default_model", "q\x7f\u00e9\n")
+    before.setdefault("sampling", {})["temperature"] = 0.75
+    before["default_model"] = "q\x7f\u00e9\n"
+    assert tomllib.loads(path.read_text()) == before
+
+
+@pytest.mark.parametrize(("name", "raw", "value"), [
+    ("temperature", "0", 0.0), ("sampling.top_p", "0.9", 0.9), ("top_k", " 40 ", 40),
+    ("max_tokens", "64", 64), ("seed", "7", 7), ("quant", "int4", "int4"),
+    ("default_model", " qwen2.5-coder-1.5b ", "qwen2.5-coder-1.5b"), ("theme", "light", "light"),
+])
+def test_parse_value_accepts(name, raw, value):
+    assert settings.parse_value(settings.lookup_key(name), raw) == value
+
+
+@pytest.mark.parametrize(("name", "raw", "message"), [
+    ("temperature", "hot", "sampling.temperature must be a number, got 'hot'"),
+    ("temperature", "-1", "sampling.temperature must be in [0, 100], got -1.0"),
+    ("top_k", "1.5", "sampling.top_k must be an integer"),
+    ("max_tokens", "0", "sampling.max_tokens must be >= 1"),
+    ("quant", "int3", "quant must be one of auto, none, fp8, int8, int4, got 'int3'"),
+    ("default_model", " ", "default_model must be a non-empty string"),
+])
+def test_parse_value_rejects_naming_the_key(name, raw, message):
+    with pytest.raises(settings.SettingError) as err:
+        settings.parse_value(settings.lookup_key(name), raw)
+    assert str(err.value).startswith(message)
+
+
+def test_config_file_values_are_checked(home):
+    settings.config_path().write_text("[sampling]\ntop_k = 2.5\n")
+    with pytest.raises(settings.SettingError, match=r"config file .*: sampling.top_k must be"):
+        settings.load_settings()
+    settings.config_path().write_text("[sampling]\ntemperature = true\n")
+    with pytest.raises(settings.SettingError, match="sampling.temperature must be a number"):
+        settings.load_settings()
+
+
+def test_environment_over_config_file(home):
+    settings.config_path().write_text('quant = "int8"\n[sampling]\ntemperature = 0.1\nfoo = 1\n')
+    s = settings.load_settings(environ={"LOCALCHAT_TEMPERATURE": "0.9", "LOCALCHAT_QUANT": ""})
+    assert (s.sampling, s.quant) == ({"temperature": 0.9}, "int8")
+    assert s.sources == {"quant": "config", "sampling.temperature": "env"}
+    assert s.unknown_keys == ("sampling.foo",)
+
+
+def test_config_command_path_set_show_unset(run, home):
+    code, out, err = run("config", "path")
+    assert (code, out, err) == (0, f"{home / 'config' / 'config.toml'}\n", "")
+    code, out, err = run("config", "set", "temperature", "0.2")
+    assert (code, out) == (0, "") and err.startswith("localchat: note: sampling.temperature = 0.2")
+    run("config", "set", "default_model", "qwen2.5-coder-0.5b")
+    code, out, err = run("config", "show")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert 'default_model = "qwen2.5-coder-0.5b"  # config file' in lines
+    assert "sampling.temperature = 0.2  # config file" in lines
+    assert any(line.startswith("# sampling.top_p: default 1.0") for line in lines)
+    assert "\x1b" not in out
+    assert tomllib.loads(settings.config_path().read_text()) == {
+        "default_model": "qwen2.5-coder-0.5b", "sampling": {"temperature": 0.2}}
+    code, _, _ = run("config", "unset", "temperature")
+    assert code == 0 and settings.load_settings().sampling == {}
+
+
+def test_config_show_names_the_environment(run, monkeypatch):
+    monkeypatch.setenv("LOCALCHAT_TOP_K", "5")
+    code, out, _ = run("config", "show")
+    assert code == 0 and "sampling.top_k = 5  # environment LOCALCHAT_TOP_K" in out.splitlines()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["config", "set", "colour", "red"], "unknown config key 'colour'"),
+    (["config", "set", "top_p", "2"], "sampling.top_p must be in (0, 1]"),
+    (["config", "set", "quant", "int2"], "quant must be one of"),
+    (["config", "unset", "nope"], "unknown config key 'nope'"),
+    (["config", "set", "temperature"], "Missing argument"),
+])
+def test_config_set_errors_are_one_line_usage_errors(run, args, needle):
+    code, out, err = run(*args)
+    assert code == 2 and out == ""
+    assert err.startswith("localchat: error: ") and err.count("\n") == 1 and needle in err
+    assert not settings.config_path().exists()
+
+
+def test_broken_config_file_is_a_runtime_error(run):
+    settings.config_path().write_text("default_model = \n")
+    code, out, err = run("config", "set", "temperature", "0.1")
+    assert code == 1 and out == "" and "is not valid TOML" in err and err.count("\n") == 1
+    assert settings.config_path().read_text() == "default_model = \n"
