@@ -144,8 +144,10 @@ def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int
     """
     import warnings
 
-    from localchat.engine.tokenizer import SystemPromptFoldedWarning
-
+    # The tokenizer module (and so torch) is imported by whoever built ``tokenizer``; a fake
+    # tokenizer in tests leaves it unimported, and then no fold warning can arise.
+    folded = getattr(sys.modules.get("localchat.engine.tokenizer"), "SystemPromptFoldedWarning",
+                     None)
     reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -160,7 +162,7 @@ def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int
                 ) from None
     notes = dict.fromkeys(
         cli_io.one_line(str(w.message)) for w in caught
-        if issubclass(w.category, SystemPromptFoldedWarning)
+        if folded is not None and issubclass(w.category, folded)
     )
     for note in notes:
         cli_io.note(note)
