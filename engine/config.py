@@ -125,11 +125,14 @@ class CacheConfig:
 
     ``block_size`` is tokens per block; ``num_blocks`` is the pool size (``None``: sized from
     ``kv_cache_memory_bytes`` or the device's memory at engine start).
+    ``enable_prefix_caching`` reuses cached full blocks of earlier requests with the same
+    token prefix (``KVCacheManager.get_computed_blocks``).
     """
 
     block_size: int = 16
     num_blocks: int | None = None
     kv_cache_memory_bytes: int | None = None
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -21,7 +21,7 @@ from .errors import ContextLengthError
 from .kv_cache import KVCacheManager, allocate_kv_caches, kv_cache_bytes_per_token
 from .loader import load_model, load_model_config
 from .model_runner import ModelRunner
-from .outputs import RequestMetrics, RequestOutput
+from .outputs import EngineStats, RequestMetrics, RequestOutput
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
@@ -72,7 +72,8 @@ class LLMEngine:
             model_config.num_hidden_layers, self.num_blocks, block_size,
             model_config.num_kv_heads, model_config.head_dim, self.dtype, self.device,
         )
-        self.kv_cache_manager = KVCacheManager(self.num_blocks, block_size)
+        self.kv_cache_manager = KVCacheManager(
+            self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
         self._detoks: dict[str, IncrementalDetokenizer] = {}
@@ -171,6 +172,25 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
+    def get_stats(self) -> EngineStats:
+        """Queue sizes, KV cache usage and prefix-cache hit rate now."""
+        kv = self.kv_cache_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            num_blocks=self.num_blocks,
+            block_size=kv.block_size,
+            kv_cache_usage=kv.usage,
+            prefix_cache_queries=kv.stats.queries,
+            prefix_cache_hits=kv.stats.hits,
+            num_preemptions=self.scheduler.num_preemptions,
+            max_model_len=self.max_model_len,
+        )
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (blocks in use stay)."""
+        self.kv_cache_manager.reset_prefix_cache()
+
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, and report each request that progressed."""
         sched = self.scheduler.schedule()
@@ -216,10 +236,13 @@ class LLMEngine:
             num_output_tokens=len(req.output_token_ids),
             finished=req.is_finished,
             finish_reason=req.finish_reason,
-            metrics=RequestMetrics(req.arrival_time, req.first_token_time,
-                                   req.last_token_time),
+            metrics=RequestMetrics(
+                req.arrival_time, req.first_scheduled_time, req.first_token_time,
+                req.last_token_time, req.num_prompt_tokens, req.num_cached_tokens,
+                len(req.output_token_ids)),
             output_token_ids=list(req.output_token_ids),
             stop_reason=req.stop_reason,
+            num_cached_tokens=req.num_cached_tokens,
             logprobs=(req.output_logprobs[-len(new_ids):]
                       if req.sampling_params.logprobs is not None else None),
         )

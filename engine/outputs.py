@@ -9,14 +9,27 @@ from .request import FinishReason
 
 @dataclass
 class RequestMetrics:
-    """Per-request timings in seconds (``time.perf_counter`` clock).
+    """Per-request timings in seconds (``time.perf_counter`` clock) and token counts.
 
-    ``ttft`` is arrival to first generated token; ``decode_time`` first token to the latest.
+    ``queue_time``: arrival to first scheduled. ``ttft``: arrival to first generated token.
+    ``prefill_tokens_per_s``: prompt tokens actually computed (not from the prefix cache)
+    over first scheduled -> first token. ``decode_tokens_per_s``: tokens after the first over
+    first token -> latest token. Each is ``None`` until its timestamps exist.
     """
 
     arrival_time: float
+    first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+
+    @property
+    def queue_time(self) -> float | None:
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
 
     @property
     def ttft(self) -> float | None:
@@ -29,6 +42,45 @@ class RequestMetrics:
         if self.first_token_time is None or self.last_token_time is None:
             return None
         return self.last_token_time - self.first_token_time
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        if self.first_token_time is None or self.first_scheduled_time is None:
+            return None
+        elapsed = self.first_token_time - self.first_scheduled_time
+        computed = self.num_prompt_tokens - self.num_cached_tokens
+        return computed / elapsed if elapsed > 0 else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        elapsed = self.decode_time
+        if not elapsed or self.num_output_tokens < 2:
+            return None
+        return (self.num_output_tokens - 1) / elapsed
+
+
+@dataclass
+class EngineStats:
+    """A snapshot of the engine: queue sizes, KV pool use and prefix-cache effectiveness.
+
+    ``kv_cache_usage`` is the fraction of KV blocks held by requests, in [0, 1];
+    ``prefix_cache_hit_rate`` is cached tokens / looked-up prompt tokens since start.
+    """
+
+    num_running: int
+    num_waiting: int
+    num_blocks: int
+    block_size: int
+    kv_cache_usage: float
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    max_model_len: int
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries \
+            if self.prefix_cache_queries else 0.0
 
 
 @dataclass
@@ -51,5 +103,7 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
     output_token_ids: list[int] = field(default_factory=list)
     stop_reason: int | str | None = None
+    # Prompt tokens whose K/V came from the prefix cache (not recomputed).
+    num_cached_tokens: int = 0
     # Top-n {token_id: logprob} for each token in ``new_token_ids`` (when requested).
     logprobs: list[dict[int, float]] | None = None

@@ -47,7 +47,15 @@ class Request:
     stop_reason: int | str | None = None
     # Per generated token, {token_id: logprob} of the top-n tokens (SamplingParams.logprobs).
     output_logprobs: list[dict[int, float]] = field(default_factory=list)
+    # Chained hashes of the full blocks of prompt + output (``KVCacheManager.block_hashes``).
+    block_hashes: list[int] = field(default_factory=list)
+    # Prompt tokens found in the prefix cache when the request was first scheduled.
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    # Timings, ``time.perf_counter`` seconds; ``prefill_done_time`` is when the whole prompt
+    # was computed (its last chunk ran), which is also the first token's time.
     arrival_time: float = field(default_factory=time.perf_counter)
+    first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
 

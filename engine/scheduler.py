@@ -2,7 +2,8 @@
 
 Running requests are served first (one token each when decoding; the rest of their prompt in
 chunks when a prefill was split), then waiting requests are admitted in arrival order while
-the budgets and free KV blocks allow. When a running request cannot get a block, the newest
+the budgets and free KV blocks allow; an admitted request starts after its longest cached
+prefix (``KVCacheManager.get_computed_blocks``). When a running request cannot get a block, the newest
 running request is preempted: its blocks are freed and it is recomputed later (vLLM's
 recompute preemption). Reference design: vLLM v1 ``Scheduler``.
 """
@@ -49,6 +50,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
+        self.num_preemptions = 0
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -87,10 +89,17 @@ class Scheduler:
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < self.config.max_num_seqs):
             req = self.waiting[0]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self.kv.allocate_slots(req, n):
+            # The longest cached prefix (earlier turns of a conversation, or this request's
+            # own blocks from before a preemption) is not recomputed.
+            hits, num_hit_tokens = self.kv.get_computed_blocks(req)
+            n = min(req.num_tokens - req.num_computed_tokens - num_hit_tokens, budget)
+            if not self.kv.allocate_slots(req, n, new_computed_blocks=hits):
                 break
             self.waiting.popleft()
+            req.num_computed_tokens += num_hit_tokens
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = time.perf_counter()
+                req.num_cached_tokens = num_hit_tokens
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.scheduled.append(req)
@@ -101,6 +110,8 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
         req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 

@@ -19,7 +19,7 @@ from localchat.engine.kv_cache import BlockPool, KVCacheBlock
 
 
 def free_ids(pool: BlockPool) -> list[int]:
-    return [b.block_id for b in pool._free]
+    return pool.free_block_ids
 
 
 def check_integrity(pool: BlockPool) -> None:

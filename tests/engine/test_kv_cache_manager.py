@@ -33,7 +33,7 @@ def check_integrity(mgr: KVCacheManager, requests: list[Request]) -> None:
     pool = mgr.block_pool
     held = [b for blocks in mgr._blocks.values() for b in blocks]
     held_ids = [b.block_id for b in held]
-    free_ids = [b.block_id for b in pool._free]
+    free_ids = pool.free_block_ids
     assert len(held_ids) == len(set(held_ids)), "a block id is held twice"
     assert len(free_ids) == len(set(free_ids))
     assert not set(held_ids) & set(free_ids)
@@ -92,10 +92,10 @@ def test_refusal_leaves_state_unchanged():
     mgr = KVCacheManager(num_blocks=3, block_size=4)
     a, b = make_request("a", 8), make_request("b", 9)
     assert mgr.allocate_slots(a, 8)  # 2 blocks
-    free_before = [x.block_id for x in mgr.block_pool._free]
+    free_before = mgr.block_pool.free_block_ids
     assert not mgr.allocate_slots(b, 9)  # needs 3, 1 free
     assert b.block_ids == []
-    assert [x.block_id for x in mgr.block_pool._free] == free_before
+    assert mgr.block_pool.free_block_ids == free_before
     assert a.block_ids == [0, 1]
     # A request that already holds blocks and is refused more keeps what it had.
     a.num_computed_tokens = 8
@@ -118,7 +118,7 @@ def test_free_returns_blocks_and_clears_block_ids():
     mgr.free(b)
     assert mgr.usage == 0.0 and mgr.block_pool.num_free_blocks == 4
     # Tail-first free: b's blocks [2, 3] come back as 3, 2 after a's 1, 0.
-    assert [x.block_id for x in mgr.block_pool._free] == [1, 0, 3, 2]
+    assert mgr.block_pool.free_block_ids == [1, 0, 3, 2]
     check_integrity(mgr, [a, b])
     # Freeing a request that holds nothing is harmless.
     mgr.free(a)

@@ -28,11 +28,12 @@ def default_token(req: Request) -> int:
 
 class Sim:
     def __init__(self, num_blocks: int, block_size: int, max_batched: int, max_seqs: int,
-                 max_model_len: int = 100_000) -> None:
+                 max_model_len: int = 100_000, enable_caching: bool = False) -> None:
         self.block_size = block_size
         self.max_batched = max_batched
         self.max_seqs = max_seqs
-        self.kv = KVCacheManager(num_blocks, block_size)
+        self.enable_caching = enable_caching
+        self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_caching)
         self.sched = Scheduler(SchedulerConfig(max_num_seqs=max_seqs,
                                                max_num_batched_tokens=max_batched),
                                self.kv, max_model_len)
@@ -48,6 +49,11 @@ class Sim:
         self.reqs[rid] = req
         self.sched.add_request(req)
         return req
+
+    def owner(self, rid: str, token: int):
+        """What a cache slot records: with prefix caching, blocks are shared by every request
+        with the same prefix, so only the token (the K/V's content) is checked."""
+        return token if self.enable_caching else (rid, token)
 
     def slot(self, req: Request, pos: int) -> int:
         return req.block_ids[pos // self.block_size] * self.block_size + pos % self.block_size
@@ -68,10 +74,11 @@ class Sim:
             self.first_scheduled.setdefault(rid, len(self.steps))
             tokens = r.all_token_ids
             for pos in range(r.num_computed_tokens, r.num_computed_tokens + n):
-                self.cache[self.slot(r, pos)] = (rid, tokens[pos])
+                self.cache[self.slot(r, pos)] = self.owner(rid, tokens[pos])
             if r.num_computed_tokens + n == r.num_tokens:
                 for pos in range(r.num_tokens):
-                    assert self.cache[self.slot(r, pos)] == (rid, tokens[pos]), (rid, pos)
+                    assert self.cache[self.slot(r, pos)] == self.owner(rid, tokens[pos]), (rid,
+                                                                                          pos)
                 sampled[rid] = token_fn(r)
         touched = self.sched.update_from_output(out, sampled)
         assert {r.request_id for r in touched} == set(sampled)
@@ -97,10 +104,13 @@ class Sim:
     def check_state(self) -> None:
         live = [r for r in self.reqs.values() if not r.is_finished]
         held = [b for r in live for b in r.block_ids]
-        assert len(held) == len(set(held)), "a block is held by two requests"
-        free = [b.block_id for b in self.kv.block_pool._free]
+        if not self.enable_caching:
+            assert len(held) == len(set(held)), "a block is held by two requests"
+        for block in self.kv.block_pool.blocks:
+            assert block.ref_cnt == held.count(block.block_id), "ref count != live holders"
+        free = self.kv.block_pool.free_block_ids
         assert not set(held) & set(free)
-        assert len(held) + len(free) == self.kv.block_pool.num_blocks
+        assert len(set(held)) + len(free) == self.kv.block_pool.num_blocks
         for r in self.sched.waiting:
             assert r.status is RequestStatus.WAITING and r.block_ids == []
             assert r.num_computed_tokens == 0
@@ -329,12 +339,14 @@ workload = st.lists(
     spare_blocks=st.integers(0, 12),
     max_batched=st.integers(1, 48),
     max_seqs=st.integers(1, 5),
+    caching=st.booleans(),
 )
-def test_random_workloads_complete(reqs, block_size, spare_blocks, max_batched, max_seqs):
+def test_random_workloads_complete(reqs, block_size, spare_blocks, max_batched, max_seqs,
+                                   caching):
     # The pool always fits the largest single request (prompt + outputs - 1 computed tokens).
     need = max(-(-(p + m - 1) // block_size) for _, p, m in reqs)
     num_blocks = need + spare_blocks
-    sim = Sim(num_blocks, block_size, max_batched, max_seqs)
+    sim = Sim(num_blocks, block_size, max_batched, max_seqs, enable_caching=caching)
     arrivals = sorted(enumerate(reqs), key=lambda x: (x[1][0], x[0]))
     step = 0
     order = []
