@@ -57,16 +57,18 @@ def memory_report(engine) -> MemoryReport:
     """Predicted vs measured memory of a loaded ``LLMEngine`` (bytes).
 
     Reads ``engine.model_config``, ``engine.dtype``, ``engine.device``, ``engine.num_blocks``
-    and ``engine.config.cache.block_size``. The weight format is the engine's dtype (quantized
-    formats are reported once the engine exposes its scheme). Raises ``ValueError`` for a dtype
-    the planner does not know.
+    and ``engine.config.cache.block_size``; the weight format is ``engine.config.quant.scheme``
+    (``auto``/``none``: the engine's dtype). Raises ``ValueError`` for a dtype the planner does
+    not know.
     """
     fmt = _DTYPE_NAMES.get(str(engine.dtype))
     if fmt is None:
         raise ValueError(f"no memory plan for dtype {engine.dtype}")
-    scheme = getattr(engine, "quant_scheme", None) or fmt
+    scheme = getattr(getattr(engine.config, "quant", None), "scheme", "none")
+    if scheme in ("auto", "none"):
+        scheme = fmt
     tokens = engine.num_blocks * engine.config.cache.block_size
-    weights = weight_bytes(engine.model_config, scheme, fmt)
+    weights = weight_bytes(engine.model_config, scheme, fmt, engine.device.type)
     kv = kv_bytes(engine.model_config, tokens, fmt)
     if engine.device.type == "cuda":
         import torch

@@ -281,29 +281,34 @@ def test_budget_and_sizes():
 _MEASURE = r"""
 import json, sys, torch
 from pathlib import Path
-from localchat.engine.config import EngineConfig, SchedulerConfig
+from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.quant.memory_report import memory_report
 torch.set_num_threads(1)
-cfg = EngineConfig(device="cpu", dtype=torch.float32,
+cfg = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme=sys.argv[3]),
                    scheduler=SchedulerConfig(max_model_len=2048, max_num_seqs=1))
 engine = LLMEngine.from_path(Path(sys.argv[1]), cfg, cache_dir=Path(sys.argv[2]))
 for t in engine.runner.kv_caches:  # a full context: every KV page written
     t.zero_()
 r = memory_report(engine)
-params = sum(p.nbytes for p in engine.runner.model.parameters())
-params += sum(m.weight_t.nbytes for m in engine.runner.model.modules()
-              if getattr(m, "weight_t", None) is not None)
+model = engine.runner.model
+params = sum(p.nbytes for p in model.parameters())
+params += sum(b.nbytes for n, b in model.named_buffers() if not n.endswith("cos_sin_cache"))
+params += sum(m.weight_t.nbytes for m in model.modules() if getattr(m, "weight_t", None) is not None)
 print(json.dumps(dict(predicted=r.predicted_bytes, measured=r.measured_bytes,
                       weights=r.weight_bytes, kv=r.kv_bytes, params=params,
                       kv_alloc=sum(t.nbytes for t in engine.runner.kv_caches))))
 """
 
 
-def test_predicted_vs_measured_rss_smollm2(smollm2_gguf, cache_dir):
-    """Process RSS of a fresh process holding SmolLM2-135M (fp32, 2,048-token KV pool, all
-    pages written) is within 10% of the plan; the weight and KV parts are exact."""
-    out = subprocess.run([sys.executable, "-c", _MEASURE, str(smollm2_gguf), str(cache_dir)],
+@pytest.mark.parametrize("scheme", ["none", "int8", "int4"])
+def test_predicted_vs_measured_rss_smollm2(smollm2_gguf, cache_dir, scheme):
+    """Process RSS of a fresh process holding SmolLM2-135M (fp32 activations, 2,048-token KV
+    pool, all pages written) is within 10% of the plan; the weight bytes equal the bytes of
+    the loaded tensors and the KV bytes those of the allocated cache. The quantized weights
+    land in the user cache, which later loads (and the quantization tests) reuse."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(smollm2_gguf), str(cache_dir),
+                          scheme],
                          capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
