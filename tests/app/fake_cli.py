@@ -46,9 +46,9 @@ def fake_load_engine(options):
         from localchat.app import cli_io
 
         with cli_io.loading_interrupts():
-            sys.stderr.write("loading\n")
-            sys.stderr.flush()
             try:
+                sys.stderr.write("loading\n")
+                sys.stderr.flush()
                 time.sleep(seconds)
             except KeyboardInterrupt:  # a slow clean-up: only a second Ctrl+C cuts it short
                 sys.stderr.write("cleaning up\n")
