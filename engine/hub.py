@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -22,15 +21,8 @@ from typing import Literal
 
 from localchat.engine.bundle import Progress, fetch_bundle
 from localchat.engine.catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
+from localchat.engine.download import HUB_ALLOW_PATTERNS, HUB_IGNORE_PATTERNS, hub_snapshot
 from localchat.engine.errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
-
-HUB_ALLOW_PATTERNS = [
-    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
-    "tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt", "*.tiktoken",
-    "chat_template.json", "chat_template.jinja",
-]  # fmt: skip
-# Mistral repos duplicate the weights as consolidated.safetensors; Llama ones ship original/.
-HUB_IGNORE_PATTERNS = ["consolidated*", "original/*"]
 
 _REPO_RE = re.compile(
     r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?$"
@@ -241,85 +233,9 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, download: bool, progress) -> Path:
-    """The snapshot folder of ``repo_id``: from the HF cache when complete there, else (when
-    ``download``) from the Hub. Hub errors are mapped to ours."""
-    name = repo_id + (f"@{revision}" if revision else "")
-    try:
-        return _snapshot(repo_id, revision, name, local_only=True)
-    except (ModelNotFoundError, ModelDownloadError):
-        if not download:
-            raise
-    if progress is not None:
-        progress(f"downloading {name} from the Hugging Face Hub ...")
-    return _snapshot(repo_id, revision, name, local_only=False)
+    """The snapshot folder of ``repo_id`` (see ``download.hub_snapshot``)."""
+    return hub_snapshot(repo_id, revision, download=download, progress=progress)
 
 
-def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool) -> Path:
-    import huggingface_hub
-    from huggingface_hub import utils as hf_errors
-
-    try:
-        folder = huggingface_hub.snapshot_download(
-            repo_id,
-            revision=revision,
-            allow_patterns=HUB_ALLOW_PATTERNS,
-            ignore_patterns=HUB_IGNORE_PATTERNS,
-            local_files_only=local_only,
-        )
-    except hf_errors.GatedRepoError:
-        raise ModelDownloadError(
-            f"{repo_id} is gated on the Hugging Face Hub: accept its license on its page "
-            "and set HF_TOKEN"
-        ) from None
-    except hf_errors.RepositoryNotFoundError:
-        raise ModelNotFoundError(
-            f"no Hugging Face Hub repo {repo_id} (or it is private: set HF_TOKEN); "
-            "run `localchat models` to list the aliases"
-        ) from None
-    except hf_errors.RevisionNotFoundError:
-        raise ModelNotFoundError(f"{repo_id} has no revision {revision!r}") from None
-    except hf_errors.HFValidationError:
-        raise ModelNotFoundError(f"{name!r} is not a valid Hub repo id") from None
-    except hf_errors.LocalEntryNotFoundError:
-        if local_only:
-            raise ModelNotFoundError(
-                f"{name} is not in the local Hugging Face cache; run `localchat pull {name}`"
-            ) from None
-        raise ModelDownloadError(
-            f"cannot download {name}: the Hugging Face Hub is unreachable or HF_HUB_OFFLINE "
-            "is set, and the model is not cached"
-        ) from None
-    except (hf_errors.HfHubHTTPError, OSError) as exc:
-        raise ModelDownloadError(f"cannot download {name}: {_one_line(exc)}") from None
-    except Exception as exc:  # connection errors of the HTTP client (httpx or requests)
-        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "requests", "urllib3"}:
-            raise
-        raise ModelDownloadError(f"cannot download {name}: {_one_line(exc)}") from None
-    path = Path(folder)
-    missing = _missing_files(path)
-    if missing:
-        error = ModelNotFoundError if local_only else ModelDownloadError
-        raise error(f"{name} is incomplete: {missing}")
-    return path
-
-
-def _missing_files(folder: Path) -> str | None:
-    """Why an HF snapshot folder is unusable (no config, no or missing safetensors), or None."""
-    if not (folder / "config.json").is_file():
-        return "no config.json (not an HF-format model repo)"
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, AttributeError):
-            return "unreadable model.safetensors.index.json"
-        absent = sorted(s for s in shards if not (folder / s).is_file())
-        if absent:
-            return "missing " + ", ".join(absent)
-    elif not any(folder.glob("*.safetensors")):
-        return "no .safetensors weights (localchat never loads pickled weights)"
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    return (" ".join(str(exc).split()) or type(exc).__name__)[:200]
+__all__ = ["HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "ModelInfo", "ModelSource",
+           "bundle_path", "is_cached", "list_models", "resolve_model"]

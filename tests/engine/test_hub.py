@@ -12,6 +12,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 from huggingface_hub import utils as hf_utils
+from huggingface_hub.file_download import DryRunFileInfo
 
 from localchat.engine import hub
 from localchat.engine.catalog import CATALOG
@@ -39,9 +40,13 @@ class FakeHub:
         self.fail_with: BaseException | None = None
 
     def __call__(self, repo_id, **kw):
-        self.calls.append({"repo_id": repo_id, **kw})
         if self.fail_with is not None:
+            self.calls.append({"repo_id": repo_id, **kw})
             raise self.fail_with
+        if kw.get("dry_run"):  # the file list with sizes, before the download itself
+            return [DryRunFileInfo("0" * 40, len(data), name, "", False, True)
+                    for name, data in self.files.items()]
+        self.calls.append({"repo_id": repo_id, **kw})
         key = (repo_id, kw.get("revision"))
         if kw.get("local_files_only") and key not in self.cached:
             raise hub_error(hf_utils.LocalEntryNotFoundError, "not cached")
@@ -234,7 +239,9 @@ def test_hub_alias_downloads_then_uses_cache(tmp_path, fake_hub):
         ("Qwen/Qwen3-0.6B", True),
         ("Qwen/Qwen3-0.6B", False),
     ]
-    assert progress == ["downloading Qwen/Qwen3-0.6B from the Hugging Face Hub ..."]
+    assert len(progress) == 1 and progress[0].startswith(
+        f"downloading Qwen/Qwen3-0.6B from the Hugging Face Hub: 2 files, "
+        f"{sum(len(d) for d in fake_hub.files.values())} B into ")
     fake_hub.calls.clear()
     again = resolve_model("qwen3-0.6b", cache_dir=tmp_path, download=False)
     assert again.path == src.path
@@ -283,8 +290,8 @@ def test_hub_not_cached_no_download(tmp_path, fake_hub):
         (hf_utils.RepositoryNotFoundError, ModelNotFoundError, "no Hugging Face Hub repo"),
         (hf_utils.GatedRepoError, ModelDownloadError, "gated"),
         (hf_utils.RevisionNotFoundError, ModelNotFoundError, "has no revision"),
-        (hf_utils.LocalEntryNotFoundError, ModelDownloadError, "unreachable"),
-        (ConnectionError, ModelDownloadError, "cannot download"),
+        (hf_utils.LocalEntryNotFoundError, ModelDownloadError, "cannot reach the Hugging Face"),
+        (ConnectionError, ModelDownloadError, "cannot reach the Hugging Face Hub"),
     ],
 )
 def test_hub_errors_mapped(tmp_path, fake_hub, exc, ours, words):

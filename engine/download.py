@@ -1,0 +1,258 @@
+"""Hub snapshots users can trust: only safe files, a disk check first, progress, clear errors.
+
+``hub_snapshot(repo_id, revision)`` returns the local folder of a Hugging Face Hub repo at a
+revision, from the standard HF cache when it is complete there, else downloaded with
+``huggingface_hub.snapshot_download`` (which resumes partial files: a file is written to
+``blobs/<etag>.incomplete`` and linked into the snapshot only when whole, so an interrupted
+download never looks complete). Only the files in ``HUB_ALLOW_PATTERNS`` are fetched (weights
+as safetensors, configs, tokenizer and chat-template files; never pickles or ONNX). Before
+fetching, the sizes listed by the Hub are checked against the free space of the cache's disk.
+``HF_TOKEN``, ``HF_HUB_OFFLINE``, ``HF_HOME`` and ``HF_ENDPOINT`` are honoured (read by
+``huggingface_hub``); the token is never printed: every message passes through ``_redact``.
+Every failure is a one-line ``ModelNotFoundError`` or ``ModelDownloadError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm.std import tqdm as _base_tqdm
+
+from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
+
+HUB_ALLOW_PATTERNS = [
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt", "*.tiktoken",
+    "chat_template.json", "chat_template.jinja",
+]  # fmt: skip
+# Mistral repos duplicate the weights as consolidated.safetensors; Llama ones ship original/.
+HUB_IGNORE_PATTERNS = ["consolidated*", "original/*"]
+# Kept free on the cache's disk beyond the download itself (bytes).
+DISK_MARGIN_BYTES = 64 * 2**20
+
+Progress = Callable[[str], None]
+
+
+def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
+                 progress: Progress | None = None) -> Path:
+    """The snapshot folder of ``repo_id`` at ``revision`` (``None``: the default branch).
+
+    From the HF cache when complete there; else, when ``download``, fetched from the Hub after
+    a free-disk check, with a byte progress bar (size, rate, ETA) on stderr when ``progress``
+    is given (``progress`` also gets one line announcing the download). Raises
+    ``ModelNotFoundError`` (no such repo or revision; not cached and not ``download``) or
+    ``ModelDownloadError`` (gated, offline with nothing cached, network, disk full, missing
+    files).
+    """
+    name = repo_id + (f"@{revision}" if revision else "")
+    try:
+        return _snapshot(repo_id, revision, name, local_only=True)
+    except (ModelNotFoundError, ModelDownloadError):
+        if not download:
+            raise
+    import huggingface_hub
+
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        raise ModelDownloadError(
+            f"{name} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            "unset HF_HUB_OFFLINE to download it"
+        )
+    cache = Path(huggingface_hub.constants.HF_HUB_CACHE)
+    with _hub_errors(repo_id, revision, name, local_only=False):
+        files = huggingface_hub.snapshot_download(
+            repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
+            ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True,
+        )
+    todo = [f for f in files if f.will_download]
+    need = sum(f.file_size or 0 for f in todo)
+    check_free_disk(cache, need, name)
+    if progress is not None:
+        progress(f"downloading {name} from the Hugging Face Hub: {len(todo)} files, "
+                 f"{_size(need)} into {cache}")
+    bar = _progress_class(name) if progress is not None else _Silent
+    return _snapshot(repo_id, revision, name, local_only=False, tqdm_class=bar)
+
+
+def check_free_disk(folder: Path, need_bytes: int, name: str) -> None:
+    """Raise ``ModelDownloadError`` when the disk holding ``folder`` (or its nearest existing
+    parent) has less than ``need_bytes + DISK_MARGIN_BYTES`` free."""
+    probe = Path(folder)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes + DISK_MARGIN_BYTES:
+        raise ModelDownloadError(
+            f"not enough disk space for {name}: it needs {_size(need_bytes)} but {probe} has "
+            f"{_size(free)} free; free some space or point HF_HOME at a larger disk"
+        )
+
+
+def missing_files(folder: Path) -> str | None:
+    """Why an HF snapshot folder is unusable (no config, no or missing safetensors), or None."""
+    if not (folder / "config.json").is_file():
+        return "no config.json (not an HF-format model repo)"
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            return "unreadable model.safetensors.index.json"
+        absent = sorted(s for s in shards if not (folder / s).is_file())
+        if absent:
+            return "missing " + ", ".join(absent)
+    elif not any(folder.glob("*.safetensors")):
+        return "no .safetensors weights (localchat never loads pickled weights)"
+    return None
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool,
+              tqdm_class=None) -> Path:
+    import huggingface_hub
+
+    with _hub_errors(repo_id, revision, name, local_only=local_only):
+        folder = huggingface_hub.snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            ignore_patterns=HUB_IGNORE_PATTERNS,
+            local_files_only=local_only,
+            **({"tqdm_class": tqdm_class} if tqdm_class is not None else {}),
+        )
+    path = Path(folder)
+    missing = missing_files(path)
+    if missing:
+        error = ModelNotFoundError if local_only else ModelDownloadError
+        raise error(f"{name} is incomplete: {missing}")
+    return path
+
+
+@contextlib.contextmanager
+def _hub_errors(repo_id: str, revision: str | None, name: str, *, local_only: bool):
+    """Map ``huggingface_hub`` and HTTP client exceptions to one-line localchat errors."""
+    from huggingface_hub import errors as hf_errors
+
+    try:
+        yield
+    except hf_errors.GatedRepoError:
+        raise ModelDownloadError(
+            f"{repo_id} is gated on the Hugging Face Hub: accept the terms on the model page "
+            "(https://huggingface.co/" + repo_id + ") and set HF_TOKEN to a token of that "
+            "account" + (" (the HF_TOKEN set has no access yet)" if _token() else "")
+        ) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise ModelNotFoundError(
+            f"no Hugging Face Hub repo {repo_id} (or it is private: set HF_TOKEN); "
+            "run `localchat models` to list the aliases"
+        ) from None
+    except hf_errors.RevisionNotFoundError:
+        raise ModelNotFoundError(f"{repo_id} has no revision {revision!r}") from None
+    except hf_errors.HFValidationError:
+        raise ModelNotFoundError(f"{name!r} is not a valid Hub repo id") from None
+    except hf_errors.LocalEntryNotFoundError as exc:
+        # IncompleteSnapshotError (a partial download in the cache) is one of these.
+        if local_only:
+            partial = "IncompleteSnapshot" in type(exc).__name__
+            what = "only partly downloaded" if partial else "not in the local Hugging Face cache"
+            raise ModelNotFoundError(f"{name} is {what}; run `localchat pull {name}`") from None
+        raise _network_error(name, exc) from None
+    except hf_errors.DryRunError as exc:  # the Hub could not be reached for the file list
+        raise _network_error(name, exc.__cause__ or exc) from None
+    except hf_errors.HfHubHTTPError as exc:
+        raise ModelDownloadError(f"cannot download {name}: {_redact(exc)}") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ModelDownloadError(
+                f"disk full while downloading {name}; free some space and run "
+                f"`localchat pull {name}` again (the download resumes)"
+            ) from None
+        if isinstance(exc, ConnectionError):
+            raise _network_error(name, exc) from None
+        raise ModelDownloadError(f"cannot download {name}: {_redact(exc)}") from None
+    except Exception as exc:  # connection errors of the HTTP client (httpx)
+        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "requests", "urllib3"}:
+            raise
+        raise _network_error(name, exc) from None
+
+
+def _network_error(name: str, exc: BaseException | None) -> ModelDownloadError:
+    import huggingface_hub
+
+    if isinstance(exc, huggingface_hub.errors.OfflineModeIsEnabled):
+        return ModelDownloadError(f"{name} is not cached and HF_HUB_OFFLINE is set")
+    endpoint = huggingface_hub.constants.ENDPOINT
+    return ModelDownloadError(
+        f"cannot reach the Hugging Face Hub ({endpoint}) to download {name}, and it is not "
+        f"cached: check the network connection ({_redact(exc) if exc else 'no response'})"
+    )
+
+
+def _token() -> str | None:
+    try:
+        from huggingface_hub import get_token
+
+        return get_token()
+    except Exception:  # noqa: BLE001 - a broken token file must not hide the real error
+        return os.environ.get("HF_TOKEN") or None
+
+
+def _redact(exc: BaseException | str) -> str:
+    """One line of at most 200 characters, with any Hugging Face token replaced by ``***``."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    for secret in {_token(), os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")}:
+        if secret:
+            text = text.replace(secret, "***")
+    return text[:200]
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+class _Silent(_base_tqdm):
+    """No progress output (callers that passed no ``progress``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.pop("name", None)
+        super().__init__(*args, **{**kwargs, "disable": True})
+
+
+def _progress_class(name: str) -> type[_base_tqdm]:
+    """A tqdm class for ``snapshot_download``: one bar on stderr for the bytes written (done /
+    total, rate, ETA); the file-count and transfer bars stay hidden. On a terminal it redraws
+    in place; elsewhere it prints a line at most every 10 s."""
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+    class ByteProgress(_base_tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.pop("name", None)
+            desc = str(kwargs.get("desc") or "")
+            shown = kwargs.get("unit") == "B" and not desc.startswith("Downloading bytes")
+            kwargs.update(
+                desc=f"localchat: {name}", file=sys.stderr, disable=not shown,
+                mininterval=0.5 if tty else 10.0, dynamic_ncols=tty, ascii=not tty,
+                bar_format="{desc}: {n_fmt}B / {total_fmt}B ({percentage:3.0f}%) "
+                           "{rate_fmt}, ETA {remaining}",
+            )
+            super().__init__(*args, **kwargs)
+
+        def set_description(self, desc=None, refresh=True):  # keep our label
+            pass
+
+        def set_description_str(self, desc=None, refresh=True):
+            pass
+
+    return ByteProgress
