@@ -200,6 +200,30 @@ def models(debug: DebugOpt = False) -> None:
     print_table(("ALIAS", "SOURCE", "SIZE", "CACHED", "PATH"), rows)
 
 
+@app.command()
+def chat(
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="Read JSON lines on stdin, write one per reply.")
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option("-m", "--model", help="Model spec (as in ask).",
+                                 show_default=False)
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", show_default=False)] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", show_default="0.7")
+    ] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default="512")] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Chat. With --jsonl: one conversation over JSON lines (see README)."""
+    if not jsonl:
+        raise cli_io.CliUsageError("the chat TUI is not available yet; use 'localchat chat --jsonl'")
+    from localchat.app.chat_jsonl import JsonlArgs, run_jsonl
+
+    run_jsonl(JsonlArgs(model=model, seed=seed, temperature=temperature, max_tokens=max_tokens))
+
+
 app.add_typer(history_app)
 app.add_typer(config_app)
 

@@ -1,0 +1,132 @@
+"""``localchat chat --jsonl``: one conversation driven by JSON lines on stdin.
+
+Input, one JSON object per line:
+``{"role": "user", "content": "..."}`` adds a user turn and answers it;
+``{"role": "system", "content": "..."}`` sets the system prompt;
+``{"command": "reset"}`` starts the conversation over (the system prompt stays).
+Output, one JSON object per line on stdout: per reply ``content``, ``finish_reason``,
+``usage`` (``prompt_tokens``, ``cached_tokens``, ``completion_tokens``), ``timings``
+(``ttft_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``), ``speculative`` (null
+without a draft model) and ``dropped_turns``; ``{"ok": true, ...}`` acknowledges a system
+prompt or a reset; ``{"error": "..."}`` answers a malformed line, and the conversation goes
+on. The engine keeps the conversation's earlier turns in its prefix cache, so each turn
+prefills only the new tokens (``usage.cached_tokens`` says how many were reused).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import IO, Any
+
+from localchat.app import cli_io
+from localchat.app.report import answer_stats
+from localchat.engine.errors import ContextLengthError
+
+
+@dataclass
+class JsonlArgs:
+    """``chat --jsonl``'s options (None: the settings or SamplingParams' default)."""
+
+    model: str | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | None = None
+              ) -> None:
+    """Serve the JSON-lines conversation until EOF on ``stdin``.
+
+    Raises:
+        CliUsageError: a bad option value (exit 2).
+        LocalchatError: the model cannot be resolved or loaded (exit 1).
+    """
+    from localchat.app.ask_cmd import SAMPLING_FLAGS, fit_prompt, load_engine
+    from localchat.app.load_options import LoadOptions
+    from localchat.app.session import ChatSession
+    from localchat.app.settings import load_settings
+    from localchat.engine.sampling_params import SamplingParams
+
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    settings = load_settings()
+    flags = {"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens}
+    knobs = {**settings.sampling, **{k: v for k, v in flags.items() if v is not None}}
+    try:
+        sampling = SamplingParams(**knobs)
+    except ValueError as e:
+        raise cli_io.CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
+    model = args.model or settings.default_model
+    engine = cli_io.guarded(lambda: load_engine(LoadOptions(model=model)))
+    session = ChatSession(system=settings.system_prompt)
+
+    def emit(obj: dict[str, Any]) -> None:
+        stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        stdout.flush()
+
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = _parse(line)
+        except (ValueError, TypeError) as e:
+            emit({"error": str(e)})
+            continue
+        if msg.get("command") == "reset":
+            session.clear()
+            emit({"ok": True, "command": "reset"})
+        elif msg["role"] == "system":
+            session.system = msg["content"] or None
+            emit({"ok": True, "role": "system"})
+        else:
+            session.add_user(msg["content"])
+            try:
+                ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                                 sampling.max_tokens)
+            except (ContextLengthError, ValueError) as e:  # unanswerable: say so, go on
+                session.messages.pop()
+                emit({"error": cli_io.one_line(str(e))})
+                continue
+            emit(_answer(engine, ids, sampling, session))
+
+
+def _parse(line: str) -> dict[str, Any]:
+    """Validate one input line. Raises ``ValueError``/``TypeError`` with a one-line reason."""
+    try:
+        msg = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(msg, dict):
+        raise TypeError("expected a JSON object")
+    if "command" in msg:
+        if msg["command"] != "reset":
+            raise ValueError(f"unknown command {msg['command']!r} (known: 'reset')")
+        return msg
+    role = msg.get("role")
+    if role not in ("user", "system"):
+        raise ValueError("expected {\"role\": \"user\"|\"system\", \"content\": \"...\"} "
+                         "or {\"command\": \"reset\"}")
+    if not isinstance(msg.get("content"), str):
+        raise TypeError("'content' must be a string")
+    if role == "user" and not msg["content"].strip():
+        raise ValueError("'content' is empty")
+    return msg
+
+
+def _answer(engine: Any, ids: list[int], sampling: Any, session: Any) -> dict[str, Any]:
+    """Generate one reply, append it to ``session`` and build its output line."""
+    last = None
+    outputs = engine.generate(ids, sampling)
+    try:
+        for out in outputs:
+            last = out
+    finally:
+        close = getattr(outputs, "close", None)
+        if close is not None:
+            close()
+    text = last.text if last is not None else ""
+    session.add_assistant(text)
+    stats = answer_stats(last, len(ids), interrupted=False)
+    return {"content": text, **stats, "dropped_turns": session.last_dropped_turns}
