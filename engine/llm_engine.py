@@ -163,11 +163,19 @@ class LLMEngine:
                                                           stop=sampling_params.stop)
         return request_id
 
-    def abort_request(self, request_id: str) -> None:
-        """Stop a request and free its KV blocks; unknown ids are ignored."""
-        self.scheduler.abort_request(request_id)
-        self._detoks.pop(request_id, None)
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stop a request and free its KV blocks; unknown ids are ignored (``None``).
+
+        Returns the request's final ``RequestOutput`` (``finish_reason`` abort, no new tokens,
+        ``text_delta`` = text held back so far, incomplete characters dropped).
+        """
+        req = self.scheduler.abort_request(request_id)
+        detok = self._detoks.pop(request_id, None)
         self.runner.release(request_id)
+        if req is None or detok is None:
+            return None
+        delta = detok.flush(drop_incomplete=True)
+        return self._output(req, [], delta, detok.text)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
@@ -227,11 +235,15 @@ class LLMEngine:
                 req.stop_reason = detok.stop_matched
             self._detoks.pop(req.request_id, None)
             self.runner.release(req.request_id)
+        return self._output(req, new_ids, delta, detok.text)
+
+    @staticmethod
+    def _output(req: Request, new_ids: list[int], delta: str, text: str) -> RequestOutput:
         return RequestOutput(
             request_id=req.request_id,
             new_token_ids=new_ids,
             text_delta=delta,
-            text=detok.text,
+            text=text,
             num_prompt_tokens=req.num_prompt_tokens,
             num_output_tokens=len(req.output_token_ids),
             finished=req.is_finished,
@@ -243,7 +255,7 @@ class LLMEngine:
             output_token_ids=list(req.output_token_ids),
             stop_reason=req.stop_reason,
             num_cached_tokens=req.num_cached_tokens,
-            logprobs=(req.output_logprobs[-len(new_ids):]
+            logprobs=(req.output_logprobs[len(req.output_logprobs) - len(new_ids):]
                       if req.sampling_params.logprobs is not None else None),
         )
 
