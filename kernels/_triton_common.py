@@ -1,17 +1,18 @@
-"""Shared pieces of the Triton launchers: interpreter detection, the dot helper, checks.
+"""Shared pieces of the Triton launchers: interpreter detection, dot precision, checks.
 
-``tl_dot`` works around a Triton 3.9 interpreter bug: under ``TRITON_INTERPRET=1`` the
-interpreter's ``create_dot`` multiplies bfloat16 operands as their raw uint16 bit patterns. With
-``FP32_DOT`` set (fp32 inputs, or the interpreter), operands are upcast to fp32 and multiplied
-with ``input_precision="ieee"``: exact products with fp32 accumulation, which is what a
-tensor-core bf16 MMA computes. On a GPU with bf16 inputs the native bf16 dot runs.
+Kernels take an ``FP32_DOT`` constexpr (``fp32_dot(dtype)``) to work around a Triton 3.9
+interpreter bug: under ``TRITON_INTERPRET=1`` the interpreter's ``create_dot`` multiplies
+bfloat16 operands as their raw uint16 bit patterns. With ``FP32_DOT`` set (fp32 inputs, or the
+interpreter), dot operands are upcast to fp32 and multiplied with ``input_precision="ieee"``:
+exact products with fp32 accumulation, which is what a tensor-core bf16 MMA computes. On a GPU
+with bf16 inputs the native bf16 dot runs. (The dot is written inline in each kernel: calling a
+``@triton.jit`` helper costs milliseconds per call in the interpreter.)
 """
 
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -57,12 +58,3 @@ def check_inner_contiguous(name: str, t: torch.Tensor, ndims: int) -> None:
         check(t.shape[d] == 1 or t.stride(d) == expected,
               f"{name}: last {ndims} dims must be contiguous, got strides {t.stride()}")
         expected *= t.shape[d]
-
-
-@triton.jit
-def tl_dot(a, b, acc, FP32_DOT: tl.constexpr):
-    """``acc + a @ b`` with fp32 accumulation; see the module docstring for ``FP32_DOT``."""
-    if FP32_DOT:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        return tl.dot(a, b, acc)

@@ -28,7 +28,6 @@ from ._triton_common import (
     check_same_device,
     fp32_dot,
     next_pow2,
-    tl_dot,
 )
 
 LOG2E = 1.4426950408889634
@@ -75,7 +74,12 @@ def _decode_kernel(
         kvmask = pmask[:, None] & dmask[None, :]
         k_off = blk * stride_kb + in_blk * stride_ks + kvh * stride_kh
         k = tl.load(kc_ptr + k_off[:, None] + d[None, :], mask=kvmask, other=0.0)
-        s = tl_dot(q, tl.trans(k), tl.zeros([GROUP_P, BLOCK_N], dtype=tl.float32), FP32_DOT)
+        # FP32_DOT: fp32 operands, ieee dot (see _triton_common; the interpreter's bf16 dot
+        # is broken); else the native (bf16 tensor-core) dot. fp32 accumulation either way.
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), tl.trans(k).to(tl.float32), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
         s = tl.where(pmask[None, :], s * sm_scale_log2, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)
@@ -83,7 +87,12 @@ def _decode_kernel(
         l_sum = l_sum * alpha + tl.sum(p, axis=1)
         v_off = blk * stride_vb + in_blk * stride_vs + kvh * stride_vh
         v = tl.load(vc_ptr + v_off[:, None] + d[None, :], mask=kvmask, other=0.0)
-        acc = tl_dot(p.to(v.dtype), v, acc * alpha[:, None], FP32_DOT)
+        p = p.to(v.dtype)  # as FlashAttention: probabilities in the value dtype for P @ V
+        if FP32_DOT:
+            acc = tl.dot(p.to(tl.float32), v.to(tl.float32), acc * alpha[:, None],
+                         input_precision="ieee")
+        else:
+            acc = tl.dot(p, v, acc * alpha[:, None])
         m = m_new
     out = acc / tl.maximum(l_sum, 1e-30)[:, None]
     omask = gmask[:, None] & dmask[None, :]

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._triton_common import check, check_dtype, check_same_device, fp32_dot, tl_dot
+from ._triton_common import check, check_dtype, check_same_device, fp32_dot
 
 
 @triton.jit
@@ -47,8 +47,12 @@ def _int8_kernel(
                     mask=mmask[:, None] & kmask[None, :], other=0.0)
         q = tl.load(w_ptr + rn[None, :].to(tl.int64) * stride_wn + rk[:, None] * stride_wk,
                     mask=nmask[None, :] & kmask[:, None], other=0)
-        # via fp32: the 3.9 interpreter casts int8 -> bf16 as raw bits
-        acc = tl_dot(x, q.to(tl.float32).to(x.dtype), acc, FP32_DOT)
+        # int8 -> fp32 -> x dtype (exact): the 3.9 interpreter casts int8 -> bf16 as raw bits
+        w = q.to(tl.float32).to(x.dtype)
+        if FP32_DOT:  # see _triton_common
+            acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, w, acc)
     acc = acc * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
     optr = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
     omask = mmask[:, None] & nmask[None, :]
@@ -90,8 +94,12 @@ def _int4_kernel(
         z = z.to(tl.float32)[None, :]
         w_low = (((b & 0xF).to(tl.float32) - z) * s).to(x_even.dtype)  # [HALF, BLOCK_N]
         w_high = (((b >> 4).to(tl.float32) - z) * s).to(x_even.dtype)
-        acc = tl_dot(x_even, w_low, acc, FP32_DOT)
-        acc = tl_dot(x_odd, w_high, acc, FP32_DOT)
+        if FP32_DOT:  # see _triton_common
+            acc = tl.dot(x_even.to(tl.float32), w_low.to(tl.float32), acc, input_precision="ieee")
+            acc = tl.dot(x_odd.to(tl.float32), w_high.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x_even, w_low, acc)
+            acc = tl.dot(x_odd, w_high, acc)
     optr = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
     omask = mmask[:, None] & nmask[None, :]
     if SPLIT_K == 1:
