@@ -221,13 +221,16 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
     outputs: Any = None
     last: Any = None
     interrupted = False
+    guard = cli_io.InterruptGuard()
     try:
-        outputs = engine.generate(prompt_ids, sampling)
-        for out in outputs:
-            last = out
-            writer.write(out.text_delta)
-            if out.finished:
-                break
+        with guard.installed():
+            outputs = engine.generate(prompt_ids, sampling)
+            for out in outputs:
+                with guard.critical():  # shown and recorded together, or neither
+                    last = out
+                    writer.write(out.text_delta)
+                if out.finished:
+                    break
     except KeyboardInterrupt:
         interrupted = True
         _close_quietly(outputs)

@@ -268,6 +268,49 @@ def loading_interrupts() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
+class InterruptGuard:
+    """A SIGINT handler that raises ``KeyboardInterrupt`` at once, except inside ``critical()``
+    sections, where it is held until the section ends. ``ask`` prints and records each text
+    delta in one section, so the saved partial reply is exactly what was printed.
+
+    Use ``with guard.installed(): ... with guard.critical(): ...`` in the main thread.
+    """
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._depth:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Install the handler for the block (a no-op outside the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        """Hold Ctrl+C until the block ends, then raise it."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt
+
+
 def _usage_message(e: Any) -> str:
     msg = one_line(e.format_message())
     if e.ctx is not None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import sys
+import threading
+import time
 
 import pytest
 
@@ -211,3 +214,19 @@ def test_invalid_utf8_is_replaced_with_one_warning(ask):
     assert engine.tokenizer.messages[-1]["content"] == "caf\ufffd\n\nQ"
     assert err == ("localchat: warning: stdin is not valid UTF-8; invalid bytes were replaced "
                    "with U+FFFD\n")
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
+def test_interrupt_guard_holds_ctrl_c_until_the_critical_section_ends():
+    guard = cli_io.InterruptGuard()
+    done = []
+    with guard.installed():
+        with pytest.raises(KeyboardInterrupt), guard.critical():
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(0.05)  # the handler has run by now, and held the interrupt
+            done.append("section finished")
+        assert done == ["section finished"]
+        with pytest.raises(KeyboardInterrupt):  # outside a section: at once
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(5)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

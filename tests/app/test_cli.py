@@ -4,13 +4,15 @@ Subprocess tests run the real entry point (``python -m localchat.app.cli``) and 
 and stderr separately (DESIGN.md sections 7 and 9). In-process tests drive ``ask`` with a fake
 engine where the model does not matter.
 
-Subprocesses inherit the environment, so they use the same model cache as
-``tests/conftest.py`` (``LOCALCHAT_HOME`` or the platformdirs default; CI fills it with
-``localchat pull smollm2-135m``). ``LOCALCHAT_TEST_HOME`` points them at another home.
+Subprocesses get a fresh ``LOCALCHAT_HOME`` (history and config of their own) whose cache is
+the model cache of ``tests/conftest.py`` (``LOCALCHAT_HOME`` or the platformdirs default; CI
+fills it with ``localchat pull smollm2-135m``); ``LOCALCHAT_TEST_HOME`` names another cache's
+home.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,19 +29,20 @@ GREEDY = ["--temperature", "0", "--max-tokens", "24"]
 
 
 @pytest.fixture(scope="module")
-def home(request) -> Path | None:
-    """The LOCALCHAT_HOME for subprocesses (see the module docstring), or None to inherit."""
-    env = os.environ.get("LOCALCHAT_TEST_HOME")
-    return Path(env) if env else None
+def env(tmp_path_factory) -> dict[str, str]:
+    """Environment of the CLI subprocesses: a fresh LOCALCHAT_HOME (its own history and config)
+    whose ``cache`` links to the shared model cache (``LOCALCHAT_TEST_HOME``'s, else the one the
+    tests use), no colour forcing, no debug, no settings from the environment."""
+    from localchat.app import settings
 
-
-@pytest.fixture(scope="module")
-def env(home) -> dict[str, str]:
-    """Environment of the CLI subprocesses: the test home, no colour forcing, no debug."""
-    e = {k: v for k, v in os.environ.items() if k not in ("LOCALCHAT_DEBUG", "FORCE_COLOR")}
-    e["LOCALCHAT_HOME"] = str(home) if home else e.get("LOCALCHAT_HOME", "")
-    if not e["LOCALCHAT_HOME"]:
-        del e["LOCALCHAT_HOME"]
+    test_home = os.environ.get("LOCALCHAT_TEST_HOME")
+    cache = Path(test_home) / "cache" if test_home else settings.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    home = tmp_path_factory.mktemp("home")
+    (home / "cache").symlink_to(cache, target_is_directory=True)
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("LOCALCHAT_") and k not in ("FORCE_COLOR", "NO_COLOR")}
+    e["LOCALCHAT_HOME"] = str(home)
     return e
 
 
@@ -175,7 +178,7 @@ def test_models_lists_the_catalog_as_plain_text(env):
 # -- the real model --------------------------------------------------------------------------
 
 
-def test_ask_streams_the_answer(env, gguf):
+def test_ask_streams_the_answer_and_json_has_the_same_content(env, gguf):
     proc = run(env, "ask", CAPITAL, *GREEDY)
     out = proc.stdout.decode()
     assert proc.returncode == 0, proc.stderr.decode()
@@ -183,6 +186,15 @@ def test_ask_streams_the_answer(env, gguf):
     assert "\x1b" not in out
     assert out.endswith("\n") and not out.endswith("\n\n")
     assert "Traceback" not in proc.stderr.decode()
+    proc = run(env, "ask", CAPITAL, *GREEDY, "--json", "--stats", "--no-save")
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["content"] == out[:-1] and doc["model"] == "smollm2-135m"
+    assert doc["finish_reason"] in ("stop", "length") and doc["conversation_id"] is None
+    assert 0 < doc["usage"]["completion_tokens"] <= 24 and doc["usage"]["prompt_tokens"] > 10
+    assert doc["timings"]["ttft_s"] > 0 and doc["timings"]["prefill_tokens_per_s"] > 0
+    stats = proc.stderr.decode().splitlines()
+    assert len(stats) == 1 and stats[0].startswith("localchat: stats: ttft ")
 
 
 def test_piped_stdin_equals_the_combined_argument(env, gguf):
@@ -244,6 +256,13 @@ def test_sigint_during_generation_exits_130(env, gguf):
     assert proc.returncode == 130, err.decode()
     assert out.endswith("\n") and len(out) > 1
     assert "Traceback" not in err.decode()
+    from localchat.app.store import Store
+
+    with Store(Path(env["LOCALCHAT_HOME"]) / "data" / "history.db") as store:
+        msgs = store.most_recent().messages
+    assert [(m.role, m.interrupted) for m in msgs[-2:]] == [("user", False), ("assistant", True)]
+    assert msgs[-2].content == "Write a long story about a dragon."
+    assert msgs[-1].content == out[:-1]  # saved exactly what was printed
 
 
 def test_broken_pipe_stops_quietly_with_141(env, gguf):
