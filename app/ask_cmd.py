@@ -93,12 +93,8 @@ def run_ask(args: AskArgs) -> None:
 
         system = args.system or (conv.system_prompt if conv else None) or settings.system_prompt
         session = ChatSession(system=system)
-        for msg in conv.messages if conv else []:
-            if msg.role == "user":
-                session.add_user(msg.content)
-            elif msg.role == "assistant":
-                session.add_assistant(msg.content)
-        session.add_user(text)
+        for role, content in _alternating(conv.messages if conv else [], text):
+            (session.add_user if role == "user" else session.add_assistant)(content)
         prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
                                 sampling.max_tokens)
         conv_id = None
@@ -198,6 +194,21 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
         store.close()
         return None, conv
     return store, conv
+
+
+def _alternating(stored: list[Any], text: str) -> list[tuple[str, str]]:
+    """Earlier turns plus the new user message, as alternating (role, content) pairs: a user
+    message left without a reply (a crash mid-reply) is joined to the next user message with a
+    blank line, as chat templates may require alternating roles."""
+    turns: list[tuple[str, str]] = []
+    for role, content in [(m.role, m.content) for m in stored] + [("user", text)]:
+        if role not in ("user", "assistant"):
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1] = (role, turns[-1][1] + "\n\n" + content)
+        else:
+            turns.append((role, content))
+    return turns
 
 
 def _explicit(knobs: dict[str, Any]) -> dict[str, Any]:

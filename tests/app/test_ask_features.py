@@ -126,9 +126,9 @@ def test_conversation_id_picks_an_older_conversation(ask):
 
 
 def test_continue_with_no_save_reads_but_does_not_write(ask):
-    ask(["q1"], ["a1"])
-    code, _, _, engine, _ = ask(["q2", "-c", "--no-save"], ["a2"])
-    assert code == 0
+    ask(["q1", "-m", "model-of-q1"], ["a1"])
+    code, _, _, engine, options = ask(["q2", "-c", "--no-save"], ["a2"])
+    assert code == 0 and options.model == "model-of-q1"  # the conversation's model
     assert decode_ids(engine.prompt_token_ids) == "user:q1|assistant:a1|user:q2|assistant:"
     with Store() as store:
         assert store.most_recent().message_count == 2
@@ -230,3 +230,13 @@ def test_interrupt_guard_holds_ctrl_c_until_the_critical_section_ends():
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             time.sleep(5)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_user_message_left_without_reply_is_joined_to_the_next(ask):
+    ask(["q1"], ["a1"])
+    with Store() as store:
+        store.add_message(store.most_recent().id, "user", "lost q2")  # crashed before a reply
+    code, _, _, engine, _ = ask(["q3", "-c"], ["a3"])
+    assert code == 0
+    assert decode_ids(engine.prompt_token_ids) == (
+        "user:q1|assistant:a1|user:lost q2\n\nq3|assistant:")
