@@ -2,9 +2,12 @@
 
 ``hub_snapshot(repo_id, revision)`` returns the local folder of a Hugging Face Hub repo at a
 revision, from the standard HF cache when it is complete there, else downloaded with
-``huggingface_hub.snapshot_download`` (which resumes partial files: a file is written to
-``blobs/<etag>.incomplete`` and linked into the snapshot only when whole, so an interrupted
-download never looks complete). Only the files in ``HUB_ALLOW_PATTERNS`` are fetched (weights
+``huggingface_hub.snapshot_download``. Resuming: files already complete are kept and only the
+missing ones are fetched again; a dropped connection resumes the file in progress with an HTTP
+``Range`` request; a file is written to a temporary ``blobs/*.incomplete`` and linked into the
+snapshot only when whole, so an interrupted download never looks complete (huggingface_hub
+2.x names that file per process and deletes it on failure, so the file that a killed process
+was fetching restarts from byte 0 on the next run). Only the files in ``HUB_ALLOW_PATTERNS`` are fetched (weights
 as safetensors, configs, tokenizer and chat-template files; never pickles or ONNX). Before
 fetching, the sizes listed by the Hub are checked against the free space of the cache's disk.
 ``HF_TOKEN``, ``HF_HUB_OFFLINE``, ``HF_HOME`` and ``HF_ENDPOINT`` are honoured (read by
@@ -54,21 +57,22 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
     name = repo_id + (f"@{revision}" if revision else "")
     try:
         return _snapshot(repo_id, revision, name, local_only=True)
-    except (ModelNotFoundError, ModelDownloadError):
+    except (ModelNotFoundError, ModelDownloadError) as err:
         if not download:
             raise
+        partial = "partly" in str(err) or "incomplete" in str(err)
     import huggingface_hub
 
     if huggingface_hub.constants.HF_HUB_OFFLINE:
+        what = "only partly downloaded" if partial else "not in the local Hugging Face cache"
         raise ModelDownloadError(
-            f"{name} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-            "unset HF_HUB_OFFLINE to download it"
+            f"{name} is {what} and HF_HUB_OFFLINE is set; unset HF_HUB_OFFLINE to download it"
         )
     cache = Path(huggingface_hub.constants.HF_HUB_CACHE)
     with _hub_errors(repo_id, revision, name, local_only=False):
         files = huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
-            ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True,
+            ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=_Silent,
         )
     todo = [f for f in files if f.will_download]
     need = sum(f.file_size or 0 for f in todo)
@@ -139,49 +143,59 @@ def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool
 @contextlib.contextmanager
 def _hub_errors(repo_id: str, revision: str | None, name: str, *, local_only: bool):
     """Map ``huggingface_hub`` and HTTP client exceptions to one-line localchat errors."""
-    from huggingface_hub import errors as hf_errors
-
     try:
         yield
-    except hf_errors.GatedRepoError:
-        raise ModelDownloadError(
+    except Exception as exc:
+        ours = _translate(exc, repo_id, revision, name, local_only)
+        if ours is None:
+            raise
+        raise ours from None
+
+
+def _translate(exc: BaseException, repo_id: str, revision: str | None, name: str,
+               local_only: bool) -> Exception | None:
+    """Our error for a Hub/HTTP exception, or ``None`` (a bug: keep the traceback)."""
+    from huggingface_hub import errors as hf
+
+    if isinstance(exc, hf.DryRunError) and exc.__cause__ is not None:
+        # the file list could not be fetched: the cause says why (gated, missing, offline)
+        return _translate(exc.__cause__, repo_id, revision, name, local_only)
+    if isinstance(exc, hf.GatedRepoError):
+        return ModelDownloadError(
             f"{repo_id} is gated on the Hugging Face Hub: accept the terms on the model page "
-            "(https://huggingface.co/" + repo_id + ") and set HF_TOKEN to a token of that "
-            "account" + (" (the HF_TOKEN set has no access yet)" if _token() else "")
-        ) from None
-    except hf_errors.RepositoryNotFoundError:
-        raise ModelNotFoundError(
+            f"(https://huggingface.co/{repo_id}) and set HF_TOKEN to a token of that account"
+            + (" (the HF_TOKEN set has no access yet)" if _token() else "")
+        )
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        return ModelNotFoundError(
             f"no Hugging Face Hub repo {repo_id} (or it is private: set HF_TOKEN); "
             "run `localchat models` to list the aliases"
-        ) from None
-    except hf_errors.RevisionNotFoundError:
-        raise ModelNotFoundError(f"{repo_id} has no revision {revision!r}") from None
-    except hf_errors.HFValidationError:
-        raise ModelNotFoundError(f"{name!r} is not a valid Hub repo id") from None
-    except hf_errors.LocalEntryNotFoundError as exc:
+        )
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return ModelNotFoundError(f"{repo_id} has no revision {revision!r}")
+    if isinstance(exc, hf.HFValidationError):
+        return ModelNotFoundError(f"{name!r} is not a valid Hub repo id")
+    if isinstance(exc, hf.LocalEntryNotFoundError):
         # IncompleteSnapshotError (a partial download in the cache) is one of these.
         if local_only:
-            partial = "IncompleteSnapshot" in type(exc).__name__
+            partial = isinstance(exc, getattr(hf, "IncompleteSnapshotError", ()))
             what = "only partly downloaded" if partial else "not in the local Hugging Face cache"
-            raise ModelNotFoundError(f"{name} is {what}; run `localchat pull {name}`") from None
-        raise _network_error(name, exc) from None
-    except hf_errors.DryRunError as exc:  # the Hub could not be reached for the file list
-        raise _network_error(name, exc.__cause__ or exc) from None
-    except hf_errors.HfHubHTTPError as exc:
-        raise ModelDownloadError(f"cannot download {name}: {_redact(exc)}") from None
-    except OSError as exc:
+            return ModelNotFoundError(f"{name} is {what}; run `localchat pull {name}`")
+        return _network_error(name, exc.__cause__ or exc)
+    if isinstance(exc, hf.HfHubHTTPError):
+        return ModelDownloadError(f"cannot download {name}: {_redact(exc)}")
+    if isinstance(exc, OSError):
         if exc.errno == errno.ENOSPC:
-            raise ModelDownloadError(
+            return ModelDownloadError(
                 f"disk full while downloading {name}; free some space and run "
                 f"`localchat pull {name}` again (the download resumes)"
-            ) from None
+            )
         if isinstance(exc, ConnectionError):
-            raise _network_error(name, exc) from None
-        raise ModelDownloadError(f"cannot download {name}: {_redact(exc)}") from None
-    except Exception as exc:  # connection errors of the HTTP client (httpx)
-        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "requests", "urllib3"}:
-            raise
-        raise _network_error(name, exc) from None
+            return _network_error(name, exc)
+        return ModelDownloadError(f"cannot download {name}: {_redact(exc)}")
+    if type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "requests", "urllib3"}:
+        return _network_error(name, exc)  # connection errors of the HTTP client
+    return None
 
 
 def _network_error(name: str, exc: BaseException | None) -> ModelDownloadError:
