@@ -6,8 +6,9 @@ environment variable ``LOCALCHAT_HOME`` is set, all three live under it instead:
 function creates its folder on demand.
 
 The config file is ``config_dir()/config.toml``: ``default_model``, ``draft``, ``quant``,
-``theme``, ``system_prompt`` and a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
-are listed in ``KEYS``). Each key can also come from the environment (``LOCALCHAT_`` + the key's
+``theme``, ``system_prompt``, a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
+are listed in ``KEYS``) and a ``[keys]`` table of TUI key bindings (``stop = "escape,ctrl+c"``;
+names in ``localchat.app.tui.keymap``, checked by the TUI). Each key can also come from the environment (``LOCALCHAT_`` + the key's
 last part in capitals: ``LOCALCHAT_DEFAULT_MODEL``, ``LOCALCHAT_TEMPERATURE``). Precedence, as
 applied by the CLI and the TUI: command-line flag > environment > config file > built-in default.
 """
@@ -61,6 +62,7 @@ def config_path() -> Path:
 
 QUANT_CHOICES = ("auto", "none", "fp8", "int8", "int4")
 SAMPLING_TABLE = "sampling"
+KEYS_TABLE = "keys"  # TUI key bindings: binding name -> comma-separated keys
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Settings:
     theme: str | None = None
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     unknown_keys: tuple[str, ...] = field(default=(), compare=False)
 
@@ -203,7 +206,11 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     unknown: list[str] = []
+    bindings: dict[str, str] = {}
     for name, raw in _flatten(data):
+        if name.startswith(KEYS_TABLE + ".") and isinstance(raw, str):
+            bindings[name.split(".", 1)[1]] = raw
+            continue
         key = KEYS.get(name)
         if key is None:
             unknown.append(name)
@@ -223,7 +230,8 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
             sources[key.name] = "env"
     top = {k: v for k, v in values.items() if KEYS[k].table is None}
     sampling = {KEYS[k].field: v for k, v in values.items() if KEYS[k].table}
-    return Settings(**top, sampling=sampling, sources=sources, unknown_keys=tuple(unknown))
+    return Settings(**top, sampling=sampling, keys=bindings, sources=sources,
+                    unknown_keys=tuple(unknown))
 
 
 def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key, Any]:
