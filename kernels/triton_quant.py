@@ -92,14 +92,14 @@ def _int4_kernel(
         z = tl.load(z_ptr + rn * stride_sn + g * stride_sg, mask=nmask, other=0.0)
         s = s.to(tl.float32)[None, :]
         z = z.to(tl.float32)[None, :]
-        w_low = (((b & 0xF).to(tl.float32) - z) * s).to(x_even.dtype)  # [HALF, BLOCK_N]
-        w_high = (((b >> 4).to(tl.float32) - z) * s).to(x_even.dtype)
-        if FP32_DOT:  # see _triton_common
-            acc = tl.dot(x_even.to(tl.float32), w_low.to(tl.float32), acc, input_precision="ieee")
-            acc = tl.dot(x_odd.to(tl.float32), w_high.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(x_even, w_low, acc)
-            acc = tl.dot(x_odd, w_high, acc)
+        w_low = ((b & 0xF).to(tl.float32) - z) * s  # [HALF, BLOCK_N] fp32
+        w_high = ((b >> 4).to(tl.float32) - z) * s
+        if FP32_DOT:  # see _triton_common; the weights stay fp32 (as in the reference)
+            acc = tl.dot(x_even.to(tl.float32), w_low, acc, input_precision="ieee")
+            acc = tl.dot(x_odd.to(tl.float32), w_high, acc, input_precision="ieee")
+        else:  # bf16/fp16 tensor-core dots on weights rounded to the activation dtype
+            acc = tl.dot(x_even, w_low.to(x_even.dtype), acc)
+            acc = tl.dot(x_odd, w_high.to(x_odd.dtype), acc)
     optr = out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :]
     omask = mmask[:, None] & nmask[None, :]
     if SPLIT_K == 1:
