@@ -217,9 +217,10 @@ def _explicit(knobs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _make_writer(args: AskArgs) -> Any:
-    if args.json or args.extract:
+    markdown = cli_io.stream_isatty(sys.stdout) and not args.raw
+    if args.json or args.extract or (markdown and args.no_stream):
         return render.BufferedWriter()
-    if cli_io.stream_isatty(sys.stdout) and not args.raw:
+    if markdown:
         return render.MarkdownWriter()
     return cli_io.AnswerWriter(buffered=args.no_stream)
 
@@ -280,6 +281,10 @@ def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
         plain = cli_io.AnswerWriter(buffered=True)
         plain.write(text)
         plain.finish()
+    elif isinstance(writer, render.BufferedWriter):  # --no-stream on a terminal
+        markdown = render.MarkdownWriter()
+        markdown.write(text)
+        markdown.finish()
     else:
         writer.finish()
     if args.stats:

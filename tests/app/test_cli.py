@@ -244,6 +244,7 @@ def test_sigint_during_generation_exits_130(env, gguf):
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
+        bufsize=0,  # unbuffered: read(1) must not pull bytes that communicate() then misses
         stderr=subprocess.PIPE,
         env=env,
     )

@@ -117,7 +117,7 @@ def test_continue_across_processes_and_history_commands(env):
 def test_sigint_during_generation_exits_130_and_saves_the_partial_reply(env):
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), "ask", "Tell a long story"], stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
         env={**env, "FAKE_REPLY": "Once upon a time " * 50, "FAKE_DELAY": "0.05"})
     first = proc.stdout.read(8)  # the answer is streaming
     proc.send_signal(signal.SIGINT)

@@ -149,6 +149,10 @@ def test_terminal_output_markdown_raw_and_no_color(tmp_path):
     text = out.decode()
     assert "\x1b[" in text and "Hello world and code." in screen(text.replace("\r\n", "\n"), 80)
     assert has_colour(text)  # colours by default
+    code, whole, _ = run_on_pty(["ask", "hi", "--no-stream"], env)
+    assert code == 0 and "\x1b[J" not in whole.decode()  # nothing raw to erase: one write
+    assert screen(whole.decode().replace("\r\n", "\n"), 80) == screen(
+        text.replace("\r\n", "\n"), 80)
     code, out, _ = run_on_pty(["ask", "hi", "--raw"], env)
     assert code == 0 and out.decode() == REPLY.rstrip("\n").replace("\n", "\r\n") + "\r\n"
     code, out, _ = run_on_pty(["ask", "hi"], {**env, "NO_COLOR": "1"})
