@@ -29,16 +29,34 @@ app = typer.Typer(
 DebugOpt = Annotated[
     bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
 ]
+ThemeOpt = Annotated[
+    str | None,
+    typer.Option("--theme", help="TUI theme: dark, light, high-contrast (or a Textual theme).",
+                 show_default="settings' theme, dark"),
+]
+
+
 @app.callback()
-def _root(ctx: typer.Context, debug: DebugOpt = False) -> None:
+def _root(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None,
+        typer.Option("-m", "--model", help="Model for the chat TUI (as in ask).",
+                     show_default=False),
+    ] = None,
+    theme: ThemeOpt = None,
+    debug: DebugOpt = False,
+) -> None:
     """localchat: chat with local LLMs run by localchat's own engine.
 
+    With no command, opens the chat TUI (on a terminal; otherwise prints this help).
     Try: localchat ask "What is the capital of France?"
     """
     if ctx.invoked_subcommand is None:
-        # The TUI takes this place in its own issue; until then, show the help.
-        typer.echo(ctx.get_help())
-        raise typer.Exit(cli_io.EXIT_OK)
+        if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
+            typer.echo(ctx.get_help())
+            raise typer.Exit(cli_io.EXIT_OK)
+        _open_tui(model, theme, {})
 
 
 @app.command()
@@ -214,11 +232,17 @@ def chat(
         float | None, typer.Option("--temperature", show_default="0.7")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default="512")] = None,
+    theme: ThemeOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Chat. With --jsonl: one conversation over JSON lines (see README)."""
+    """Chat in the TUI; with --jsonl: one conversation over JSON lines (see README)."""
     if not jsonl:
-        raise cli_io.CliUsageError("the chat TUI is not available yet; use 'localchat chat --jsonl'")
+        if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
+            raise cli_io.CliUsageError("the chat TUI needs a terminal; use "
+                                       "'localchat chat --jsonl' or 'localchat ask'")
+        knobs = {"seed": seed, "temperature": temperature, "max_tokens": max_tokens}
+        _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None})
+        return
     from localchat.app.chat_jsonl import JsonlArgs, run_jsonl
 
     run_jsonl(JsonlArgs(model=model, seed=seed, temperature=temperature, max_tokens=max_tokens))
@@ -235,6 +259,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any]) -> None:
+    """Run the chat TUI (``app/tui``) until the user quits."""
+    from localchat.app.tui.app import run_tui
+
+    raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling))
 
 
 def _resolve(spec: str) -> Any:

@@ -1,0 +1,203 @@
+"""The localchat Textual app: themes, key map, the engine's lifecycle, errors as notifications.
+
+``ChatApp`` loads the model on a thread worker (the UI is up at once and shows "loading"),
+keeps one engine at a time (``AsyncLLMEngine``, its step loop on its own thread), registers
+the themes of ``localchat.themes`` and remembers the theme picked in the command palette in the
+config file. ``run_tui`` is what ``localchat`` (no command) and ``localchat chat`` call.
+Tests pass a fake ``engine`` (or ``engine_loader``) and an in-memory store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.theme import Theme
+
+from localchat.app.tui import keymap as keys
+from localchat.app.tui.engine_host import describe_error, load_async_engine
+from localchat.app.tui.messages import EngineLoaded
+from localchat.app.tui.screens.chat_screen import ChatScreen
+from localchat.themes import DEFAULT_THEME, THEMES, load_css, resolve_theme_name
+
+logger = logging.getLogger(__name__)
+
+
+class ChatApp(App[None]):
+    """The TUI.
+
+    Args:
+        model: model spec to load (default: the settings' ``default_model``).
+        theme: theme name (``dark``/``light``/``high-contrast`` or any registered theme).
+        settings: a ``Settings`` (default: ``load_settings()``).
+        engine: an already loaded engine (tests); skips loading.
+        engine_loader: ``(spec, quant=, draft=, progress=) -> engine``, run on a thread.
+        store: the history store (default: ``TuiStore()`` on the user's history file).
+        remember_theme: write theme changes to the config file.
+    """
+
+    CSS = load_css()
+    TITLE = "localchat"
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(self, *, model: str | None = None, theme: str | None = None,
+                 settings: Any = None, engine: Any = None,
+                 engine_loader: Callable[..., Any] | None = None, store: Any = None,
+                 remember_theme: bool = True) -> None:
+        super().__init__()
+        if settings is None:
+            from localchat.app.settings import load_settings
+
+            settings = load_settings()
+        if store is None:
+            from localchat.app.tui.history import TuiStore
+
+            store = TuiStore()
+        self.settings = settings
+        self.store = store
+        self.model_name: str = model or settings.default_model
+        self.draft: str | None = settings.draft
+        self.quant: str | None = settings.quant
+        self.default_system: str | None = settings.system_prompt
+        self.default_sampling: dict[str, Any] = dict(settings.sampling)
+        self.engine = engine
+        self.engine_error: str | None = None
+        self._engine_loader = engine_loader or load_async_engine
+        self._remember_theme = remember_theme
+        self.keymap: dict[str, str] = {}
+        self._keymap_error: str | None = None
+        try:
+            self.keymap = keys.keymap_from_config(getattr(settings, "keys", None) or {})
+        except keys.KeymapError as exc:
+            self._keymap_error = str(exc)
+        for t in THEMES:
+            self.register_theme(t)
+        self._theme_warning: str | None = None
+        wanted = resolve_theme_name(theme or settings.theme or DEFAULT_THEME)
+        if wanted not in self.available_themes:
+            self._theme_warning = (f"unknown theme '{wanted}'; using {DEFAULT_THEME} "
+                                   f"(themes: {', '.join(sorted(self.available_themes))})")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+
+    def on_mount(self) -> None:
+        if self.keymap:
+            self.set_keymap(self.keymap)
+        self.push_screen(ChatScreen())
+        for warning in (self._theme_warning, self._keymap_error):
+            if warning:
+                self.notify(warning, severity="warning", timeout=8)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self.engine is None:
+            self.load_model(self.model_name, self.draft)
+        else:
+            self.post_message(EngineLoaded(self.model_name, self.engine))
+
+    # -- engine --------------------------------------------------------------------------------
+
+    def load_model(self, model: str, draft: str | None = None) -> None:
+        """Load ``model`` (and ``draft``) on a thread; ``EngineLoaded`` reports the outcome."""
+        old, self.engine = self.engine, None
+        self.model_name, self.draft, self.engine_error = model, draft, None
+        if old is not None:
+            _shutdown(old)
+        self._load(model, draft)
+
+    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
+    def _load(self, model: str, draft: str | None) -> None:
+        def progress(line: str) -> None:
+            self.call_from_thread(self._progress, model, line)
+
+        try:
+            engine = self._engine_loader(model, quant=self.quant, draft=draft,
+                                         progress=progress)
+        except BaseException as exc:
+            logger.debug("loading %s failed", model, exc_info=True)
+            self.post_message(EngineLoaded(model, error=describe_error(exc)))
+            return
+        self.post_message(EngineLoaded(model, engine))
+
+    def _progress(self, model: str, line: str) -> None:
+        self.notify(" ".join(line.split()), title=model, timeout=3)
+
+    def on_engine_loaded(self, message: EngineLoaded) -> None:
+        if message.model != self.model_name:  # a newer load superseded this one
+            if message.engine is not None and message.engine is not self.engine:
+                _shutdown(message.engine)
+            return
+        if message.error:
+            self.engine_error = message.error
+            self.notify(message.error, severity="error", title=f"Cannot load {message.model}",
+                        timeout=15)
+        else:
+            self.engine = message.engine
+            self.engine_error = None
+        screen = self._chat_screen()
+        if screen is not None:
+            screen.refresh_status()
+
+    def _chat_screen(self) -> ChatScreen | None:
+        for screen in self.screen_stack:
+            if isinstance(screen, ChatScreen):
+                return screen
+        return None
+
+    async def on_unmount(self) -> None:
+        if self.engine is not None:
+            _shutdown(self.engine)
+
+    # -- themes --------------------------------------------------------------------------------
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if not self._remember_theme:
+            return
+        try:
+            from localchat.app.settings import set_value
+
+            set_value("theme", theme.name)
+        except Exception as exc:  # noqa: BLE001 - the theme still applies for this session
+            self.notify(f"cannot save the theme: {describe_error(exc)}", severity="warning")
+
+
+def _shutdown(engine: Any) -> None:
+    shutdown = getattr(engine, "shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown(timeout=2.0)
+        except TypeError:
+            shutdown()
+        except Exception:
+            logger.debug("engine shutdown failed", exc_info=True)
+
+
+def run_tui(model: str | None = None, theme: str | None = None,
+            sampling: dict[str, Any] | None = None) -> int:
+    """Run the TUI in this terminal until the user quits; returns the exit code (0).
+
+    ``sampling`` holds ``SamplingParams`` fields from command-line flags; they override the
+    settings' defaults for every conversation of this session.
+
+    Raises:
+        LocalchatError: bad settings or an unreadable history file (before the UI starts).
+        CliUsageError: a sampling flag is out of range.
+    """
+    from localchat.app.settings import load_settings
+
+    settings = load_settings()
+    if sampling:
+        from localchat.app.cli_io import CliUsageError
+        from localchat.engine.sampling_params import SamplingParams
+
+        merged = {**settings.sampling, **sampling}
+        try:
+            SamplingParams(**merged)
+        except ValueError as exc:
+            raise CliUsageError(str(exc)) from None
+        settings = replace(settings, sampling=merged)
+    app = ChatApp(model=model, theme=theme, settings=settings)
+    app.run()
+    return 0

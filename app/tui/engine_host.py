@@ -1,0 +1,90 @@
+"""Loading the engine for the TUI, off the UI thread, with errors as one line.
+
+``load_async_engine`` resolves a model spec (catalog alias, Hub repo, HF folder, ``.gguf``),
+downloading it when missing (``hub.resolve_model``, progress lines to a callback), and starts
+an ``AsyncLLMEngine`` on it (its step loop runs on its own thread). The app calls it from a
+thread worker, so the UI never blocks while weights load. ``plan_for`` predicts a cached model's
+memory with the planner (``engine/quant/planner.py``) when that module is present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from localchat.engine.errors import LocalchatError
+
+Progress = Callable[[str], None]
+
+
+def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None = None,
+                      progress: Progress | None = None) -> Any:
+    """Resolve ``spec`` (downloading with ``progress`` lines) and load an ``AsyncLLMEngine``.
+
+    ``quant`` is a weight format for ``QuantConfig`` (None or ``auto``: the engine's default);
+    ``draft`` a draft model spec for speculative decoding (resolved the same way), used when
+    this engine build has ``SpeculativeConfig``.
+
+    Raises:
+        LocalchatError: unknown model, download or load failure (one-line message).
+    """
+    from localchat.app.settings import cache_dir
+    from localchat.engine.async_engine import AsyncLLMEngine
+    from localchat.engine.config import EngineConfig, QuantConfig
+    from localchat.engine.hub import resolve_model
+
+    source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)
+    if progress is not None:
+        progress(f"loading {source.alias or spec} …")
+    kwargs: dict[str, Any] = {"quant": QuantConfig(scheme=quant)} if quant else {}
+    if draft:
+        from localchat.engine import config as engine_config
+
+        spec_cls = getattr(engine_config, "SpeculativeConfig", None)
+        if spec_cls is None:
+            raise LocalchatError("speculative decoding is not available in this build")
+        draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+                                     progress=progress)
+        kwargs["speculative"] = spec_cls(draft_model=str(draft_source.path))
+    config = EngineConfig(**kwargs)
+    return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a notification: a ``LocalchatError``'s message, else the type and text."""
+    if isinstance(exc, LocalchatError):
+        text = str(exc)
+    elif isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+        text = f"out of memory: {exc}".rstrip(": ")
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+def plan_for(path: Any, context_len: int = 4096) -> str | None:
+    """The memory plan of a cached model as a short text, or None when the planner (or the
+    model's config) is unavailable. Reads only the model's config, never its weights."""
+    try:
+        from localchat.app.settings import cache_dir
+        from localchat.engine.loader import load_model_config
+        from localchat.engine.quant.memory_budget import DeviceSpec, default_budget_bytes
+        from localchat.engine.quant.planner import plan_memory
+    except ImportError:
+        return None
+    try:
+        config = load_model_config(path, cache_dir=cache_dir())
+        device = DeviceSpec.detect("cpu")
+        plan = plan_memory(config, default_budget_bytes("cpu"), context_len, device=device)
+    except Exception as exc:  # noqa: BLE001 - shown as text, never raised into the UI
+        return f"no plan: {describe_error(exc)}"
+    head = (f"format {plan.format} at {plan.context_len} tokens of context "
+            f"(budget {plan.budget_bytes / 2**30:.1f} GiB)")
+    lines = [head]
+    for row in plan.rows:
+        mark = "fits" if row.fits else "too big"
+        lines.append(f"  {row.format:5} weights {row.weight_bytes / 2**20:,.0f} MiB, "
+                     f"KV {row.kv_bytes / 2**20:,.0f} MiB, total "
+                     f"{row.total_bytes / 2**30:.2f} GiB ({mark})")
+    if plan.note:
+        lines.append(plan.note)
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The TUI's screens: the chat screen and its modal dialogs."""

@@ -1,0 +1,368 @@
+"""The chat screen: history sidebar, message list, prompt and live status bar.
+
+One chat turn (DESIGN.md section 3): the user's message is committed to the history before
+generation starts, the conversation is rendered into prompt token ids (old turns dropped to fit
+the context, with a notice), and a worker streams ``AsyncLLMEngine.generate`` into a
+``MessageView``. The engine runs on its own thread, so the UI stays responsive; a reply keeps
+streaming into its own conversation while the user opens another one. Esc / Ctrl+C cancels the
+worker, which aborts the request; the partial reply is kept and saved marked interrupted.
+History actions (rename, delete, export, settings, model) live in ``ConversationActions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static, TextArea
+
+from localchat.app.report import answer_stats
+from localchat.app.tui import keymap
+from localchat.app.tui.engine_host import describe_error
+from localchat.app.tui.messages import ConversationSelected, PromptSubmitted
+from localchat.app.tui.screens.conversation_actions import ConversationActions
+from localchat.app.tui.state import (
+    ChatMessage,
+    ConversationState,
+    Turn,
+    fit_prompt,
+    new_request_id,
+)
+from localchat.app.tui.status_info import StatusInfo, engine_fields, with_output, with_stats
+from localchat.app.tui.widgets.chat_log import ChatLog
+from localchat.app.tui.widgets.message_view import MessageView
+from localchat.app.tui.widgets.prompt_input import PromptInput
+from localchat.app.tui.widgets.sidebar import Sidebar
+from localchat.app.tui.widgets.status_bar import StatusBar
+
+STATS_INTERVAL_S = 0.5
+
+
+class ChatScreen(ConversationActions, Screen):
+    """The main screen. ``current`` is the conversation shown; ``states`` keeps every
+    conversation with a reply still streaming (by id)."""
+
+    BINDINGS = keymap.bindings()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current = self.fresh_state()
+        self.states: dict[str, ConversationState] = {}
+        self.info = StatusInfo()
+        self.editing: int | None = None  # index of the user message being edited
+        self._live: dict[str, MessageView] = {}  # request_id -> view shown for it
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield Sidebar(id="sidebar")
+            with Vertical(id="chat-pane"):
+                yield Static("", id="notice")
+                yield ChatLog(id="chat-log")
+                yield PromptInput(id="prompt")
+        yield StatusBar()
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        await self.query_one(ChatLog).show([])
+        self.query_one(PromptInput).focus()
+        self.set_interval(STATS_INTERVAL_S, self.poll_stats)
+        self.refresh_status()
+
+    # -- state helpers ---------------------------------------------------------------------
+
+    def fresh_state(self) -> ConversationState:
+        app: Any = self.app
+        return ConversationState(model=None, system_prompt=app.default_system,
+                                 sampling={})
+
+    def set_status(self, info: StatusInfo) -> None:
+        self.info = info
+        self.query_one(StatusBar).info = info
+
+    def refresh_status(self) -> None:
+        """Status from the app's engine state (after a load, a switch, or a failure)."""
+        app: Any = self.app
+        if app.engine is None:
+            state = "error" if app.engine_error else "loading"
+            self.set_status(replace(self.info, state=state, model=app.model_name))
+            return
+        fields = engine_fields(app.engine, app.model_name)
+        state = "streaming" if self.current.streaming else "ready"
+        self.set_status(replace(self.info, state=state, **fields))
+        self.poll_stats()
+
+    def poll_stats(self) -> None:
+        engine = getattr(self.app, "engine", None)
+        if engine is None:
+            return
+        try:
+            stats = engine.get_stats()
+        except Exception:  # noqa: BLE001 - a dead engine shows up on the next turn
+            return
+        self.set_status(with_stats(self.info, stats))
+
+    def show_notice(self, text: str) -> None:
+        notice = self.query_one("#notice", Static)
+        notice.update(text)
+        notice.set_class(bool(text), "-visible")
+
+    async def render_state(self) -> None:
+        """Show ``current`` in the message list (re-attaching a streaming reply)."""
+        state = self.current
+        self._live.clear()
+        views = [MessageView(m.role, m.content, interrupted=m.interrupted, index=i)
+                 for i, m in enumerate(state.messages)]
+        turn = state.turn if state.streaming else None
+        live = MessageView("assistant", turn.text, streaming=True) if turn else None
+        await self.query_one(ChatLog).show(views + ([live] if live else []))
+        if turn is not None and live is not None:
+            self._live[turn.request_id] = live
+            await live.append(turn.text[len(live.text):])  # deltas that came meanwhile
+        self.editing = None
+        dropped = turn.dropped_turns if turn else 0
+        self.show_notice(_dropped_notice(dropped) if dropped else "")
+        sidebar = self.query_one(Sidebar)
+        sidebar.current_id = state.id
+        if sidebar.open:
+            await sidebar.reload()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def on_prompt_submitted(self, message: PromptSubmitted) -> None:
+        await self.send(message.text)
+
+    async def send(self, text: str) -> bool:
+        """Commit ``text`` as the user's message and start the reply; False (with a
+        notification, the text put back in the prompt) when that cannot happen now."""
+        app: Any = self.app
+        state = self.current
+        problem = None
+        if app.engine is None:
+            problem = ("the model is still loading" if not app.engine_error
+                       else "no model is loaded (Ctrl+O picks one)")
+        elif state.streaming:
+            problem = "a reply is still streaming (Esc stops it)"
+        if problem:
+            self.query_one(PromptInput).text = text
+            self.notify(problem, severity="warning")
+            return False
+        if self.editing is not None:
+            await self.truncate(state, self.editing)
+            self.editing = None
+        conv_id = self.ensure_saved(state)
+        row = app.store.add_message(conv_id, "user", text)  # committed before generating
+        state.messages.append(ChatMessage("user", text, message_id=row.id))
+        await self.query_one(ChatLog).add(
+            MessageView("user", text, index=len(state.messages) - 1))
+        await self.start_turn(state)
+        return True
+
+    def ensure_saved(self, state: ConversationState) -> str:
+        """The conversation's id, creating its history row on first use."""
+        app: Any = self.app
+        if state.id is None:
+            conv = app.store.create_conversation(state.model or app.model_name,
+                                                 state.system_prompt, state.sampling)
+            state.id = conv.id
+            self.query_one(Sidebar).current_id = conv.id
+        return state.id
+
+    async def start_turn(self, state: ConversationState) -> None:
+        """Render the prompt and start streaming the reply for ``state``."""
+        app: Any = self.app
+        engine = app.engine
+        from localchat.engine.sampling_params import SamplingParams
+
+        try:
+            sampling = SamplingParams(**{**app.default_sampling, **state.sampling})
+            session = state.session()
+            ids, notes = fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                                    sampling.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - bad settings, prompt too long
+            self.notify(describe_error(exc), severity="error", title="Cannot send")
+            return
+        for note in notes:
+            self.notify(note, title="Note")
+        assert state.id is not None
+        turn = Turn(state.id, new_request_id(state.id), len(ids),
+                    session.last_dropped_turns)
+        state.turn = turn
+        self.states[state.id] = state
+        self.show_notice(_dropped_notice(turn.dropped_turns) if turn.dropped_turns else "")
+        view = MessageView("assistant", streaming=True)
+        await self.query_one(ChatLog).add(view)
+        self._live[turn.request_id] = view
+        if state is self.current:
+            self.refresh_status()
+        turn.worker = self.run_worker(self._stream(state, turn, ids, sampling),
+                                      group="turns", exit_on_error=False)
+
+    async def _stream(self, state: ConversationState, turn: Turn, ids: list[int],
+                      sampling: Any) -> None:
+        engine: Any = self.app.engine
+        error: str | None = None
+        outputs = None
+        try:
+            outputs = engine.generate(ids, sampling, request_id=turn.request_id)
+            async for out in outputs:
+                turn.last = out
+                turn.text += out.text_delta
+                view = self._live.get(turn.request_id)
+                if view is not None:
+                    await view.append(out.text_delta)
+                if state is self.current:
+                    self.set_status(with_output(self.info, out))
+                if out.finished:
+                    reason = getattr(out.finish_reason, "value", out.finish_reason)
+                    turn.interrupted = reason == "abort"
+                    break
+        except asyncio.CancelledError:
+            turn.interrupted = True
+        except Exception as exc:  # noqa: BLE001 - engine errors become a notification
+            turn.interrupted = True
+            error = describe_error(exc)
+        finally:
+            if outputs is not None:
+                with contextlib.suppress(Exception):  # the request is gone either way
+                    await outputs.aclose()
+            await self._end_turn(state, turn, error)
+
+    async def _end_turn(self, state: ConversationState, turn: Turn, error: str | None) -> None:
+        app: Any = self.app
+        turn.done = True
+        view = self._live.pop(turn.request_id, None)
+        stats = answer_stats(turn.last, turn.num_prompt_tokens, turn.interrupted)
+        if turn.last is None and not turn.text:  # failed before any token: nothing to keep
+            state.turn = None
+            if view is not None:
+                await view.remove()
+        else:
+            row = app.store.add_message(turn.conversation_id, "assistant", turn.text,
+                                        interrupted=turn.interrupted, stats=stats)
+            state.messages.append(ChatMessage("assistant", turn.text, turn.interrupted, stats,
+                                              row.id))
+            state.turn = None
+            if view is not None and view.is_mounted:
+                view.index = len(state.messages) - 1
+                await view.finish(interrupted=turn.interrupted)
+        self.states.pop(turn.conversation_id, None)
+        if error:
+            self.notify(error, severity="error", title="Reply failed", timeout=10)
+        if state is self.current:
+            self.refresh_status()
+        sidebar = self.query_one(Sidebar)
+        if sidebar.open:
+            await sidebar.reload()
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        """Stop the reply streaming in this conversation (partial text kept)."""
+        turn = self.current.turn
+        if self.current.streaming and turn is not None and turn.worker is not None:
+            turn.worker.cancel()
+            return
+        focused = self.app.focused
+        if isinstance(focused, TextArea) and focused.selected_text:
+            self.app.copy_to_clipboard(focused.selected_text)
+            return
+        if self.editing is not None:
+            self.editing = None
+            self.query_one(PromptInput).clear()
+            self.show_notice("")
+            return
+        self.notify("Nothing to stop (Ctrl+Q quits)", timeout=2)
+
+    async def action_regenerate(self) -> None:
+        """Replace the last reply with a new one."""
+        state = self.current
+        idx = state.last_index("assistant")
+        if state.streaming or idx is None or idx != len(state.messages) - 1:
+            self.notify("Nothing to regenerate" if not state.streaming
+                        else "a reply is still streaming (Esc stops it)", severity="warning")
+            return
+        if self.app.engine is None:
+            self.notify("no model is loaded", severity="warning")
+            return
+        await self.truncate(state, idx)
+        await self.start_turn(state)
+
+    def action_edit_last(self) -> None:
+        """Put the last user message in the prompt; Enter resends it (later turns replaced)."""
+        state = self.current
+        idx = state.last_index("user")
+        if state.streaming or idx is None:
+            self.notify("Nothing to edit" if not state.streaming
+                        else "a reply is still streaming (Esc stops it)", severity="warning")
+            return
+        self.editing = idx
+        prompt = self.query_one(PromptInput)
+        prompt.text = state.messages[idx].content
+        prompt.focus()
+        self.show_notice("Editing your last message: Enter resends it, Esc cancels")
+
+    async def truncate(self, state: ConversationState, index: int) -> None:
+        """Drop ``state.messages[index:]`` from the state, the history and the view."""
+        app: Any = self.app
+        first = state.messages[index]
+        if state.id is not None and first.message_id is not None:
+            app.store.delete_messages_from(state.id, first.message_id)
+        del state.messages[index:]
+        if state is self.current:
+            for view in self.query_one(ChatLog).views():
+                if view.index is not None and view.index >= index:
+                    await view.remove()
+
+    def _last_reply_view(self) -> MessageView | None:
+        replies = [v for v in self.query_one(ChatLog).views() if v.role == "assistant"]
+        return replies[-1] if replies else None
+
+    def action_copy_reply(self) -> None:
+        view = self._last_reply_view()
+        if view is None:
+            self.notify("No reply to copy", severity="warning")
+        else:
+            view.action_copy_message()
+
+    def action_copy_code(self) -> None:
+        view = self._last_reply_view()
+        if view is None:
+            self.notify("No reply to copy from", severity="warning")
+        else:
+            view.action_copy_code()
+
+    def action_focus_prompt(self) -> None:
+        self.query_one(PromptInput).focus()
+
+    async def on_conversation_selected(self, message: ConversationSelected) -> None:
+        await self.open_conversation(message.conversation_id)
+
+    async def open_conversation(self, conversation_id: str) -> None:
+        """Show a stored conversation (or one still streaming) in the message list."""
+        app: Any = self.app
+        if conversation_id in self.states:
+            self.current = self.states[conversation_id]
+        else:
+            try:
+                conv = app.store.get_conversation(conversation_id)
+            except Exception as exc:  # noqa: BLE001 - deleted meanwhile, bad id
+                self.notify(describe_error(exc), severity="error")
+                return
+            self.current = ConversationState.from_stored(conv)
+        await self.render_state()
+        self.refresh_status()
+        model = self.current.model
+        if model and model != app.model_name:
+            self.notify(f"this conversation used {model}; replies now come from "
+                        f"{app.model_name} (Ctrl+O switches)", timeout=4)
+
+
+def _dropped_notice(n: int) -> str:
+    turns = "turn" if n == 1 else "turns"
+    return f"{n} earlier {turns} left out of the prompt to fit the context"
+

@@ -1,0 +1,171 @@
+"""The chat screen's history and settings actions: sidebar, new, search, rename, delete,
+export to Markdown, per-conversation settings, model picker, help.
+
+A mixin for ``ChatScreen`` (which provides ``current``, ``states``, ``render_state``,
+``fresh_state``, ``ensure_saved`` and ``refresh_status``). Rename, delete and export act on the
+conversation under the sidebar's cursor while the sidebar has focus, else on the one shown.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from localchat.app.tui.engine_host import describe_error
+from localchat.app.tui.screens.help_screen import HelpScreen
+from localchat.app.tui.screens.model_picker import ModelPickerScreen
+from localchat.app.tui.screens.settings_screen import ConversationSettings, SettingsScreen
+from localchat.app.tui.screens.text_prompt import ConfirmScreen, TextPromptScreen
+from localchat.app.tui.widgets.sidebar import Sidebar
+
+
+class ConversationActions:
+    """Actions bound in ``keymap.DEFAULTS`` that manage conversations and settings."""
+
+    app: Any
+    current: Any
+    states: dict
+
+    # -- sidebar -----------------------------------------------------------------------------
+
+    async def action_toggle_sidebar(self) -> None:
+        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        sidebar.toggle()
+        if sidebar.open:
+            await sidebar.reload(self.current.id)
+            sidebar.query_one("ListView").focus()
+        else:
+            self.action_focus_prompt()  # type: ignore[attr-defined]
+
+    async def action_search(self) -> None:
+        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        if not sidebar.open:
+            sidebar.toggle()
+            await sidebar.reload(self.current.id)
+        sidebar.query_one("#search").focus()
+
+    async def action_new_conversation(self) -> None:
+        self.current = self.fresh_state()  # type: ignore[attr-defined]
+        await self.render_state()  # type: ignore[attr-defined]
+        self.refresh_status()  # type: ignore[attr-defined]
+        self.action_focus_prompt()  # type: ignore[attr-defined]
+
+    def _target_id(self) -> str | None:
+        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        if sidebar.open and sidebar.has_focus_within:
+            return sidebar.highlighted_id() or self.current.id
+        return self.current.id
+
+    # -- rename / delete / export --------------------------------------------------------------
+
+    def action_rename(self) -> None:
+        cid = self._target_id()
+        if cid is None:
+            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            return
+        conv = self.app.store.get_conversation(cid, with_messages=False)
+
+        async def done(title: str | None) -> None:
+            if title is None or not title.strip():
+                return
+            self.app.store.rename_conversation(cid, title.strip())
+            if self.current.id == cid:
+                self.current.title = title.strip()
+            await self.query_one(Sidebar).reload()  # type: ignore[attr-defined]
+
+        self.app.push_screen(TextPromptScreen("Rename conversation", conv.title), done)
+
+    def action_delete(self) -> None:
+        cid = self._target_id()
+        if cid is None:
+            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            return
+        conv = self.app.store.get_conversation(cid, with_messages=False)
+
+        async def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            running = self.states.get(cid)
+            if running is not None and running.turn is not None and running.turn.worker:
+                running.turn.worker.cancel()
+                await running.turn.worker.wait()
+            self.app.store.delete_conversation(cid)
+            if self.current.id == cid:
+                await self.action_new_conversation()
+            await self.query_one(Sidebar).reload()  # type: ignore[attr-defined]
+            self.notify(f"Deleted “{conv.title or 'untitled'}”")  # type: ignore[attr-defined]
+
+        self.app.push_screen(
+            ConfirmScreen(f"Delete “{conv.title or 'untitled'}” and its messages?"), done)
+
+    def action_export(self) -> None:
+        cid = self._target_id()
+        if cid is None:
+            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            return
+        conv = self.app.store.get_conversation(cid, with_messages=False)
+        default = f"{_slug(conv.title) or 'conversation'}-{cid[:6]}.md"
+
+        def done(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                target = Path(path).expanduser()
+                target.write_text(self.app.store.export_markdown(cid), encoding="utf-8")
+            except OSError as exc:
+                self.notify(f"cannot write {path}: {exc.strerror}", severity="error")  # type: ignore
+                return
+            self.notify(f"Exported to {target}")  # type: ignore[attr-defined]
+
+        self.app.push_screen(TextPromptScreen("Export to Markdown file", default), done)
+
+    # -- settings, model, help -----------------------------------------------------------------
+
+    def action_settings(self) -> None:
+        state = self.current
+        initial = ConversationSettings(state.system_prompt, state.model or self.app.model_name,
+                                       self.app.draft, dict(state.sampling))
+
+        def done(result: ConversationSettings | None) -> None:
+            if result is None:
+                return
+            state.system_prompt = result.system_prompt
+            state.sampling = result.sampling
+            if state.id is not None:
+                self.app.store.update_conversation(
+                    state.id, system_prompt=result.system_prompt or "",
+                    sampling=result.sampling)
+            if result.model and (result.model != self.app.model_name
+                                 or result.draft != self.app.draft):
+                self.switch_model(result.model, result.draft)
+
+        self.app.push_screen(SettingsScreen(initial), done)
+
+    def action_pick_model(self) -> None:
+        def done(alias: str | None) -> None:
+            if alias and alias != self.app.model_name:
+                self.switch_model(alias, self.app.draft)
+
+        self.app.push_screen(ModelPickerScreen(self.app.model_name), done)
+
+    def switch_model(self, model: str, draft: str | None) -> None:
+        """Load another model for this and later replies (running replies are stopped)."""
+        for state in list(self.states.values()):
+            if state.turn is not None and state.turn.worker is not None:
+                state.turn.worker.cancel()
+        self.current.model = model
+        if self.current.id is not None:
+            try:
+                self.app.store.update_conversation(self.current.id, model=model)
+            except Exception as exc:  # noqa: BLE001
+                self.notify(describe_error(exc), severity="error")  # type: ignore
+        self.app.load_model(model, draft)
+        self.refresh_status()  # type: ignore[attr-defined]
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.app.keymap))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]

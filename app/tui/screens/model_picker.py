@@ -1,0 +1,131 @@
+"""The model picker: the catalog with each model's cache state, the memory plan of the
+highlighted cached model (weights format and bytes, from ``engine/quant/planner.py``), and a
+pull with progress for models not cached yet. Dismisses with the chosen alias or None.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Label, ProgressBar, Static
+
+from localchat.app.tui.engine_host import describe_error, plan_for
+
+
+class ModelPickerScreen(ModalScreen[str | None]):
+    """Enter picks the highlighted model (pulling it first when not cached); Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), Binding("p", "pull", "Pull")]
+
+    def __init__(self, current: str | None = None) -> None:
+        super().__init__()
+        self.current = current
+        self.rows: list = []
+        self.pulling = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Models (Enter: use, p: pull, Esc: cancel)", classes="title")
+            yield DataTable(cursor_type="row", id="models")
+            yield Static("", id="plan")
+            bar = ProgressBar(total=None, show_eta=False, id="pull-progress")
+            bar.display = False
+            yield bar
+
+    def on_mount(self) -> None:
+        self.load_rows()
+
+    @work(thread=True, exclusive=True, group="list")
+    def load_rows(self) -> None:
+        from localchat.app.settings import cache_dir
+        from localchat.engine.hub import list_models
+
+        try:
+            rows = list_models(cache_dir())
+        except Exception as exc:  # noqa: BLE001 - shown, not raised
+            self.app.call_from_thread(self.notify, describe_error(exc), severity="error")
+            return
+        self.app.call_from_thread(self._fill, rows)
+
+    def _fill(self, rows: list) -> None:
+        self.rows = rows
+        table = self.query_one(DataTable)
+        table.add_columns("alias", "cached", "size", "description")
+        for info in rows:
+            size = "-" if info.size_bytes is None else f"{info.size_bytes / 2**20:,.0f} MiB"
+            mark = "✓" if info.cached else "-"
+            current = " (current)" if info.alias == self.current else ""
+            table.add_row(info.alias + current, mark, size, info.description, key=info.alias)
+
+    def _highlighted(self):
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row is None:
+            return None
+        return self.rows[table.cursor_row]
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        info = self._highlighted()
+        if info is None:
+            return
+        if info.cached and info.path is not None:
+            self.query_one("#plan", Static).update("planning memory…")
+            self.show_plan(info.alias, info.path)
+        else:
+            self.query_one("#plan", Static).update(
+                f"{info.alias} is not cached: {info.source}. Press p (or Enter) to pull it.")
+
+    @work(thread=True, exclusive=True, group="plan")
+    def show_plan(self, alias: str, path) -> None:
+        text = plan_for(path) or "memory plan unavailable (no planner in this build)"
+        self.app.call_from_thread(self.query_one("#plan", Static).update,
+                                  f"{alias}: {text}")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        info = self._highlighted()
+        if info is None:
+            return
+        if info.cached:
+            self.dismiss(info.alias)
+        else:
+            self.action_pull()
+
+    def action_pull(self) -> None:
+        info = self._highlighted()
+        if info is None or self.pulling:
+            return
+        self.pulling = True
+        self.query_one(ProgressBar).display = True
+        self.pull(info.alias)
+
+    @work(thread=True, exclusive=True, group="pull")
+    def pull(self, alias: str) -> None:
+        from localchat.app.settings import cache_dir
+        from localchat.engine.hub import resolve_model
+
+        def progress(line: str) -> None:
+            self.app.call_from_thread(self.query_one("#plan", Static).update,
+                                      " ".join(line.split()))
+
+        try:
+            resolve_model(alias, cache_dir=cache_dir(), download=True, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - a notification, never a traceback
+            self.app.call_from_thread(self._pulled, alias, describe_error(exc))
+            return
+        self.app.call_from_thread(self._pulled, alias, None)
+
+    def _pulled(self, alias: str, error: str | None) -> None:
+        self.pulling = False
+        self.query_one(ProgressBar).display = False
+        if error:
+            self.notify(error, severity="error", title=f"Pull {alias} failed")
+            return
+        self.notify(f"{alias} is in the cache")
+        self.dismiss(alias)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,124 @@
+"""The numbers the status bar shows, read tolerantly from the engine and its outputs.
+
+``StatusInfo`` is filled from the engine (model, weight format, device, ``max_model_len``),
+from the latest ``RequestOutput`` of the current turn (TTFT, decode tokens/s, cached prompt
+tokens, speculative acceptance, context used) and from ``EngineStats`` (KV cache usage). Fields
+an engine does not provide (speculative counters, a quantized format) stay None and show
+as ``-``. ``format_status`` renders one line that fits ``width`` cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rich.text import Text
+
+BAR_CELLS = 6
+
+
+@dataclass(frozen=True)
+class StatusInfo:
+    """Status bar values; times in seconds, rates in tokens/s, ``kv_usage`` in [0, 1]."""
+
+    state: str = "loading"  # loading | ready | streaming | error
+    model: str = "-"
+    weight_format: str | None = None
+    device: str | None = None
+    ttft: float | None = None
+    decode_tokens_per_s: float | None = None
+    cached_tokens: int | None = None
+    prompt_tokens: int | None = None
+    spec_acceptance: float | None = None
+    kv_usage: float | None = None
+    context_used: int | None = None
+    max_model_len: int | None = None
+
+
+def engine_fields(engine: Any, model: str) -> dict[str, Any]:
+    """Model name, weight format, device and ``max_model_len`` of a loaded engine."""
+    inner = getattr(engine, "engine", engine)
+    fmt = (getattr(engine, "weight_format", None) or getattr(inner, "weight_format", None))
+    if fmt is None:
+        quant = getattr(getattr(getattr(inner, "config", None), "quant", None), "scheme", None)
+        if quant not in (None, "auto", "none"):
+            fmt = str(quant)
+    if fmt is None:
+        dtype = getattr(inner, "dtype", None)
+        fmt = str(dtype).replace("torch.", "").replace("float", "fp").replace("bfp", "bf") \
+            if dtype is not None else None
+    device = getattr(engine, "device", None) or getattr(inner, "device", None)
+    return {"model": model, "weight_format": fmt,
+            "device": None if device is None else str(device),
+            "max_model_len": getattr(engine, "max_model_len", None)}
+
+
+def with_output(info: StatusInfo, out: Any) -> StatusInfo:
+    """``info`` updated from one ``RequestOutput`` of the current turn."""
+    metrics = getattr(out, "metrics", None)
+    prompt = getattr(out, "num_prompt_tokens", None)
+    produced = getattr(out, "num_output_tokens", 0) or 0
+    drafted = getattr(metrics, "num_draft_tokens", None) or getattr(out, "num_draft_tokens", None)
+    accepted = getattr(metrics, "num_accepted_tokens", None)
+    if accepted is None:
+        accepted = getattr(out, "num_accepted_tokens", None)
+    spec = accepted / drafted if drafted and accepted is not None else None
+    return replace(
+        info, ttft=_num(getattr(metrics, "ttft", None)),
+        decode_tokens_per_s=_num(getattr(metrics, "decode_tokens_per_s", None)),
+        cached_tokens=getattr(out, "num_cached_tokens", None), prompt_tokens=prompt,
+        spec_acceptance=spec,
+        context_used=None if prompt is None else prompt + produced)
+
+
+def with_stats(info: StatusInfo, stats: Any) -> StatusInfo:
+    """``info`` updated from an ``EngineStats`` snapshot (KV usage, ``max_model_len``)."""
+    usage = _num(getattr(stats, "kv_cache_usage", None))
+    max_len = getattr(stats, "max_model_len", None) or info.max_model_len
+    return replace(info, kv_usage=usage, max_model_len=max_len)
+
+
+def kv_bar(usage: float | None, cells: int = BAR_CELLS) -> str:
+    """A small bar of ``cells`` characters, filled in proportion to ``usage`` (0..1)."""
+    if usage is None:
+        return "-"
+    filled = min(cells, max(0, round(usage * cells)))
+    return "█" * filled + "░" * (cells - filled)
+
+
+def format_status(info: StatusInfo, width: int = 200) -> Text:
+    """One status line; drops labels, then the least important parts, to fit ``width``."""
+    model = info.model + (f" {info.weight_format}" if info.weight_format else "")
+    state = {"loading": "loading…", "error": "no model", "streaming": "●"}.get(info.state, "")
+    cached = "-" if info.cached_tokens is None else (
+        f"{info.cached_tokens}/{info.prompt_tokens}" if info.prompt_tokens else
+        str(info.cached_tokens))
+    ctx = "-" if info.context_used is None else (
+        f"{info.context_used}/{info.max_model_len or '?'}")
+    usage = "" if info.kv_usage is None else f" {info.kv_usage:.0%}"
+    parts = [  # (label form, short form, priority: lower is kept longer)
+        (f"{model} {state}".strip(), f"{info.model} {state}".strip(), 0),
+        (f"on {info.device}" if info.device else "", "", 5),
+        (f"TTFT {_fmt(info.ttft, '.2f', 's')}", _fmt(info.ttft, '.2f', 's'), 2),
+        (f"{_fmt(info.decode_tokens_per_s, '.1f', '')} tok/s",
+         f"{_fmt(info.decode_tokens_per_s, '.0f', '')}t/s", 1),
+        (f"cached {cached}", f"c {cached}", 1),
+        (f"spec {_fmt(info.spec_acceptance, '.0%', '')}", "", 4),
+        (f"KV {kv_bar(info.kv_usage)}{usage}", kv_bar(info.kv_usage, 4), 3),
+        (f"ctx {ctx}", ctx, 2),
+    ]
+    for short, keep in ((False, 9), (True, 9), (True, 3), (True, 2), (True, 1), (True, 0)):
+        chosen = [(p[1] if short else p[0]) for p in parts if p[2] <= keep]
+        line = " │ ".join(c for c in chosen if c)
+        if len(line) <= width:
+            break
+    return Text(line[:width])
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _fmt(value: float | None, spec: str, unit: str) -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
