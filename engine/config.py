@@ -160,14 +160,17 @@ class SchedulerConfig:
 class QuantConfig:
     """Weight format: ``scheme`` is "auto" | "none" | "int8" | "int4" | "fp8" (see
     ``engine/quant``; "auto" is the memory planner's choice and means "none" until the planner
-    is wired into loading). ``group_size`` is int4's group along the input dim (tokens of K);
-    ``use_cache`` keeps quantized weights in the user cache so later loads skip quantizing.
+    is wired into loading). ``group_size`` is int4's group along the input dim (weights per
+    scale): ``None`` picks 32 for GGUF checkpoints (their weights are stored in 32-weight
+    blocks, so a 4-bit source re-quantized on the same blocks is reproduced exactly) and 128
+    otherwise (``engine/quant/int4.py``). ``use_cache`` keeps quantized weights in the user
+    cache so later loads skip quantizing.
 
     Raises ``ValueError`` for an unknown scheme or a group size other than 32, 64 or 128.
     """
 
     scheme: str = "auto"
-    group_size: int = 128
+    group_size: int | None = None
     use_cache: bool = True
 
     def __post_init__(self) -> None:
@@ -177,7 +180,7 @@ class QuantConfig:
             raise ValueError(
                 f"unknown quantization {self.scheme!r} (choose from {', '.join(SCHEME_NAMES)})"
             )
-        if self.group_size not in (32, 64, 128):
+        if self.group_size not in (None, 32, 64, 128):
             raise ValueError(f"group_size must be 32, 64 or 128, got {self.group_size}")
 
 

@@ -92,6 +92,7 @@ def load_model(
         torch.set_default_dtype(old_dtype)
     model.quant_scheme = scheme
     if scheme.is_quantized:
+        quant = dataclasses.replace(quant, group_size=default_group_size(path, quant.group_size))
         def weights_fp32():
             return _iter_weights(path, model_config, torch.float32, cache_dir)
 
@@ -115,6 +116,16 @@ def load_model(
         if hasattr(module, "process_weights_after_loading"):
             module.process_weights_after_loading()
     return model.eval()
+
+
+def default_group_size(path: Path, requested: int | None = None) -> int:
+    """int4 group size for the checkpoint at ``path``: ``requested`` when given, else 32 for
+    a GGUF file (llama.cpp stores weights in 32-weight blocks, Q4_K in 32-weight sub-blocks:
+    a 4-bit source re-quantized on the same blocks is reproduced exactly, while groups of 128
+    stack a second rounding on top of the first) and 128 for floating checkpoints."""
+    if requested:
+        return requested
+    return 32 if is_gguf(path) else 128
 
 
 def _iter_weights(path: Path, config: ModelConfig, dtype: torch.dtype, cache_dir: Path | None):

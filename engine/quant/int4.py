@@ -7,8 +7,9 @@ quantized domain; ``w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G]``
 Reference: min/max asymmetric group quantization as in GPTQ's / AWQ's storage format (Frantar
 et al. 2022, arXiv 2210.17323; Lin et al. 2023, arXiv 2306.00978) with round-to-nearest.
 
-Group size: 128 by default; a layer whose K is not a multiple of it uses the largest of
-128 / 64 / 32 that divides K (:func:`pick_group_size`), and a layer with none stays unquantized.
+Group size: 128 by default (32 for GGUF sources, see ``loader.default_group_size``); a layer
+whose K is not a multiple of it uses the largest of 128 / 64 / 32 below it that divides K
+(:func:`pick_group_size`), and a layer with none stays unquantized.
 """
 
 from __future__ import annotations
@@ -65,13 +66,13 @@ def quantize_int4(
     if group_size <= 0 or group_size % 2 or k % group_size:
         raise ValueError(f"in_features {k} is not a multiple of an even group size {group_size}")
     w = weight.float().reshape(n, k // group_size, group_size)
-    wmin = w.amin(dim=-1)
-    wmax = w.amax(dim=-1)
+    wmin, wmax = torch.aminmax(w, dim=-1)
     span = wmax - wmin
     scales = torch.where(span > 0, span / QMAX, torch.ones_like(span))
     zeros = -wmin / scales
-    q = torch.round(w / scales[..., None] + zeros[..., None]).clamp_(0, QMAX)
-    return pack_int4(q.reshape(n, k)), scales, zeros
+    q = (w / scales[..., None]).add_(zeros[..., None]).round_().clamp_(0, QMAX)
+    q = q.to(torch.uint8).reshape(n, k)
+    return q[:, 0::2] | (q[:, 1::2] << 4), scales, zeros
 
 
 def dequantize_int4(

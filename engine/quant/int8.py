@@ -26,7 +26,7 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     w = weight.float()
     amax = w.abs().amax(dim=1)
     scales = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
-    qweight = torch.round(w / scales[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    qweight = (w / scales[:, None]).round_().clamp_(-QMAX, QMAX).to(torch.int8)
     return qweight, scales
 
 
