@@ -65,6 +65,10 @@ def test_new_sampling_flags_reach_sampling_params(fake_ask):
     assert sp.stop == ("END", "\n\n")
     _, _, _, engine = fake_ask(["hi"], ["x"])
     assert engine.sampling_params.stop == () and engine.sampling_params.min_p == 0.0
+    _, _, _, engine = fake_ask(["hi", "--top-p", "0.9", "--top-k", "40", "--max-tokens", "17",
+                                "--temperature", "0"], ["x"])
+    sp = engine.sampling_params
+    assert (sp.top_p, sp.top_k, sp.max_tokens, sp.temperature) == (0.9, 40, 17, 0.0)
 
 
 def test_no_stream_writes_once_at_the_end(fake_ask, monkeypatch):
