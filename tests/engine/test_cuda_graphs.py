@@ -1,0 +1,139 @@
+"""``CudaGraphRunner``: a decode step through the padded static buffers (a graph replay on CUDA,
+the same buffers run eagerly on CPU) equals the model's eager forward on the unpadded batch,
+hidden states and KV caches alike (padding rows write nothing); steps that do not fit fall
+back to eager. A tiny random Llama (fp32) runs on the reference kernels on CPU; on a GPU the
+test runs there with the Triton kernels and real graphs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localchat.engine.attention_metadata import AttentionMetadata
+from localchat.engine.config import ModelConfig
+from localchat.engine.cuda_graphs import CudaGraphRunner
+from localchat.engine.models.llama import LlamaForCausalLM
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BLOCK_SIZE = 16
+NUM_BLOCKS = 24
+MAX_BLOCKS = 4  # static block-table width: 64-token context
+
+
+@pytest.fixture(scope="module")
+def device():
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(scope="module")
+def model(device):
+    config = ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=128, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        m = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    return m.eval()
+
+
+def _meta(seqs, positions, device, width=None):
+    """Metadata for one new token per sequence; ``seqs`` = list of block-id lists."""
+    width = width or max(len(b) for b in seqs)
+    slots = [b[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for b, p in zip(seqs, positions)]
+    tables = [b + [0] * (width - len(b)) for b in seqs]
+    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    return AttentionMetadata(slot_mapping=t(slots), block_tables=t(tables),
+                             seq_lens=t([p + 1 for p in positions]),
+                             query_start_loc=t(list(range(len(seqs) + 1))), max_query_len=1)
+
+
+def _prefill(model, kv_caches, blocks, lengths, device):
+    gen = torch.Generator().manual_seed(1)
+    ids, pos, slots, qsl = [], [], [], [0]
+    for b, n in zip(blocks, lengths):
+        ids += torch.randint(0, 128, (n,), generator=gen).tolist()
+        pos += list(range(n))
+        slots += [b[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(n)]
+        qsl.append(qsl[-1] + n)
+    width = max(len(b) for b in blocks)
+    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    meta = AttentionMetadata(slot_mapping=t(slots),
+                             block_tables=t([b + [0] * (width - len(b)) for b in blocks]),
+                             seq_lens=t(lengths), query_start_loc=t(qsl),
+                             max_query_len=max(lengths))
+    with torch.inference_mode():
+        model(t(ids), t(pos), kv_caches, meta)
+
+
+def _caches(device):
+    torch.manual_seed(3)
+    return [torch.randn(2, NUM_BLOCKS, BLOCK_SIZE, 2, 16, device=device) for _ in range(2)]
+
+
+def test_padded_decode_equals_eager(model, device):
+    blocks = [[3, 7], [1], [10, 2, 5], [0, 12]]
+    lengths = [20, 9, 40, 17]
+    eager_kv = _caches(device)
+    _prefill(model, eager_kv, blocks, lengths, device)
+    graph_kv = [c.clone() for c in eager_kv]
+    runner = CudaGraphRunner(model, graph_kv, MAX_BLOCKS, batch_sizes=(1, 2, 4, 8),
+                             device=device)
+    runner.capture()
+    gen = torch.Generator().manual_seed(2)
+    positions = list(lengths)
+    # 3 sequences (padded to 4), then 1 (padded rows of the earlier step must be reset), then
+    # all 4 (exactly a captured size); block tables narrower than the static width.
+    for active in ([0, 2, 3], [1], [0, 1, 2, 3], [2, 0]):
+        seqs = [blocks[i] for i in active]
+        pos = [positions[i] for i in active]
+        ids = torch.randint(0, 128, (len(active),), generator=gen).to(device)
+        pos_t = torch.tensor(pos, dtype=torch.int64, device=device)
+        meta = _meta(seqs, pos, device)
+        assert runner.can_replay(ids, meta)
+        before = [c.clone() for c in graph_kv]
+        with torch.inference_mode():
+            expected = model(ids, pos_t, eager_kv, meta)
+        got = runner.forward(ids, pos_t, meta)
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        for a, b, old in zip(graph_kv, eager_kv, before):
+            # the written slots agree (up to GEMM rounding at another batch shape) ...
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            # ... and every slot the eager step left alone is bit-identical (padding wrote
+            # nothing)
+            untouched = (b == old).all(dim=-1)
+            assert torch.equal(a[untouched], old[untouched])
+        for i in active:
+            positions[i] += 1
+
+
+def test_steps_that_do_not_fit_run_eagerly(model, device):
+    blocks = [[3], [1], [10]]
+    eager_kv = _caches(device)
+    _prefill(model, eager_kv, blocks, [4, 5, 6], device)
+    graph_kv = [c.clone() for c in eager_kv]
+    runner = CudaGraphRunner(model, graph_kv, MAX_BLOCKS, batch_sizes=(1, 2), device=device)
+    runner.capture()
+    ids = torch.tensor([5, 6, 7], device=device)
+    pos = torch.tensor([4, 5, 6], device=device)
+    meta = _meta(blocks, [4, 5, 6], device)
+    assert not runner.can_replay(ids, meta)  # 3 sequences > largest captured size 2
+    with pytest.raises(ValueError, match="decode step"):
+        runner.replay(ids, pos, meta)
+    with torch.inference_mode():
+        expected = model(ids, pos, eager_kv, meta)
+    torch.testing.assert_close(runner.forward(ids, pos, meta), expected, atol=1e-6, rtol=1e-6)
+    wide = _meta([[3, 0, 0, 0, 0]], [4], device)  # wider than the static block table
+    assert not runner.can_replay(ids[:1], wide)
+
+
+def test_rejects_empty_batch_sizes(model, device):
+    with pytest.raises(ValueError, match="batch_sizes"):
+        CudaGraphRunner(model, _caches(device), MAX_BLOCKS, batch_sizes=(), device=device)
