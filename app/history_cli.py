@@ -66,7 +66,12 @@ def search(
     debug: DebugOpt = False,
 ) -> None:
     """Find messages containing every word: one line per hit (id, role, snippet)."""
-    with _store() as store:
+    import warnings
+
+    with _store() as store, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # said once below, as a localchat warning line
+        if not store.fts:
+            cli_io.warn("this SQLite has no FTS5; searching by substring")
         hits = store.search(" ".join(query), limit=limit)
     if not hits:
         cli_io.note("no message matches")

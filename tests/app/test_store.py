@@ -165,3 +165,17 @@ def test_two_processes_writing_at_once_both_succeed(tmp_path):
             mine = [m.content for m in msgs if m.content.startswith(name)]
             assert mine == [f"{name} shared {i}" for i in range(60)]
         assert len(db.search("shared", limit=500)) == 120
+
+
+def test_history_search_without_fts5_warns_once_on_stderr(tmp_path, monkeypatch, capsys):
+    from localchat.app import cli, cli_io
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Store, "_init_fts", lambda self: False)
+    with Store() as db:
+        conv = db.create_conversation()
+        db.add_message(conv.id, "assistant", "Paris is the capital")
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["history", "search", "capital"])
+    out = capsys.readouterr()
+    assert code == 0 and out.out == f"{conv.id}  assistant  Paris is the capital\n"
+    assert out.err == "localchat: warning: this SQLite has no FTS5; searching by substring\n"
