@@ -16,6 +16,7 @@ import typer
 from localchat.app import cli_io
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app, print_table
+from localchat.app.plan_cli import plan_command
 
 app = typer.Typer(
     name="localchat",
@@ -250,6 +251,7 @@ def chat(
 
 app.add_typer(history_app)
 app.add_typer(config_app)
+app.command("plan")(plan_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,7 +69,7 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
             f"{name} is {what} and HF_HUB_OFFLINE is set; unset HF_HUB_OFFLINE to download it"
         )
     cache = Path(huggingface_hub.constants.HF_HUB_CACHE)
-    with _hub_errors(repo_id, revision, name, local_only=False):
+    with hub_errors(repo_id, revision, name, local_only=False):
         files = huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
             ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=_Silent,
@@ -123,7 +123,7 @@ def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool
               tqdm_class=None) -> Path:
     import huggingface_hub
 
-    with _hub_errors(repo_id, revision, name, local_only=local_only):
+    with hub_errors(repo_id, revision, name, local_only=local_only):
         folder = huggingface_hub.snapshot_download(
             repo_id,
             revision=revision,
@@ -141,7 +141,7 @@ def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool
 
 
 @contextlib.contextmanager
-def _hub_errors(repo_id: str, revision: str | None, name: str, *, local_only: bool):
+def hub_errors(repo_id: str, revision: str | None, name: str, *, local_only: bool):
     """Map ``huggingface_hub`` and HTTP client exceptions to one-line localchat errors."""
     try:
         yield

@@ -1,0 +1,171 @@
+"""``localchat plan MODEL``: the memory plan for a model on this machine, before any download.
+
+Prints one row per weight format (weights, KV cache, draft, activations, runtime, total, what
+is left of the budget) and the choice the engine would make (``engine/quant/planner.py``), or
+the same as JSON with ``--json``. Only ``config.json`` and the safetensors headers of a Hub
+repo are fetched (``engine/model_info.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from localchat.app import cli_io
+from localchat.app.cli_io import CliUsageError
+
+GiB = 2**30
+DEFAULT_MAX_CONTEXT = 8192
+
+
+def plan_command(
+    model: Annotated[str, typer.Argument(help="Catalog alias, Hub repo id, HF folder or .gguf.")],
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="Tokens per conversation (prompt + reply).",
+                     show_default="the model's, at most 8192"),
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option("--memory", help="Memory to plan for, e.g. 12GiB.",
+                     show_default="free memory minus a margin"),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="cpu or cuda.", show_default="cuda if present, else cpu"),
+    ] = None,
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="Draft model for speculative decoding.",
+                                 show_default=False)
+    ] = None,
+    quant: Annotated[
+        str, typer.Option("--quant", help="auto, none, fp8, int8 or int4.")
+    ] = "auto",
+    max_num_seqs: Annotated[
+        int, typer.Option("--max-num-seqs", help="Conversations held in the KV cache at once.")
+    ] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.",
+                                        show_default=False)] = False,
+) -> None:
+    """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
+    from localchat.engine.quant.memory_budget import parse_size
+
+    if context is not None and context <= 0:
+        raise CliUsageError(f"--context must be positive, got {context}")
+    if max_num_seqs <= 0:
+        raise CliUsageError(f"--max-num-seqs must be positive, got {max_num_seqs}")
+    if quant not in ("auto", "none", "fp8", "int8", "int4"):
+        raise CliUsageError(f"--quant {quant}: choose auto, none, fp8, int8 or int4")
+    try:
+        budget = parse_size(memory) if memory is not None else None
+    except ValueError as e:
+        raise CliUsageError(f"--memory: {e}") from None
+    spec = _device(device, budget is not None)
+    if not debug:  # huggingface_hub logs each retry; our one error line says it all
+        from huggingface_hub.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+    result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context, max_num_seqs,
+                                          quant))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        _print_table(result)
+
+
+def _device(name: str | None, has_budget: bool):
+    from localchat.engine.quant.memory_budget import DeviceSpec
+
+    if name is None:
+        import torch
+
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise CliUsageError(f"--device {name}: choose cpu or cuda")
+    try:
+        return DeviceSpec.detect(name, allow_hypothetical=has_budget)
+    except ValueError as e:
+        raise CliUsageError(str(e)) from None
+
+
+def _plan(model: str, draft: str | None, device, budget: int | None, context: int | None,
+          max_num_seqs: int, quant: str) -> dict[str, Any]:
+    """Describe the model (and draft), plan, and return the JSON-ready result."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.model_info import describe_model
+    from localchat.engine.quant.memory_budget import available_memory_bytes, default_budget_bytes
+    from localchat.engine.quant.planner import plan_memory
+
+    target = describe_model(model, cache_dir())
+    drafted = describe_model(draft, cache_dir()) if draft else None
+    if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
+        cli_io.warn(f"draft {drafted.name} has a vocabulary of {drafted.config.vocab_size} "
+                    f"tokens, the model {target.config.vocab_size}: not a matching pair")
+    available = None
+    if budget is None:
+        available = available_memory_bytes(device.type)
+        budget = default_budget_bytes(device.type, available)
+    ctx = context or min(target.config.max_position_embeddings, DEFAULT_MAX_CONTEXT)
+    if ctx > target.config.max_position_embeddings:
+        cli_io.note(f"--context {ctx} is beyond the model's {target.config.max_position_embeddings}"
+                    " trained positions")
+    plan = plan_memory(target.config, budget, ctx, max_num_seqs,
+                       drafted.config if drafted else None, device, quant=quant)
+    notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
+    return {
+        "model": _describe(target),
+        "draft": _describe(drafted) if drafted else None,
+        "available_bytes": available,
+        **plan.to_dict(),
+        "notes": notes,
+    }
+
+
+def _describe(d) -> dict[str, Any]:
+    from localchat.engine.quant.planner import weight_bytes
+
+    return {"spec": d.spec, "name": d.name, "architecture": d.config.architecture,
+            "parameters": weight_bytes(d.config, "fp32") // 4,
+            "checkpoint_parameters": d.checkpoint_params, "checkpoint_bytes": d.checkpoint_bytes,
+            "checkpoint_dtypes": d.checkpoint_dtypes,
+            "max_position_embeddings": d.config.max_position_embeddings}
+
+
+def _print_table(r: dict[str, Any]) -> None:
+    m, dev = r["model"], r["device"]
+    typer.echo(f"model:   {m['name']} ({m['architecture']}, {m['parameters'] / 1e9:.2f}B "
+               "parameters" + (f", download {cli_io.human_size(m['checkpoint_bytes'])}"
+                               if m["checkpoint_bytes"] else "") + ")")
+    if r["draft"]:
+        typer.echo(f"draft:   {r['draft']['name']} ({r['draft']['parameters'] / 1e9:.2f}B)")
+    budget = f"{_gib(r['budget_bytes'])}"
+    if r["available_bytes"] is not None:
+        budget += f" ({_gib(r['available_bytes'])} free minus a margin)"
+    typer.echo(f"device:  {dev['name']}, budget {budget}")
+    typer.echo(f"context: {r['requested_context_len']} tokens x {r['max_num_seqs']} "
+               f"sequence{'s' if r['max_num_seqs'] > 1 else ''}")
+    header = ("FORMAT", "WEIGHTS", "KV", "DRAFT", "ACTIVATIONS", "RUNTIME", "TOTAL", "LEFT",
+              "FITS")
+    rows = [(row["format"], _gib(row["weight_bytes"]), _gib(row["kv_bytes"]),
+             _gib(row["draft_weight_bytes"] + row["draft_kv_bytes"]),
+             _gib(row["activation_bytes"]), _gib(row["overhead_bytes"]),
+             _gib(row["total_bytes"]), _gib(row["margin_bytes"]), "yes" if row["fits"] else "no")
+            for row in r["rows"]]
+    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        typer.echo("  ".join(c.rjust(w) if i else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    c = r["choice"]
+    how = "forced" if r["forced"] else "best that fits"
+    typer.echo(f"choice:  {c['format']} at {c['context_len']} tokens ({how}; "
+               f"{_gib(c['total_bytes'])} of {_gib(r['budget_bytes'])})")
+    for note in [r["note"], *r["notes"]]:
+        if note:
+            typer.echo(f"note:    {note}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
