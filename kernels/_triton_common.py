@@ -11,6 +11,8 @@ with bf16 inputs the native bf16 dot runs. (The dot is written inline in each ke
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -19,7 +21,10 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return bool(triton.knobs.runtime.interpret)
+    knobs = getattr(triton, "knobs", None)  # Triton >= 3.4; older ones read the variable
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def fp32_dot(dtype: torch.dtype) -> bool:

@@ -1,0 +1,230 @@
+"""Benchmark the data-plane ops: the PyTorch references everywhere, the Triton kernels on CUDA.
+
+Workload: Llama-3.1-8B shapes (hidden 4096, 32 query / 8 KV heads, head_dim 128, MLP 14336,
+block_size 16). Each op is timed as the median of repeated calls after warm-up (CUDA events
+around each call on a GPU, ``perf_counter`` on CPU) and reported with the bytes it must move or
+the FLOPs it must do:
+
+- copy (``torch.Tensor.copy_``): read + write; on a GPU its GB/s is the practical peak that the
+  other figures are divided by (``% peak``).
+- ``store_kv_cache``: K and V rows read and written.
+- ``paged_attention_decode``: the whole KV of every sequence read once (+ q, out).
+- ``prefill_attention``: causal FLOPs, 2 x 2 x q_len x (context + q_len / 2) x heads x head_dim.
+- ``rms_norm`` (read + write), ``fused_add_rms_norm`` (2 reads + 2 writes), ``apply_rope``
+  (q and k read + written).
+- ``int8_matmul`` / ``int4_matmul`` at M = 1 (GEMV: the packed weight + scales/zeros read
+  once) and M = 512 (TFLOP/s), against ``F.linear`` on the bf16 weight.
+
+Usage: ``python scripts/bench_kernels.py [--device cuda] [--dtype bfloat16] [--quick]
+[--out DIR]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from localchat.kernels import reference
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, BLOCK = 4096, 32, 8, 128, 14336, 16
+
+
+def timeit(fn: Callable[[], object], device: torch.device, min_time: float) -> float:
+    """Median seconds per call of ``fn`` (2 warm-up calls; at least 5 timed, up to
+    ``min_time`` seconds)."""
+    for _ in range(2):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < min_time and len(times) < 200):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def paged(num_seqs: int, seq_len: int, dtype, device, gen):
+    """Caches of ``num_seqs`` sequences of ``seq_len`` tokens in shuffled blocks."""
+    nb = -(-seq_len // BLOCK)
+    num_blocks = num_seqs * nb + 1
+    kc = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+    vc = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+    bt = torch.randperm(num_seqs * nb, generator=gen).view(num_seqs, nb).to(device)
+    return kc, vc, bt
+
+
+def cases(device, dtype, quick: bool):
+    """Yield ``(op, shape text, {impl: fn}, bytes moved or None, flops or None)``."""
+    gen = torch.Generator().manual_seed(0)
+    el = torch.tensor([], dtype=dtype).element_size()
+    if device.type == "cuda":
+        from localchat.kernels import (
+            triton_decode,
+            triton_kv,
+            triton_norm,
+            triton_prefill,
+            triton_quant,
+            triton_rope,
+        )
+        tri = {"store_kv_cache": triton_kv, "paged_attention_decode": triton_decode,
+               "prefill_attention": triton_prefill, "rms_norm": triton_norm,
+               "fused_add_rms_norm": triton_norm, "apply_rope": triton_rope,
+               "int8_matmul": triton_quant, "int4_matmul": triton_quant}
+    else:
+        tri = {}
+
+    def both(name, call):
+        out = {"reference": lambda: call(reference)}  # call(module) runs module.<name>(...)
+        if name in tri:
+            out["triton"] = lambda: call(tri[name])
+        return out
+
+    n = (64 if quick else 256) * 2**20 // 4 if device.type == "cpu" else 2**30 // 4
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    yield "copy", f"{n * 4 / 2**20:.0f} MiB fp32", {"torch": lambda: dst.copy_(src)}, \
+        2 * n * 4, None
+
+    tokens = 16
+    kc, vc, _ = paged(4, 1024, dtype, device, gen)
+    k = torch.randn(tokens, KV_HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+    slots = torch.randperm(kc.shape[0] * BLOCK, generator=gen)[:tokens].to(device)
+    yield "store_kv_cache", f"{tokens} tokens", \
+        both("store_kv_cache", lambda m: m.store_kv_cache(k, k, kc, vc, slots)), \
+        4 * tokens * KV_HEADS * HEAD_DIM * el, None
+
+    for num_seqs, seq_len in ([(1, 4096), (16, 1024)] if quick else
+                              [(1, 4096), (1, 32768), (16, 1024), (16, 4096)]):
+        kc, vc, bt = paged(num_seqs, seq_len, dtype, device, gen)
+        q = torch.randn(num_seqs, HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+        sl = torch.full((num_seqs,), seq_len, device=device)
+        kv_bytes = 2 * num_seqs * seq_len * KV_HEADS * HEAD_DIM * el
+        yield "paged_attention_decode", f"{num_seqs} x {seq_len} tokens", \
+            both("paged_attention_decode", lambda m, q=q, kc=kc, vc=vc, bt=bt, sl=sl:
+                 m.paged_attention_decode(q, kc, vc, bt, sl, HEAD_DIM ** -0.5)), \
+            kv_bytes + 2 * q.numel() * el, None
+
+    for ctx, q_len in ([(0, 512)] if quick or device.type == "cpu" else
+                       [(0, 2048), (1984, 64), (2043, 5)]):
+        total = ctx + q_len
+        kc, vc, bt = paged(1, total, dtype, device, gen)
+        q = torch.randn(q_len, HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
+        qsl = torch.tensor([0, q_len], device=device)
+        sl = torch.tensor([total], device=device)
+        flops = 4 * q_len * (ctx + q_len / 2) * HEADS * HEAD_DIM
+        yield "prefill_attention", f"{q_len} new over {ctx} cached", \
+            both("prefill_attention", lambda m, q=q, kc=kc, vc=vc, bt=bt, qsl=qsl, sl=sl:
+                 m.prefill_attention(q, kc, vc, qsl, sl, bt, HEAD_DIM ** -0.5)), None, flops
+
+    w = torch.ones(HIDDEN, dtype=dtype, device=device)
+    for rows in (1, 512):
+        x = torch.randn(rows, HIDDEN, generator=gen).to(dtype).to(device)
+        r = torch.randn(rows, HIDDEN, generator=gen).to(dtype).to(device)
+        yield "rms_norm", f"{rows} x {HIDDEN}", \
+            both("rms_norm", lambda m, x=x: m.rms_norm(x, w, 1e-5)), 2 * x.numel() * el, None
+        yield "fused_add_rms_norm", f"{rows} x {HIDDEN}", \
+            both("fused_add_rms_norm", lambda m, x=x, r=r: m.fused_add_rms_norm(x, r, w, 1e-5)), \
+            4 * x.numel() * el, None
+        qkv = torch.randn(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=gen).to(dtype)
+        qkv = qkv.to(device)
+        qv = qkv[:, : HEADS * HEAD_DIM].view(rows, HEADS, HEAD_DIM)
+        kv = qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM].view(rows, KV_HEADS,
+                                                                          HEAD_DIM)
+        pos = torch.randint(0, 8192, (rows,), generator=gen).to(device)
+        cache = torch.randn(8192, HEAD_DIM, generator=gen).to(device)
+        yield "apply_rope", f"{rows} tokens", \
+            both("apply_rope", lambda m, qv=qv, kv=kv, pos=pos, c=cache: m.apply_rope(
+                pos, qv, kv, c)), 2 * (qv.numel() + kv.numel()) * el, None
+
+    n_out, k_in, group = HIDDEN, HIDDEN, 128
+    w16 = (torch.randn(n_out, k_in, generator=gen) * 0.02).to(dtype).to(device)
+    q8 = torch.randint(-127, 128, (n_out, k_in), generator=gen, dtype=torch.int8).to(device)
+    s8 = torch.rand(n_out, generator=gen).to(device) * 1e-3
+    q4 = torch.randint(0, 256, (n_out, k_in // 2), generator=gen, dtype=torch.uint8).to(device)
+    s4 = (torch.rand(n_out, k_in // group, generator=gen) * 1e-3).to(device)
+    z4 = torch.full((n_out, k_in // group), 8.0, device=device)
+    for m_rows in ((1,) if device.type == "cpu" and quick else (1, 512)):
+        x = torch.randn(m_rows, k_in, generator=gen).to(dtype).to(device)
+        gemv = m_rows == 1
+        flops = None if gemv else 2 * m_rows * n_out * k_in
+        act = 2 * m_rows * (k_in + n_out) * el
+        yield "linear (float weight)", f"{m_rows} x {k_in} -> {n_out}", \
+            {"torch": lambda x=x: F.linear(x, w16)}, \
+            (n_out * k_in * el + act) if gemv else None, flops
+        yield "int8_matmul", f"{m_rows} x {k_in} -> {n_out}", \
+            both("int8_matmul", lambda m, x=x: m.int8_matmul(x, q8, s8)), \
+            (n_out * k_in + 4 * n_out + act) if gemv else None, flops
+        yield "int4_matmul", f"{m_rows} x {k_in} -> {n_out} g{group}", \
+            both("int4_matmul", lambda m, x=x: m.int4_matmul(x, q4, s4, z4, group)), \
+            (n_out * k_in // 2 + 8 * n_out * (k_in // group) + act) if gemv else None, flops
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                    help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller shapes")
+    ap.add_argument("--out", type=Path, default=None, help="write kernels.json/.md here")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("bench_kernels: error: --device cuda but CUDA is not available", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    min_time = 0.3 if device.type == "cuda" else 0.5
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"workload: Llama-3.1-8B shapes, {dtype}, device {name}, torch {torch.__version__},"
+          f" {torch.get_num_threads()} threads", flush=True)
+    rows, peak = [], None
+    for op, shape, impls, nbytes, flops in cases(device, dtype, args.quick):
+        for impl, fn in impls.items():
+            sec = timeit(fn, device, min_time)
+            row = {"op": op, "shape": shape, "impl": impl, "us": sec * 1e6,
+                   "GB/s": nbytes / sec / 1e9 if nbytes else None,
+                   "TFLOP/s": flops / sec / 1e12 if flops else None, "bytes": nbytes,
+                   "flops": flops}
+            if op == "copy":
+                peak = row["GB/s"]
+            row["% peak"] = 100 * row["GB/s"] / peak if nbytes and peak else None
+            rows.append(row)
+            print(f"  {op:24s} {shape:28s} {impl:9s} {sec * 1e6:10.1f} us"
+                  + (f" {row['GB/s']:8.1f} GB/s ({row['% peak']:.0f}% of copy)" if nbytes
+                     else "")
+                  + (f" {row['TFLOP/s']:7.2f} TFLOP/s" if flops else ""), flush=True)
+    md = ["| op | shape | impl | us | GB/s | % of copy peak | TFLOP/s |",
+          "|---|---|---|---|---|---|---|"]
+    fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
+    for r in rows:
+        md.append(f"| {r['op']} | {r['shape']} | {r['impl']} | {r['us']:.1f} | "
+                  f"{fmt(r['GB/s'], '.1f')} | {fmt(r['% peak'], '.0f')} | "
+                  f"{fmt(r['TFLOP/s'], '.2f')} |")
+    result = {"device": name, "dtype": str(dtype), "torch": torch.__version__,
+              "copy_peak_GBps": peak, "rows": rows}
+    print("\n".join(md))
+    print(json.dumps(result))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "kernels.json").write_text(json.dumps(result, indent=1))
+        (args.out / "kernels.md").write_text("\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
