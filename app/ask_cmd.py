@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from localchat.app import cli_io, render
+from localchat.app import cli_io, interrupts, render
 from localchat.app.cli_io import CliUsageError
 from localchat.app.load_options import LoadOptions, check_load_options
 from localchat.app.report import answer_stats, format_stats_line
@@ -113,11 +113,11 @@ def run_ask(args: AskArgs) -> None:
 
 def load_engine(options: LoadOptions) -> Any:
     """Resolve the model and load an ``LLMEngine`` (notice on stderr when a terminal); a
-    second Ctrl+C while loading ends the process at once (``cli_io.loading_interrupts``)."""
+    second Ctrl+C while loading ends the process at once (``interrupts.loading_interrupts``)."""
     from localchat.app.settings import cache_dir
     from localchat.engine.hub import resolve_model
 
-    with cli_io.loading_interrupts():
+    with interrupts.loading_interrupts():
         source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                                progress=cli_io.stderr_progress)
         cli_io.notice(f"loading {source.alias or options.model} ...")
@@ -233,7 +233,7 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
     outputs: Any = None
     last: Any = None
     interrupted = False
-    guard = cli_io.InterruptGuard()
+    guard = interrupts.InterruptGuard()
     try:
         with guard.installed():
             outputs = engine.generate(prompt_ids, sampling)

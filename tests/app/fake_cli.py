@@ -43,9 +43,9 @@ class LoggingEngine(FakeEngine):
 def fake_load_engine(options):
     seconds = float(os.environ.get("FAKE_LOAD_SECONDS", "0"))
     if seconds:
-        from localchat.app import cli_io
+        from localchat.app import interrupts
 
-        with cli_io.loading_interrupts():
+        with interrupts.loading_interrupts():
             try:
                 sys.stderr.write("loading\n")
                 sys.stderr.flush()

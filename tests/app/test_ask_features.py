@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from localchat.app import ask_cmd, cli, cli_io, settings
+from localchat.app import ask_cmd, cli, cli_io, interrupts, settings
 from localchat.app.store import Store
 
 from .fake_engine import CharTokenizer, FakeEngine, decode_ids
@@ -218,7 +218,7 @@ def test_invalid_utf8_is_replaced_with_one_warning(ask):
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
 def test_interrupt_guard_holds_ctrl_c_until_the_critical_section_ends():
-    guard = cli_io.InterruptGuard()
+    guard = interrupts.InterruptGuard()
     done = []
     with guard.installed():
         with pytest.raises(KeyboardInterrupt), guard.critical():

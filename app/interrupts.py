@@ -1,0 +1,80 @@
+"""Ctrl+C while ``ask`` loads a model and while it streams a reply.
+
+``loading_interrupts``: the first Ctrl+C cancels the load, a second one ends the process at
+once. ``InterruptGuard``: Ctrl+C stops generation at once, except while a delta is being
+printed and recorded, so the saved partial reply is exactly what was printed. Both only act in
+the main thread (Python delivers signals there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def loading_interrupts() -> Iterator[None]:
+    """While loading a model: the first Ctrl+C raises ``KeyboardInterrupt`` (exit 130 once the
+    current call returns), and from then on SIGINT has its default action, so a second Ctrl+C
+    ends the process at once, even inside a long C call (torch, file reads). The previous
+    handler comes back when the block ends without an interrupt. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:
+            signal.signal(signal.SIGINT, previous)
+
+
+class InterruptGuard:
+    """A SIGINT handler that raises ``KeyboardInterrupt`` at once, except inside ``critical()``
+    sections, where it is held until the section ends. ``ask`` prints and records each text
+    delta in one section, so the saved partial reply is exactly what was printed.
+
+    Use ``with guard.installed(): ... with guard.critical(): ...`` in the main thread.
+    """
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._depth:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Install the handler for the block (a no-op outside the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        """Hold Ctrl+C until the block ends, then raise it."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt
