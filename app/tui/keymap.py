@@ -29,10 +29,12 @@ DEFAULTS: dict[str, tuple[str, str, str, bool]] = {
     "models": ("ctrl+o", "pick_model", "Models", False),
     "search": ("ctrl+f", "search", "Search", False),
     "rename": ("f2", "rename", "Rename", False),
-    "delete": ("ctrl+d", "delete", "Delete chat", False),
-    "export": ("ctrl+x", "export", "Export .md", False),
+    "delete": ("f8", "delete", "Delete chat", False),
+    "export": ("ctrl+t", "export", "Export .md", False),
     "focus_prompt": ("ctrl+l", "focus_prompt", "Focus prompt", False),
 }
+# Bindings that win over the focused widget (the prompt's TextArea uses ctrl+c/e/k/y itself).
+PRIORITY = ("quit", "stop", "help", "edit_last", "copy_reply", "copy_code")
 # Keys handled inside the prompt widget itself (listed in the help screen, not remappable).
 PROMPT_KEYS = (("enter", "Send the message"), ("ctrl+j / alt+enter", "Insert a newline"))
 
@@ -42,11 +44,10 @@ class KeymapError(ValueError):
 
 
 def bindings() -> list[Binding]:
-    """The chat screen's bindings with their default keys (stop and quit take priority over
-    the focused widget, so Esc and Ctrl+C stop a reply even while typing)."""
+    """The chat screen's bindings with their default keys (``PRIORITY`` ones win over the
+    focused widget, so Esc and Ctrl+C stop a reply even while typing)."""
     return [
-        Binding(keys, action, desc, show=show, id=PREFIX + name,
-                priority=name in ("stop", "quit", "help"))
+        Binding(keys, action, desc, show=show, id=PREFIX + name, priority=name in PRIORITY)
         for name, (keys, action, desc, show) in DEFAULTS.items()
     ]
 

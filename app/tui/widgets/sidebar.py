@@ -35,7 +35,7 @@ class Sidebar(Vertical):
     def compose(self) -> ComposeResult:
         yield Input(placeholder="Search history…", id="search")
         yield ListView(id="conversations")
-        yield Label("Enter open · F2 rename · Ctrl+D delete · Ctrl+X export",
+        yield Label("Enter open · F2 rename · F8 delete · Ctrl+T export",
                     classes="sidebar-hint")
 
     @property
