@@ -65,6 +65,9 @@ class Sidebar(Vertical):
         view = self.query_one(ListView)
         await view.clear()
         await view.extend(items)
+        current = [i for i, item in enumerate(items)
+                   if getattr(item, "conversation_id", None) == self.current_id]
+        view.index = current[0] if current and not self.query_text.strip() else 0
 
     def highlighted_id(self) -> str | None:
         """The conversation under the list cursor, or None."""
