@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One prepared GPU check (fits in about 8 minutes on an H200; needs no download):
+#   1. the kernel tests natively on the GPU (tests/kernels, tests/engine/test_cuda_graphs.py);
+#   2. scripts/bench_kernels.py: copy bandwidth (the practical peak), paged decode attention,
+#      int8/int4 GEMV bandwidth and the other ops, reference vs Triton;
+#   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s at batch 1 and 16 of a random-weight
+#      Llama-3.1-8B-shaped model at bf16, int8 and int4 (CUDA graphs), as % of the copy peak;
+#      prefix-cached TTFT and the cost of a speculative verification step.
+# Writes gpu_check.json and gpu_check.md (plus kernels.*, e2e.*, tests.txt and gpu_check.log) to
+# the directory given as $1, else $OUT, else ./gpu_check_out. GPU_CHECK_DRY_RUN=1 runs tiny
+# versions of the stages on a CPU (to check the script itself).
+# Usage: bash scripts/gpu_check.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR="${1:-${OUT:-gpu_check_out}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+LOG="$OUT_DIR/gpu_check.log"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+exec > >(tee "$LOG") 2>&1
+
+DEVICE=cuda
+TESTS=(tests/kernels tests/engine/test_cuda_graphs.py)
+KERNEL_ARGS=()
+E2E_ARGS=()
+if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then
+    # Check this script's plumbing on a CPU: tiny sizes, a few tests, no GPU figures.
+    DEVICE=cpu
+    TESTS=(tests/kernels/test_quant_matmul.py)
+    KERNEL_ARGS=(--quick)
+    E2E_ARGS=(--tiny --steps 4 --context 48 --batch-sizes 1,4 --max-model-len 256)
+elif ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: error: no CUDA device visible to $PY" >&2
+    exit 1
+fi
+# localchat importable without installing it: a namespace-package shim over the repo folders.
+if ! "$PY" -c "import localchat.kernels, localchat.engine" 2>/dev/null; then
+    SHIM="$(mktemp -d)"
+    mkdir -p "$SHIM/localchat"
+    for sub in app engine kernels themes; do ln -s "$PWD/$sub" "$SHIM/localchat/$sub"; done
+    export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi -L 2>/dev/null || true
+"$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+    || true
+
+declare -A STATUS
+stage() {  # stage NAME SECONDS CMD...: run with a time limit, remember the exit status
+    local name="$1" limit="$2"; shift 2
+    echo "=== $name (limit ${limit}s) ==="
+    local t0=$SECONDS
+    timeout "$limit" "$@"
+    local rc=$?
+    STATUS[$name]="rc=$rc ($((SECONDS - t0)) s)$([ $rc -eq 124 ] && echo ', timed out')"
+    echo "=== $name: ${STATUS[$name]} ==="
+}
+
+XDIST=()
+[ "$DEVICE" = cuda ] && "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+export OUT_DIR
+stage tests 210 bash -c 'set -o pipefail; "$0" -m pytest "${@}" -q -o addopts="" \
+    -p no:cacheprovider -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT_DIR/tests.txt"' \
+    "$PY" "${TESTS[@]}" "${XDIST[@]}"
+stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$OUT_DIR" \
+    "${KERNEL_ARGS[@]}"
+stage e2e 170 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$OUT_DIR" "${E2E_ARGS[@]}"
+
+STATUS_JSON="{"
+for k in tests kernels e2e; do STATUS_JSON+="\"$k\": \"${STATUS[$k]:-not run}\", "; done
+STATUS_JSON="${STATUS_JSON%, }}"
+"$PY" - "$OUT_DIR" "$STATUS_JSON" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out, status = Path(sys.argv[1]), json.loads(sys.argv[2])
+def read(name):
+    p = out / name
+    return p.read_text() if p.exists() else None
+tests_txt = read("tests.txt") or ""
+summary = next((ln for ln in reversed(tests_txt.splitlines()) if " passed" in ln
+                or " failed" in ln or " error" in ln), "no pytest summary")
+result = {"stages": status, "tests_summary": summary.strip("= "),
+          "kernels": json.loads(read("kernels.json") or "null"),
+          "e2e": json.loads(read("e2e.json") or "null")}
+(out / "gpu_check.json").write_text(json.dumps(result, indent=1))
+md = ["# GPU check", "", f"Stages: {status}", "", f"Kernel tests: {result['tests_summary']}",
+      "", "## Kernels", "", read("kernels.md") or "(not available)", "",
+      "## End to end (random-weight Llama-3.1-8B shapes)", "", read("e2e.md") or "(not available)"]
+(out / "gpu_check.md").write_text("\n".join(md) + "\n")
+print("\n".join(md))
+PYEOF
