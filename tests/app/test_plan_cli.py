@@ -1,0 +1,174 @@
+"""``localchat plan``: the memory table, JSON, flags and errors.
+
+In-process runs (``cli_io.run_cli``) plan tiny local HF folders and the real SmolLM2 GGUF; the
+weight bytes are checked against the tensors stored in the checkpoint files (read with
+``safetensors`` and ``gguf``, independently of the planner). One subprocess plans a repo on a
+fake Hub (``HF_ENDPOINT``) and must fetch only ``config.json`` and safetensors headers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import typer
+
+from localchat.app import cli_io
+from localchat.app.cli import app
+from tests.engine.fake_hub_server import FakeHub, FakeRepo
+from tests.engine.tiny_models import save_tiny_model
+
+GiB = 2**30
+
+
+def run_plan(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli_io.run_cli(typer.main.get_command(app), ["plan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stored_numel(folder: Path) -> int:
+    """Values stored in a folder's safetensors files (the checkpoint's own count)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in folder.glob("*.safetensors"):
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():  # noqa: SIM118 (safe_open is not a dict)
+                total += math.prod(st.get_slice(name).get_shape())
+    return total
+
+
+@pytest.fixture(scope="module")
+def tiny_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan-models")
+    save_tiny_model("qwen2", root / "qwen2")
+    save_tiny_model("llama", root / "llama")  # tied embeddings
+    return root
+
+
+def float_bytes(fmt: str) -> int:
+    return {"fp32": 4, "bf16": 2}[fmt]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_json_weights_equal_the_stored_tensors(capsys, tiny_folders, arch):
+    folder = tiny_folders / arch
+    code, out, err = run_plan(capsys, str(folder), "--memory", "2GiB", "--context", "256",
+                              "--device", "cpu", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    unquantized = plan["rows"][0]
+    assert unquantized["format"] in ("fp32", "bf16")
+    numel = stored_numel(folder)
+    assert plan["model"]["parameters"] == numel
+    assert unquantized["weight_bytes"] == numel * float_bytes(unquantized["format"])
+    assert [r["format"] for r in plan["rows"]][1:] == ["int8", "int4"]
+    assert plan["choice"]["format"] == unquantized["format"]  # a tiny model fits unquantized
+    assert plan["budget_bytes"] == 2 * GiB and plan["requested_context_len"] == 256
+
+
+def test_table_and_draft(capsys, tiny_folders):
+    code, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--draft",
+                              str(tiny_folders / "llama"), "--memory", "4GiB", "--context", "512")
+    assert code == 0, err
+    lines = out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("FORMAT"))
+    assert lines[header].split() == ["FORMAT", "WEIGHTS", "KV", "DRAFT", "ACTIVATIONS",
+                                     "RUNTIME", "TOTAL", "LEFT", "FITS"]
+    rows = [ln.split() for ln in lines[header + 1: header + 4]]
+    assert [r[0] for r in rows][1:] == ["int8", "int4"] and all(r[-1] == "yes" for r in rows)
+    assert any(ln.startswith("choice:  " + rows[0][0] + " at 512 tokens") for ln in lines)
+    assert any(ln.startswith("draft:") for ln in lines)
+    code, out, _ = run_plan(capsys, str(tiny_folders / "qwen2"), "--draft",
+                            str(tiny_folders / "llama"), "--memory", "4GiB", "--json")
+    row = json.loads(out)["rows"][0]
+    draft_numel = stored_numel(tiny_folders / "llama")
+    assert row["draft_weight_bytes"] == draft_numel * float_bytes(row["format"])
+    assert row["draft_kv_bytes"] > 0
+
+
+def test_real_gguf_weights(capsys, smollm2_gguf):
+    import gguf
+
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    numel = sum(int(t.n_elements) for t in gguf.GGUFReader(str(smollm2_gguf)).tensors)
+    row = plan["rows"][0]
+    assert row["weight_bytes"] == numel * float_bytes(row["format"])
+    assert plan["model"]["checkpoint_bytes"] == smollm2_gguf.stat().st_size
+
+
+def test_hypothetical_cuda_needs_memory(capsys, tiny_folders):
+    spec = str(tiny_folders / "qwen2")
+    code, out, err = run_plan(capsys, spec, "--device", "cuda", "--json")
+    if torch.cuda.is_available():
+        assert code == 0 and json.loads(out)["device"]["type"] == "cuda"
+    else:
+        assert (code, out) == (2, "")
+        assert err.strip() == ("localchat: error: no CUDA device on this machine; "
+                               "pass --memory SIZE to plan for one")
+    code, out, err = run_plan(capsys, spec, "--device", "cuda", "--memory", "24GiB", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["choice"]["format"] == "bf16"
+    assert plan["device"]["hypothetical"] is not torch.cuda.is_available()
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), [
+    (["--memory", "12 parsecs"], 2, "--memory: invalid size"),
+    (["--quant", "int3"], 2, "--quant int3"),
+    (["--context", "0"], 2, "--context must be positive"),
+    (["--device", "tpu"], 2, "--device tpu"),
+    (["--memory", "100MiB"], 1, "no format fits in 0.10 GiB: int4 needs"),
+    (["--memory", "600MiB", "--quant", "fp8"], 1, "fp8"),
+])
+def test_errors_are_one_line(capsys, tiny_folders, args, code, needle):
+    got, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--device", "cpu", *args)
+    assert (got, out) == (code, "")
+    assert err.count("\n") == 1 and err.startswith("localchat: error: ") and needle in err
+
+
+def test_missing_model(capsys, tmp_path):
+    code, out, err = run_plan(capsys, str(tmp_path / "absent.gguf"))
+    assert (code, out) == (1, "") and "no such file or folder" in err
+
+
+def test_hub_repo_plans_from_config_and_headers_only(tmp_path, tiny_folders):
+    """A Hub repo is planned from config.json and the safetensors header (HTTP ranges); the
+    weights themselves are never downloaded."""
+    folder = tiny_folders / "qwen2"
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    weights = files["model.safetensors"] + b"\0" * 2_000_000  # a body far past the header
+    files["model.safetensors"] = weights
+    with FakeHub() as hub:
+        repo = FakeRepo()
+        commit = repo.add_commit(files, "main")
+        hub.repos["org/tiny-qwen2"] = repo
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"),
+                   LOCALCHAT_HOME=str(tmp_path / "lc"), HF_HUB_DISABLE_TELEMETRY="1")
+        proc = subprocess.run(
+            [sys.executable, "-m", "localchat.app.cli", "plan", "org/tiny-qwen2", "--memory",
+             "2GiB", "--device", "cpu", "--json"],
+            env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr
+        plan = json.loads(proc.stdout)
+        numel = stored_numel(folder)
+        assert plan["model"]["checkpoint_parameters"] == numel == plan["model"]["parameters"]
+        assert plan["model"]["checkpoint_dtypes"] == {"F32": numel}
+        weight_path = f"/org/tiny-qwen2/resolve/{commit}/model.safetensors"
+        assert {p.rsplit("/", 1)[1] for m, p, _ in hub.requests
+                if m == "GET" and "/resolve/" in p} <= {"config.json", "model.safetensors"}
+        ranges = [h.get("range") for m, p, h in hub.requests if m == "GET" and p == weight_path]
+        assert ranges and None not in ranges
+        for r in ranges:
+            first, last = r.removeprefix("bytes=").split("-")
+            assert int(last) - int(first) < len(weights) // 10  # the header, not the body
