@@ -17,7 +17,7 @@ PREFIX = "localchat."
 # name -> (default keys, action, description, shown in the footer)
 DEFAULTS: dict[str, tuple[str, str, str, bool]] = {
     "quit": ("ctrl+q", "quit", "Quit", True),
-    "stop": ("escape,ctrl+c", "stop", "Stop reply", True),
+    "stop": ("ctrl+c,escape", "stop", "Stop reply", True),
     "help": ("f1,ctrl+question_mark", "help", "Help", True),
     "sidebar": ("ctrl+b", "toggle_sidebar", "History", True),
     "new": ("ctrl+n", "new_conversation", "New chat", True),
