@@ -102,10 +102,10 @@ def test_padded_decode_equals_eager(model, device):
             expected = model(ids, pos_t, eager_kv, meta)
         got = runner.forward(ids, pos_t, meta)
         assert got.shape == expected.shape
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
         for a, b, old in zip(graph_kv, eager_kv, before):
             # the written slots agree (up to GEMM rounding at another batch shape) ...
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
             # ... and every slot the eager step left alone is bit-identical (padding wrote
             # nothing)
             untouched = (b == old).all(dim=-1)
