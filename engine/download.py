@@ -22,7 +22,9 @@ import errno
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,8 +82,10 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
     if progress is not None:
         progress(f"downloading {name} from the Hugging Face Hub: {len(todo)} files, "
                  f"{_size(need)} into {cache}")
-    bar = _progress_class(name) if progress is not None else _Silent
-    return _snapshot(repo_id, revision, name, local_only=False, tqdm_class=bar)
+    cancel = threading.Event()
+    bar = _progress_class(name, cancel, shown=progress is not None)
+    with _cancel_on_sigint(cancel):
+        return _snapshot(repo_id, revision, name, local_only=False, tqdm_class=bar)
 
 
 def check_free_disk(folder: Path, need_bytes: int, name: str) -> None:
@@ -236,32 +240,69 @@ def _size(n: int) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
+class DownloadCancelled(Exception):
+    """Raised inside huggingface_hub's download threads after Ctrl+C (see ``_progress_class``)."""
+
+
 class _Silent(_base_tqdm):
-    """No progress output (callers that passed no ``progress``)."""
+    """No progress output (the dry run)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.pop("name", None)
         super().__init__(*args, **{**kwargs, "disable": True})
 
 
-def _progress_class(name: str) -> type[_base_tqdm]:
+@contextlib.contextmanager
+def _cancel_on_sigint(cancel: threading.Event):
+    """While downloading, Ctrl+C sets ``cancel`` before raising ``KeyboardInterrupt``.
+
+    ``snapshot_download`` fetches files in a thread pool and, on the way out, waits for every
+    queued file; the worker threads check ``cancel`` on each chunk (through the progress bar)
+    and stop, so an interrupted pull exits within a chunk (10 MiB) instead of finishing the
+    whole repo. Only in the main thread (signal handlers live there); elsewhere a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        cancel.set()
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress_class(name: str, cancel: threading.Event, *, shown: bool) -> type[_base_tqdm]:
     """A tqdm class for ``snapshot_download``: one bar on stderr for the bytes written (done /
-    total, rate, ETA); the file-count and transfer bars stay hidden. On a terminal it redraws
-    in place; elsewhere it prints a line at most every 10 s."""
+    total, rate, ETA) when ``shown``; the file-count and transfer bars stay hidden. On a
+    terminal it redraws in place; elsewhere it prints a line at most every 10 s. Every update
+    raises ``DownloadCancelled`` once ``cancel`` is set (the download threads stop)."""
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
 
     class ByteProgress(_base_tqdm):
         def __init__(self, *args, **kwargs):
             kwargs.pop("name", None)
             desc = str(kwargs.get("desc") or "")
-            shown = kwargs.get("unit") == "B" and not desc.startswith("Downloading bytes")
+            byte_bar = kwargs.get("unit") == "B" and not desc.startswith("Downloading bytes")
             kwargs.update(
-                desc=f"localchat: {name}", file=sys.stderr, disable=not shown,
+                desc=f"localchat: {name}", file=sys.stderr, disable=not (shown and byte_bar),
                 mininterval=0.5 if tty else 10.0, dynamic_ncols=tty, ascii=not tty,
                 bar_format="{desc}: {n_fmt}B / {total_fmt}B ({percentage:3.0f}%) "
                            "{rate_fmt}, ETA {remaining}",
             )
             super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            if cancel.is_set():
+                raise DownloadCancelled("interrupted")
+            return super().update(n)
 
         def set_description(self, desc=None, refresh=True):  # keep our label
             pass

@@ -12,9 +12,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import namedtuple
 from pathlib import Path
 
@@ -196,6 +198,31 @@ def test_killed_download_never_looks_complete_and_pull_finishes_it(env, hub):
     assert snapshot_files(Path(done.stdout.strip())) == WANTED
     fetched = hub.fetched()  # only what was missing (a blob whose link was pending is reused)
     assert "model.safetensors" in fetched and set(fetched) <= set(WANTED) - kept
+
+
+def test_ctrl_c_stops_the_download_within_a_chunk(env, hub):
+    """Ctrl+C exits 130 without finishing the file in flight (huggingface_hub's thread pool
+    would otherwise fetch every queued file before exiting); nothing partial is linked."""
+    big = os.urandom(12 * 2**20)
+    repo = FakeRepo()
+    commit = repo.add_commit({"config.json": b"{}", "model.safetensors": big}, "main")
+    hub.repos["org/big"] = repo
+    hub.stall_after[f"/org/big/resolve/{commit}/model.safetensors"] = 2**20
+    proc = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "pull", "org/big"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert hub.stalled.wait(60)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        hub.release.set()  # the server sends the rest: the worker must not write it
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    snap = Path(env["HF_HOME"]) / "hub" / "models--org--big" / "snapshots" / commit
+    assert not (snap / "model.safetensors").exists()
+    blobs = Path(env["HF_HOME"]) / "hub" / "models--org--big" / "blobs"
+    assert not any(p.name.endswith(".incomplete") for p in blobs.iterdir())
 
 
 # -- at the huggingface_hub boundary (monkeypatched) ------------------------------------------
