@@ -87,7 +87,8 @@ def kv_bar(usage: float | None, cells: int = BAR_CELLS) -> str:
 
 
 def format_status(info: StatusInfo, width: int = 200) -> Text:
-    """One status line; drops labels, then the least important parts, to fit ``width``."""
+    """One status line of at most ``width`` cells: parts lose their labels first, least
+    important first, then the least important parts are left out."""
     model = info.model + (f" {info.weight_format}" if info.weight_format else "")
     state = {"loading": "loading…", "error": "no model", "streaming": "●"}.get(info.state, "")
     cached = "-" if info.cached_tokens is None else (
@@ -96,19 +97,25 @@ def format_status(info: StatusInfo, width: int = 200) -> Text:
     ctx = "-" if info.context_used is None else (
         f"{info.context_used}/{info.max_model_len or '?'}")
     usage = "" if info.kv_usage is None else f" {info.kv_usage:.0%}"
-    parts = [  # (label form, short form, priority: lower is kept longer)
+    parts = [  # (labelled form, short form, importance: higher is dropped/shortened first)
         (f"{model} {state}".strip(), f"{info.model} {state}".strip(), 0),
-        (f"on {info.device}" if info.device else "", "", 5),
-        (f"TTFT {_fmt(info.ttft, '.2f', 's')}", _fmt(info.ttft, '.2f', 's'), 2),
+        (info.device or "", "", 6),
+        (f"TTFT {_fmt(info.ttft, '.2f', 's')}", _fmt(info.ttft, '.2f', 's'), 3),
         (f"{_fmt(info.decode_tokens_per_s, '.1f', '')} tok/s",
-         f"{_fmt(info.decode_tokens_per_s, '.0f', '')}t/s", 1),
+         f"{_fmt(info.decode_tokens_per_s, '.0f', '')}t/s", 2),
         (f"cached {cached}", f"c {cached}", 1),
-        (f"spec {_fmt(info.spec_acceptance, '.0%', '')}", "", 4),
-        (f"KV {kv_bar(info.kv_usage)}{usage}", kv_bar(info.kv_usage, 4), 3),
-        (f"ctx {ctx}", ctx, 2),
+        (f"spec {_fmt(info.spec_acceptance, '.0%', '')}",
+         f"s {_fmt(info.spec_acceptance, '.0%', '')}", 5),
+        (f"KV {kv_bar(info.kv_usage)}{usage}", kv_bar(info.kv_usage, 4), 4),
+        (f"ctx {ctx}", ctx, 3),
     ]
-    for short, keep in ((False, 9), (True, 9), (True, 3), (True, 2), (True, 1), (True, 0)):
-        chosen = [(p[1] if short else p[0]) for p in parts if p[2] <= keep]
+    order = sorted(range(len(parts)), key=lambda i: -parts[i][2])
+    attempts = [(set(order[:n]), set()) for n in range(len(parts) + 1)]
+    attempts += [(set(order), set(order[:n])) for n in range(1, len(parts))]
+    line = ""
+    for short, dropped in attempts:
+        chosen = [parts[i][1] if i in short else parts[i][0]
+                  for i in range(len(parts)) if i not in dropped]
         line = " │ ".join(c for c in chosen if c)
         if len(line) <= width:
             break

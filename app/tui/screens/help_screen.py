@@ -25,7 +25,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Keys (remap them in config.toml under [keys])", classes="title")
+            yield Label("Keys (remap them in config.toml under [keys])", classes="title",
+                        markup=False)
             table: DataTable = DataTable(cursor_type="row", zebra_stripes=True)
             table.add_columns("keys", "action", "config name")
             for name, keys, desc in effective_keys(self.keymap):

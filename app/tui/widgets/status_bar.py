@@ -18,9 +18,9 @@ class StatusBar(Widget):
     info: reactive[StatusInfo] = reactive(StatusInfo, layout=False)
 
     def render(self) -> Text:
-        return format_status(self.info, max(10, self.size.width - 2))
+        return format_status(self.info, max(10, self.size.width))
 
     @property
     def plain(self) -> str:
         """The text shown (for tests and screen readers)."""
-        return format_status(self.info, max(10, self.size.width - 2)).plain
+        return format_status(self.info, max(10, self.size.width)).plain

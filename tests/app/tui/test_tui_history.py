@@ -148,12 +148,16 @@ def test_status_line_fits_width_and_drops_parts():
                       prompt_tokens=120, spec_acceptance=None, kv_usage=0.5,
                       context_used=130, max_model_len=2048)
     wide = format_status(info, 200).plain
-    assert wide == ("smollm2-135m fp32 │ on cpu │ TTFT 0.12s │ 15.2 tok/s │ cached 96/120 │ "
+    assert wide == ("smollm2-135m fp32 │ cpu │ TTFT 0.12s │ 15.2 tok/s │ cached 96/120 │ "
                     "spec - │ KV ███░░░ 50% │ ctx 130/2048")
-    for width in (100, 60, 40, 20):
+    previous = wide
+    for width in (100, 90, 80, 70, 60, 50, 40, 30, 20):
         line = format_status(info, width).plain
-        assert len(line) <= width
-    assert "96/120" in format_status(info, 58).plain
+        assert len(line) <= width and len(line) <= len(previous)
+        previous = line
+    # Labels go before parts: the speculative field is still there at 98 columns.
+    assert "│ s - │" in format_status(info, 98).plain
+    assert "96/120" in format_status(info, 30).plain
 
 
 @pytest.mark.parametrize(("usage", "bar"), [(None, "-"), (0.0, "░░░░░░"), (1.0, "██████"),
