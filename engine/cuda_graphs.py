@@ -54,7 +54,7 @@ class CudaGraphRunner:
         self.model = model
         self.kv_caches = kv_caches
         self.device = torch.device(device) if device is not None else kv_caches[0].device
-        self.batch_sizes = sorted(set(int(b) for b in batch_sizes))
+        self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.max_batch_size = self.batch_sizes[-1]
         self.max_num_blocks_per_seq = int(max_num_blocks_per_seq)
         n, dev = self.max_batch_size, self.device

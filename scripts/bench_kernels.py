@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" {row['TFLOP/s']:7.2f} TFLOP/s" if flops else ""), flush=True)
     md = ["| op | shape | impl | us | GB/s | % of copy peak | TFLOP/s |",
           "|---|---|---|---|---|---|---|"]
-    fmt = lambda v, f: "" if v is None else format(v, f)  # noqa: E731
+    fmt = lambda v, f: "" if v is None else format(v, f)
     for r in rows:
         md.append(f"| {r['op']} | {r['shape']} | {r['impl']} | {r['us']:.1f} | "
                   f"{fmt(r['GB/s'], '.1f')} | {fmt(r['% peak'], '.0f')} | "

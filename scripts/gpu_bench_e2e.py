@@ -152,7 +152,7 @@ class Decoder:
         return list(range(1 + i * self.nb, 1 + (i + 1) * self.nb))
 
     def step_meta(self, bs: int, pos: int) -> AttentionMetadata:
-        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)  # noqa: E731
+        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)
         tables = [self.blocks(i) for i in range(bs)]
         return AttentionMetadata(
             slot_mapping=t([b[pos // BLOCK] * BLOCK + pos % BLOCK for b in tables]),
@@ -192,7 +192,7 @@ class Decoder:
         table = list(range(1, 1 + nb))
         if nb > len(self.kv_caches[0][0]) - 1:
             raise ValueError("KV pool too small for the TTFT case")
-        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)  # noqa: E731
+        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)
         meta = AttentionMetadata(
             slot_mapping=t([table[p // BLOCK] * BLOCK + p % BLOCK for p in range(ctx, total)]),
             block_tables=t([table]), seq_lens=t([total]), query_start_loc=t([0, q_len]),
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                    "weight_GB": wbytes / 1e9, "GB_per_s": bw / 1e9,
                    "pct_of_copy_peak": 100 * bw / peak, "capture_s": capture_s}
             rows.append(row)
-            print(f"  {scheme_name:5s} batch {bs:3d} graphs {str(graphs):5s} "
+            print(f"  {scheme_name:5s} batch {bs:3d} graphs {graphs!s:5s} "
                   f"{row['tok_per_s']:9.1f} tok/s {row['ms_per_step']:8.2f} ms/step "
                   f"{row['GB_per_s']:8.1f} GB/s {row['pct_of_copy_peak']:5.1f}% of copy peak",
                   flush=True)

@@ -48,7 +48,7 @@ def _meta(seqs, positions, device, width=None):
     width = width or max(len(b) for b in seqs)
     slots = [b[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for b, p in zip(seqs, positions)]
     tables = [b + [0] * (width - len(b)) for b in seqs]
-    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)
     return AttentionMetadata(slot_mapping=t(slots), block_tables=t(tables),
                              seq_lens=t([p + 1 for p in positions]),
                              query_start_loc=t(list(range(len(seqs) + 1))), max_query_len=1)
@@ -63,7 +63,7 @@ def _prefill(model, kv_caches, blocks, lengths, device):
         slots += [b[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(n)]
         qsl.append(qsl[-1] + n)
     width = max(len(b) for b in blocks)
-    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)
     meta = AttentionMetadata(slot_mapping=t(slots),
                              block_tables=t([b + [0] * (width - len(b)) for b in blocks]),
                              seq_lens=t(lengths), query_start_loc=t(qsl),

@@ -14,12 +14,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from localchat.kernels import reference  # noqa: E402
-from localchat.kernels.triton_decode import paged_attention_decode  # noqa: E402
-from localchat.kernels.triton_prefill import prefill_attention  # noqa: E402
+from localchat.kernels import reference
+from localchat.kernels.triton_decode import paged_attention_decode
+from localchat.kernels.triton_prefill import prefill_attention
 
-from .test_reference import PagedSetup  # noqa: E402
-from .triton_cases import BLOCK_SIZES, DTYPES, HEAD_DIMS, HEADS, LONG, assert_close  # noqa: E402
+from .test_reference import PagedSetup
+from .triton_cases import BLOCK_SIZES, DTYPES, HEAD_DIMS, HEADS, LONG, assert_close
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,13 +8,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from localchat.engine.layers.rotary import RotaryEmbedding  # noqa: E402
-from localchat.kernels import reference  # noqa: E402
-from localchat.kernels.triton_kv import store_kv_cache  # noqa: E402
-from localchat.kernels.triton_norm import fused_add_rms_norm, rms_norm  # noqa: E402
-from localchat.kernels.triton_rope import apply_rope  # noqa: E402
+from localchat.engine.layers.rotary import RotaryEmbedding
+from localchat.kernels import reference
+from localchat.kernels.triton_kv import store_kv_cache
+from localchat.kernels.triton_norm import fused_add_rms_norm, rms_norm
+from localchat.kernels.triton_rope import apply_rope
 
-from .triton_cases import BLOCK_SIZES, DTYPES, HEAD_DIMS, HEADS, assert_close  # noqa: E402
+from .triton_cases import BLOCK_SIZES, DTYPES, HEAD_DIMS, HEADS, assert_close
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

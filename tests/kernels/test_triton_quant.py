@@ -15,10 +15,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from localchat.kernels import reference, triton_quant  # noqa: E402
+from localchat.kernels import reference, triton_quant
 
-from .test_quant_matmul import quantize_int4, quantize_int8  # noqa: E402
-from .triton_cases import DTYPES  # noqa: E402
+from .test_quant_matmul import quantize_int4, quantize_int8
+from .triton_cases import DTYPES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
