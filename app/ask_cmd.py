@@ -45,6 +45,7 @@ class AskArgs:
     system: str | None = None
     draft: str | None = None
     quant: str | None = None
+    num_speculative_tokens: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams field -> flag value
     no_stream: bool = False
     no_stdin: bool = False
@@ -84,7 +85,8 @@ def run_ask(args: AskArgs) -> None:
     try:
         model = args.model or (conv.model if conv and conv.model else settings.default_model)
         options = LoadOptions(model=model, draft=args.draft or settings.draft,
-                              quant=args.quant or settings.quant or "auto")
+                              quant=args.quant or settings.quant or "auto",
+                              num_speculative_tokens=args.num_speculative_tokens)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
         engine = cli_io.guarded(lambda: load_engine(options))
@@ -114,16 +116,10 @@ def run_ask(args: AskArgs) -> None:
 def load_engine(options: LoadOptions) -> Any:
     """Resolve the model and load an ``LLMEngine`` (notice on stderr when a terminal); a
     second Ctrl+C while loading ends the process at once (``interrupts.loading_interrupts``)."""
-    from localchat.app.settings import cache_dir
-    from localchat.engine.hub import resolve_model
+    from localchat.app import engine_loader
 
     with interrupts.loading_interrupts():
-        source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
-                               progress=cli_io.stderr_progress)
-        cli_io.notice(f"loading {source.alias or options.model} ...")
-        from localchat.engine.llm_engine import LLMEngine
-
-        return LLMEngine.from_source(source, cache_dir=cache_dir())
+        return engine_loader.load(options)
 
 
 def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None

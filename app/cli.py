@@ -176,6 +176,11 @@ def ask(
         str | None,
         typer.Option("--draft", help="Draft model for speculative decoding.", show_default=False),
     ] = None,
+    num_speculative_tokens: Annotated[
+        int | None,
+        typer.Option("--num-speculative-tokens", help="Most draft tokens per step (with --draft).",
+                     show_default="4"),
+    ] = None,
     quant: Annotated[
         str | None,
         typer.Option("--quant", help="Weight format: auto|none|fp8|int8|int4.",
@@ -194,6 +199,7 @@ def ask(
     }
     run_ask(AskArgs(
         prompt=prompt, model=model, system=system, draft=draft, quant=quant, sampling=knobs,
+        num_speculative_tokens=num_speculative_tokens,
         no_stream=no_stream, no_stdin=no_stdin, raw=raw, json=json_out, stats=stats,
         extract=extract, continue_=continue_, conversation=conversation, no_save=no_save,
     ))

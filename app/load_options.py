@@ -1,8 +1,8 @@
-"""Options for loading the engine that come from ``--draft`` and ``--quant`` (or settings).
+"""Options for loading the engine that come from ``--draft``, ``--num-speculative-tokens``
+and ``--quant`` (or the settings), checked before any model is resolved or loaded.
 
-The CLI passes them on as strings in ``LoadOptions``; the engine loader takes them once
-speculative decoding and quantized weights land (the engine's issues). Until then
-``check_load_options`` is the one place that refuses what the engine cannot do yet.
+``engine_loader.load`` turns them into an ``EngineConfig``; ``check_load_options`` is the one
+place that refuses values the engine cannot take, with the flag (or config key) named.
 """
 
 from __future__ import annotations
@@ -11,37 +11,43 @@ from dataclasses import dataclass
 
 from localchat.app.cli_io import CliUsageError
 
-# --quant values the engine honours today: "auto" and "none" both load the weights dequantized.
-AVAILABLE_QUANT = ("auto", "none")
+# --quant values (engine/quant/schemes.py): "auto" lets the engine choose; "none" loads the
+# weights unquantized; fp8 needs a CUDA GPU of compute capability >= 8.9 (refused by the
+# engine elsewhere, with the reason).
+AVAILABLE_QUANT = ("auto", "none", "int8", "int4", "fp8")
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: ``model`` (a model spec), ``draft`` (a draft model spec for speculative
-    decoding, or None) and ``quant`` (``auto|none|fp8|int8|int4``), as the user gave them."""
+    decoding, ``auto`` for the catalog's pairing, or None), ``num_speculative_tokens`` (k, the
+    most draft tokens per step; None = 4) and ``quant`` (``auto|none|fp8|int8|int4``), as the
+    user gave them."""
 
     model: str
     draft: str | None = None
     quant: str = "auto"
+    num_speculative_tokens: int | None = None
 
 
 def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None = None) -> None:
-    """Refuse options the engine does not offer yet.
+    """Refuse values the engine does not take.
 
     ``from_flags`` says which of ``draft``/``quant`` came from a flag (else from the settings),
     so the message names where to change it.
 
     Raises:
-        CliUsageError: a ``draft`` is set, or ``quant`` is not ``auto`` or ``none`` (exit 2).
+        CliUsageError: ``quant`` is not one of ``AVAILABLE_QUANT``, or
+            ``num_speculative_tokens`` is outside [1, 16] (exit 2).
     """
     from_flags = from_flags or {}
 
     def where(name: str) -> str:
         return f"--{name}" if from_flags.get(name) else f"{name} (from the config or environment)"
 
-    if options.draft and options.draft.lower() != "none":
-        raise CliUsageError(f"{where('draft')} {options.draft}: speculative decoding is not "
-                            "available yet")
     if options.quant not in AVAILABLE_QUANT:
-        raise CliUsageError(f"{where('quant')} {options.quant}: quantized weights are not "
-                            f"available yet (use {' or '.join(AVAILABLE_QUANT)})")
+        raise CliUsageError(f"{where('quant')} {options.quant}: unknown weight format "
+                            f"(use {', '.join(AVAILABLE_QUANT)})")
+    k = options.num_speculative_tokens
+    if k is not None and not 1 <= k <= 16:
+        raise CliUsageError(f"--num-speculative-tokens {k}: must be between 1 and 16")

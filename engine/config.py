@@ -185,6 +185,26 @@ class QuantConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Draft-model speculative decoding: ``draft_model`` is the draft's local path (an HF
+    folder or ``.gguf``; ``None`` turns speculation off), ``num_speculative_tokens`` the most
+    draft tokens per step (k), ``adaptive`` lets each request's k follow its acceptance rate
+    and the measured step costs (``spec_decode.adaptive``).
+
+    Raises ``ValueError`` when ``num_speculative_tokens`` is not in [1, 16].
+    """
+
+    draft_model: str | None = None
+    num_speculative_tokens: int = 4
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_speculative_tokens <= 16:
+            raise ValueError("num_speculative_tokens must be between 1 and 16, got "
+                             f"{self.num_speculative_tokens}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything ``LLMEngine`` needs besides the model files.
 
@@ -198,6 +218,7 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     seed: int = 0
 
     def resolved_device(self) -> torch.device:

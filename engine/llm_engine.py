@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,10 +51,13 @@ class LLMEngine:
 
     Build with :meth:`from_path`. ``max_model_len`` is the context size in tokens (prompt +
     output); ``num_blocks`` KV blocks of ``block_size`` tokens back all requests.
+    ``speculator`` (a ``spec_decode.Speculator``, or ``None``) drafts tokens for decoding
+    requests with a draft model; the target verifies them in its step (greedy output is
+    unchanged token for token, sampled output keeps the target's distribution).
     """
 
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer,
-                 config: EngineConfig, max_model_len: int) -> None:
+                 config: EngineConfig, max_model_len: int, speculator=None) -> None:
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = config
@@ -76,6 +80,7 @@ class LLMEngine:
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
+        self.speculator = speculator
         self._detoks: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
         logger.info(
@@ -102,7 +107,16 @@ class LLMEngine:
         model = load_model(path, model_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir,
                            quant=config.quant)
-        return cls(model, model_config, tokenizer, config, max_model_len)
+        engine = cls(model, model_config, tokenizer, config, max_model_len)
+        draft = config.speculative.draft_model
+        if draft is not None:
+            from .spec_decode.speculator import Speculator
+
+            engine.speculator = Speculator.load(
+                Path(draft), model_config, config,
+                engine.num_blocks * config.cache.block_size, engine.max_model_len,
+                cache_dir=cache_dir)
+        return engine
 
     @classmethod
     def from_source(cls, source, config: EngineConfig | None = None, *,
@@ -171,11 +185,16 @@ class LLMEngine:
         """
         req = self.scheduler.abort_request(request_id)
         detok = self._detoks.pop(request_id, None)
-        self.runner.release(request_id)
+        self._release(request_id)
         if req is None or detok is None:
             return None
         delta = detok.flush(drop_incomplete=True)
         return self._output(req, [], delta, detok.text)
+
+    def _release(self, request_id: str) -> None:
+        self.runner.release(request_id)
+        if self.speculator is not None:
+            self.speculator.free(request_id)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
@@ -193,6 +212,7 @@ class LLMEngine:
             prefix_cache_hits=kv.stats.hits,
             num_preemptions=self.scheduler.num_preemptions,
             max_model_len=self.max_model_len,
+            spec=None if self.speculator is None else self.speculator.stats,
         )
 
     def reset_prefix_cache(self) -> None:
@@ -201,14 +221,20 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, and report each request that progressed."""
+        spec = self.speculator
+        if spec is not None:
+            running = self.scheduler.running
+            spec.propose(running, {r.request_id: self.runner.generator(r) for r in running})
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
+        t0 = time.perf_counter()
         sampled = self.runner.execute_model(sched)
-        outputs = []
-        for req in self.scheduler.update_from_output(sched, sampled):
-            outputs.append(self._make_output(req))
-        return outputs
+        target_time = time.perf_counter() - t0
+        touched = self.scheduler.update_from_output(sched, sampled)
+        if spec is not None:
+            spec.finish_step(sched, sampled, target_time)
+        return [self._make_output(req) for req in touched]
 
     def _make_output(self, req: Request) -> RequestOutput:
         """Detokenize ``req``'s new token, apply stop strings, build its ``RequestOutput``.
@@ -218,7 +244,7 @@ class LLMEngine:
         the deltas concatenated equal the final ``text``.
         """
         detok = self._detoks[req.request_id]
-        new_ids = req.output_token_ids[-1:]
+        new_ids = req.output_token_ids[len(req.output_token_ids) - req.num_new_tokens:]
         # Stop tokens end the reply; they are not part of its text.
         visible = [t for t in new_ids if t not in req.stop_token_ids]
         delta = detok.step(visible)
@@ -234,7 +260,7 @@ class LLMEngine:
                 req.finish_reason = FinishReason.STOP
                 req.stop_reason = detok.stop_matched
             self._detoks.pop(req.request_id, None)
-            self.runner.release(req.request_id)
+            self._release(req.request_id)
         return self._output(req, new_ids, delta, detok.text)
 
     @staticmethod
@@ -251,7 +277,7 @@ class LLMEngine:
             metrics=RequestMetrics(
                 req.arrival_time, req.first_scheduled_time, req.first_token_time,
                 req.last_token_time, req.num_prompt_tokens, req.num_cached_tokens,
-                len(req.output_token_ids)),
+                len(req.output_token_ids), req.num_draft_tokens, req.num_accepted_tokens),
             output_token_ids=list(req.output_token_ids),
             stop_reason=req.stop_reason,
             num_cached_tokens=req.num_cached_tokens,

@@ -8,6 +8,8 @@ the paged cache. Logits are computed only for the last row of requests that samp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -15,6 +17,58 @@ from .attention_metadata import AttentionMetadata
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
+from .spec_decode.rejection_sampler import RejectionSampler
+
+
+@dataclass
+class BatchEntry:
+    """One sequence's slice of a flattened batch: ``token_ids`` at positions
+    ``start, start + 1, ...`` written through ``block_ids``; ``rows``: which of its rows need
+    logits ("last", "all" or "none")."""
+
+    block_ids: list[int]
+    start: int
+    token_ids: list[int]
+    rows: str
+
+
+def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device):
+    """Flatten sequences into ``(input_ids [T] int64, positions [T] int64,
+    AttentionMetadata, row_groups)``; ``row_groups[i]`` lists the flat rows of entry ``i``
+    that need logits. Shared by the target's runner and the draft proposer."""
+    ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    seq_lens: list[int] = []
+    qsl = [0]
+    row_groups: list[list[int]] = []
+    bs = block_size
+    for e in entries:
+        n = len(e.token_ids)
+        end = e.start + n
+        ids.extend(e.token_ids)
+        positions.extend(range(e.start, end))
+        table = e.block_ids
+        slots.extend(table[p // bs] * bs + p % bs for p in range(e.start, end))
+        seq_lens.append(end)
+        qsl.append(qsl[-1] + n)
+        if e.rows == "all":
+            row_groups.append(list(range(qsl[-2], qsl[-1])))
+        elif e.rows == "last":
+            row_groups.append([qsl[-1] - 1])
+        else:
+            row_groups.append([])
+    max_blocks = max(len(e.block_ids) for e in entries)
+    tables = [e.block_ids + [0] * (max_blocks - len(e.block_ids)) for e in entries]
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        block_tables=torch.tensor(tables, dtype=torch.int64, device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=device),
+        query_start_loc=torch.tensor(qsl, dtype=torch.int64, device=device),
+        max_query_len=max(len(e.token_ids) for e in entries),
+    )
+    return (torch.tensor(ids, dtype=torch.int64, device=device),
+            torch.tensor(positions, dtype=torch.int64, device=device), meta, row_groups)
 
 
 class ModelRunner:
@@ -30,11 +84,17 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.sampler = Sampler()
+        self.rejection_sampler = RejectionSampler()
         self._generators: dict[str, torch.Generator] = {}
 
     def release(self, request_id: str) -> None:
         """Forget a finished request's RNG."""
         self._generators.pop(request_id, None)
+
+    def generator(self, req: Request) -> torch.Generator | None:
+        """The request's seeded RNG (``None`` when unseeded or greedy), created on first use;
+        the draft proposer draws from it too, so a seed reproduces a speculative run."""
+        return self._generator(req)
 
     def _generator(self, req: Request) -> torch.Generator | None:
         seed = req.sampling_params.seed
@@ -50,66 +110,63 @@ class ModelRunner:
     def prepare_inputs(self, out: SchedulerOutput):
         """Build ``(input_ids [T], positions [T], AttentionMetadata, logits_rows, samplers)``
         where ``logits_rows`` indexes the rows to sample and ``samplers`` lists their
-        requests."""
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        seq_lens: list[int] = []
-        qsl = [0]
-        logits_rows: list[int] = []
-        samplers: list[Request] = []
-        bs = self.block_size
+        requests. A request verifying draft tokens (``out.scheduled_spec_tokens``) gets a
+        logits row at each of its ``1 + k`` positions."""
+        entries = []
         for req in out.scheduled:
             n = out.num_scheduled_tokens[req.request_id]
+            spec = out.scheduled_spec_tokens.get(req.request_id, [])
             start = req.num_computed_tokens
-            end = start + n
-            ids.extend(req.token_ids(start, end))
-            positions.extend(range(start, end))
-            table = req.block_ids
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            seq_lens.append(end)
-            qsl.append(qsl[-1] + n)
-            if end == req.num_tokens:
-                logits_rows.append(qsl[-1] - 1)
+            ids = req.token_ids(start, start + n - len(spec)) + spec
+            if spec:
+                rows = "all"
+            else:
+                rows = "last" if start + n == req.num_tokens else "none"
+            entries.append(BatchEntry(req.block_ids, start, ids, rows))
+        input_ids, positions, meta, row_groups = build_batch(entries, self.block_size,
+                                                             self.device)
+        logits_rows, samplers = [], []
+        for req, rows in zip(out.scheduled, row_groups):
+            if rows and req.request_id not in out.scheduled_spec_tokens:
+                logits_rows.extend(rows)
                 samplers.append(req)
-        max_blocks = max(len(r.block_ids) for r in out.scheduled)
-        tables = [r.block_ids + [0] * (max_blocks - len(r.block_ids)) for r in out.scheduled]
-        dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            block_tables=torch.tensor(tables, dtype=torch.int64, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
-            query_start_loc=torch.tensor(qsl, dtype=torch.int64, device=dev),
-            max_query_len=max(out.num_scheduled_tokens.values()),
-        )
-        return (
-            torch.tensor(ids, dtype=torch.int64, device=dev),
-            torch.tensor(positions, dtype=torch.int64, device=dev),
-            meta,
-            logits_rows,
-            samplers,
-        )
+        return input_ids, positions, meta, logits_rows, samplers, row_groups
 
     @torch.inference_mode()
-    def execute_model(self, out: SchedulerOutput) -> dict[str, int]:
-        """Run one step; returns ``{request_id: sampled token id}`` for requests that sample.
+    def execute_model(self, out: SchedulerOutput) -> dict[str, list[int]]:
+        """Run one step; returns ``{request_id: new token ids}`` for requests that sample:
+        one token, or for a request verifying k draft tokens the accepted drafts plus one
+        target token (``RejectionSampler``).
 
         Requests with ``sampling_params.logprobs is not None`` also get one
         ``{token_id: logprob}`` dict appended to ``req.output_logprobs`` per sampled token
         (see ``engine.sampler`` for which distribution).
         """
-        input_ids, positions, meta, rows, samplers = self.prepare_inputs(out)
+        input_ids, positions, meta, rows, samplers, row_groups = self.prepare_inputs(out)
         hidden = self.model(input_ids, positions, self.kv_caches, meta)
-        if not rows:
-            return {}
-        logits = self.model.compute_logits(hidden[rows])
-        metadata = self.sampling_metadata(samplers)
-        result = self.sampler.forward(logits, metadata)
-        for req, lp in zip(samplers, result.logprobs):
-            if lp is not None:
-                req.output_logprobs.append(lp)
-        tokens = result.token_ids.tolist()
-        return {r.request_id: t for r, t in zip(samplers, tokens)}
+        result: dict[str, list[int]] = {}
+        if rows:
+            logits = self.model.compute_logits(hidden[rows])
+            metadata = self.sampling_metadata(samplers)
+            sampled = self.sampler.forward(logits, metadata)
+            for req, lp in zip(samplers, sampled.logprobs):
+                if lp is not None:
+                    req.output_logprobs.append(lp)
+            for r, t in zip(samplers, sampled.token_ids.tolist()):
+                result[r.request_id] = [t]
+        if out.scheduled_spec_tokens:
+            verify = [(req, rows) for req, rows in zip(out.scheduled, row_groups)
+                      if req.request_id in out.scheduled_spec_tokens]
+            flat = [i for _, rws in verify for i in rws]
+            logits = self.model.compute_logits(hidden[flat])
+            offset = 0
+            for req, rws in verify:
+                spec = out.scheduled_spec_tokens[req.request_id]
+                target_logits = logits[offset: offset + len(rws)]
+                offset += len(rws)
+                result[req.request_id] = self.rejection_sampler.verify(
+                    target_logits, spec, req.draft_probs, req, self._generator(req))
+        return result
 
     def sampling_metadata(self, samplers: list[Request]) -> SamplingMetadata:
         """``SamplingMetadata`` for the requests sampled this step, one row each.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .request import FinishReason
 
@@ -24,6 +25,9 @@ class RequestMetrics:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     num_output_tokens: int = 0
+    # Speculative decoding: draft tokens verified and accepted for this request.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def queue_time(self) -> float | None:
@@ -76,6 +80,8 @@ class EngineStats:
     prefix_cache_hits: int
     num_preemptions: int
     max_model_len: int
+    # Speculative decoding totals (``spec_decode.SpecStats``), None without a draft model.
+    spec: Any = None
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .sampling_params import SamplingParams
 
@@ -47,11 +48,20 @@ class Request:
     stop_reason: int | str | None = None
     # Per generated token, {token_id: logprob} of the top-n tokens (SamplingParams.logprobs).
     output_logprobs: list[dict[int, float]] = field(default_factory=list)
+    # Draft tokens proposed for the next step (speculative decoding) and, when sampling, the
+    # draft distributions they were drawn from, ``[k, vocab]`` fp32.
+    spec_token_ids: list[int] = field(default_factory=list)
+    draft_probs: Any = None
     # Chained hashes of the full blocks of prompt + output (``KVCacheManager.block_hashes``).
     block_hashes: list[int] = field(default_factory=list)
     # Prompt tokens found in the prefix cache when the request was first scheduled.
     num_cached_tokens: int = 0
     num_preemptions: int = 0
+    # Speculative decoding: draft tokens verified and accepted so far.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    # Tokens appended by the latest step (more than one when drafts were accepted).
+    num_new_tokens: int = 0
     # Timings, ``time.perf_counter`` seconds; ``prefill_done_time`` is when the whole prompt
     # was computed (its last chunk ran), which is also the first token's time.
     arrival_time: float = field(default_factory=time.perf_counter)

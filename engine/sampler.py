@@ -190,6 +190,33 @@ def _gather_logprobs(logprobs: torch.Tensor, tokens: torch.Tensor,
     return out
 
 
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each row samples from: ``logits [n, vocab]`` fp32 (already
+    penalized) -> ``probs [n, vocab]`` fp32 after temperature, top-k, top-p and min-p (steps
+    4 of the module docstring; greedy rows get temperature 1, their probs unused here).
+    The speculative decoder's draft and target distributions come from here too, so they
+    match what plain sampling would draw from."""
+    device = logits.device
+    temps = torch.tensor(
+        [p.temperature if not p.greedy else 1.0 for p in params], device=device
+    )
+    # Subtract the row max before dividing: the top logit becomes exactly 0 and the rest
+    # go to (at worst) -inf, so any temperature > 0, however tiny, stays NaN-free and a
+    # tiny one concentrates all mass on the argmax (no clamp that would flatten gaps).
+    shifted = logits - logits.max(dim=-1, keepdim=True).values
+    tiny = torch.finfo(torch.float32).tiny
+    scaled = shifted / temps.clamp_min(tiny)[:, None]
+    top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
+    top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
+    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+        scaled = _filter_top_k_top_p(scaled, top_k, top_p)
+    if any(p.min_p > 0.0 and not p.greedy for p in params):
+        min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],
+                             device=device, dtype=torch.float32)
+        scaled = _filter_min_p(scaled, min_p)
+    return scaled.softmax(dim=-1)
+
+
 class Sampler:
     """``sample(logits [num_seqs, vocab] fp32, metadata) -> [num_seqs] int64 token ids``;
     ``forward`` also returns the logprobs rows asked for (``SamplerOutput``)."""
@@ -214,24 +241,7 @@ class Sampler:
             return greedy_tokens
         device = logits.device
         params = metadata.params
-        temps = torch.tensor(
-            [p.temperature if not p.greedy else 1.0 for p in params], device=device
-        )
-        # Subtract the row max before dividing: the top logit becomes exactly 0 and the rest
-        # go to (at worst) -inf, so any temperature > 0, however tiny, stays NaN-free and a
-        # tiny one concentrates all mass on the argmax (no clamp that would flatten gaps).
-        shifted = logits - logits.max(dim=-1, keepdim=True).values
-        tiny = torch.finfo(torch.float32).tiny
-        scaled = shifted / temps.clamp_min(tiny)[:, None]
-        top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
-        top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
-        if bool((top_k > 0).any()) or bool((top_p < 1).any()):
-            scaled = _filter_top_k_top_p(scaled, top_k, top_p)
-        if any(p.min_p > 0.0 and not p.greedy for p in params):
-            min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],
-                                 device=device, dtype=torch.float32)
-            scaled = _filter_min_p(scaled, min_p)
-        probs = scaled.softmax(dim=-1)
+        probs = sampling_probs(logits, params)
         noise = torch.empty_like(probs)
         for i, gen in enumerate(metadata.generators):
             noise[i].exponential_(generator=gen)

@@ -26,6 +26,9 @@ class SchedulerOutput:
 
     scheduled: list[Request] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    # request id -> the draft tokens scheduled for verification (the last of each request's
+    # ``num_scheduled_tokens``); only requests that speculate this step appear.
+    scheduled_spec_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -68,17 +71,23 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
+            # A decoding request with draft tokens verifies them in the same forward pass.
+            spec = req.spec_token_ids[:max(budget - n, 0)] if n == 1 else []
+            n += len(spec)
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()  # newest
                 self._preempt(victim)
                 preempted = True
                 out.scheduled = [r for r in out.scheduled if r is not victim]
                 budget += out.num_scheduled_tokens.pop(victim.request_id, 0)
+                out.scheduled_spec_tokens.pop(victim.request_id, None)
                 if victim is req:
                     break
             else:
                 out.scheduled.append(req)
                 out.num_scheduled_tokens[req.request_id] = n
+                if spec:
+                    out.scheduled_spec_tokens[req.request_id] = spec
                 budget -= n
                 i += 1
                 continue
@@ -110,35 +119,57 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
         req.num_computed_tokens = 0
+        req.spec_token_ids = []
+        req.draft_probs = None
         req.num_preemptions += 1
         self.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 
     def update_from_output(
-        self, scheduler_output: SchedulerOutput, sampled: dict[str, int]
+        self, scheduler_output: SchedulerOutput, sampled: dict[str, int | list[int]]
     ) -> list[Request]:
-        """Advance ``num_computed_tokens``, append each sampled token, check stop conditions.
+        """Advance ``num_computed_tokens``, append the sampled tokens, check stop conditions.
 
-        ``sampled`` maps request id -> the token sampled for it (only requests whose prompt is
-        fully computed sample). Returns the requests that got a token or finished this step.
+        ``sampled`` maps request id -> the token (or tokens: accepted drafts plus one target
+        token) sampled for it; only requests whose prompt is fully computed sample. K/V of
+        rejected drafts does not count as computed, and blocks past the request's tokens are
+        released (``KVCacheManager.truncate``). Tokens after a stop condition are dropped.
+        Returns the requests that got tokens or finished this step; ``req.num_new_tokens``
+        says how many tokens each got.
         """
         now = time.perf_counter()
         touched = []
         for req in scheduler_output.scheduled:
-            req.num_computed_tokens += scheduler_output.num_scheduled_tokens[req.request_id]
-            token = sampled.get(req.request_id)
-            if token is None:
+            rid = req.request_id
+            spec = scheduler_output.scheduled_spec_tokens.get(rid, [])
+            tokens = sampled.get(rid)
+            if isinstance(tokens, int):
+                tokens = [tokens]
+            num_accepted = len(tokens) - 1 if (spec and tokens) else 0
+            req.num_computed_tokens += (scheduler_output.num_scheduled_tokens[rid]
+                                        - len(spec) + num_accepted)
+            req.spec_token_ids = []
+            req.draft_probs = None
+            req.num_new_tokens = 0
+            if not tokens:
                 continue
-            req.output_token_ids.append(token)
             if req.first_token_time is None:
                 req.first_token_time = now
             req.last_token_time = now
-            if token in req.stop_token_ids:
-                self.finish(req, FinishReason.STOP)
-                req.stop_reason = token
-            elif len(req.output_token_ids) >= req.max_tokens or req.num_tokens >= self.max_model_len:
-                self.finish(req, FinishReason.LENGTH)
+            for token in tokens:
+                req.output_token_ids.append(token)
+                req.num_new_tokens += 1
+                if token in req.stop_token_ids:
+                    self.finish(req, FinishReason.STOP)
+                    req.stop_reason = token
+                elif (len(req.output_token_ids) >= req.max_tokens
+                      or req.num_tokens >= self.max_model_len):
+                    self.finish(req, FinishReason.LENGTH)
+                if req.is_finished:
+                    break
+            if spec and not req.is_finished:
+                self.kv.truncate(req, req.num_tokens)
             touched.append(req)
         return touched
 

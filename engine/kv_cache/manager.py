@@ -177,8 +177,15 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         """Return all of ``request``'s blocks to the pool (finish, abort or preemption).
 
-        Cached blocks keep their hash and stay reusable until evicted."""
-        blocks = self._blocks.pop(request.request_id, [])
+        Full blocks of its ``num_computed_tokens`` are cached first; cached blocks keep their
+        hash and stay reusable until evicted."""
+        blocks = self._blocks.get(request.request_id, [])
+        if self.enable_caching and blocks:
+            # Full blocks computed since the last allocation (accepted draft tokens) are
+            # cached too, before their request lets go of them.
+            self._cache_full_blocks(request, blocks, min(request.num_computed_tokens,
+                                                         request.num_tokens))
+        self._blocks.pop(request.request_id, None)
         self._num_cached_blocks.pop(request.request_id, None)
         self.block_pool.free(blocks)
         request.block_ids.clear()

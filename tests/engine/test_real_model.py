@@ -44,7 +44,7 @@ def test_prefill_logits_close_to_transformers(smollm2_engine, smollm2_oracle):
         from localchat.engine.scheduler import SchedulerOutput
 
         sched = SchedulerOutput([req], {req.request_id: len(ids)})
-        input_ids, positions, meta, rows, _ = eng.runner.prepare_inputs(sched)
+        input_ids, positions, meta, rows, *_ = eng.runner.prepare_inputs(sched)
         with torch.inference_mode():
             hidden = eng.runner.model(input_ids, positions, eng.runner.kv_caches, meta)
             got = eng.runner.model.compute_logits(hidden[rows])[0]

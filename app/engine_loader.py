@@ -1,0 +1,83 @@
+"""From the user's load options (model, ``--draft``, ``--quant``) to a running engine.
+
+Resolves the model and its draft (``--draft auto`` picks the catalog's natural draft for the
+target, e.g. ``qwen2.5-coder-1.5b`` -> ``qwen2.5-coder-0.5b``), builds the ``EngineConfig``
+(weight format, speculative decoding) and loads a synchronous ``LLMEngine`` (``ask``,
+``chat --jsonl``) or an ``AsyncLLMEngine`` (the TUI). No engine logic lives here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from localchat.app import cli_io
+from localchat.app.load_options import LoadOptions
+from localchat.engine.errors import LocalchatError
+
+NO_DRAFT = ("", "none", "off")
+
+
+class DraftChoiceError(LocalchatError):
+    """``--draft auto`` for a model without a catalog draft, or a draft equal to the model."""
+
+
+def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
+    """The draft model spec to load, or ``None`` for no speculation.
+
+    Raises ``DraftChoiceError`` for ``auto`` on a model the catalog pairs with no draft.
+    """
+    draft = (options.draft or "").strip()
+    if draft.lower() in NO_DRAFT:
+        return None
+    if draft.lower() != "auto":
+        return draft
+    from localchat.engine.catalog import resolve_alias
+
+    entry = resolve_alias(target_alias) if target_alias else None
+    if entry is None or not entry.draft:
+        name = target_alias or options.model
+        raise DraftChoiceError(f"--draft auto: no natural draft model is known for {name}; "
+                               "name one with --draft MODEL")
+    return entry.draft
+
+
+def engine_config(options: LoadOptions, draft_path: Path | None) -> Any:
+    """``EngineConfig`` for ``options``: the weight format and speculative decoding."""
+    from localchat.engine.config import EngineConfig, QuantConfig, SpeculativeConfig
+
+    spec = SpeculativeConfig(
+        draft_model=str(draft_path) if draft_path is not None else None,
+        num_speculative_tokens=options.num_speculative_tokens or 4)
+    return EngineConfig(quant=QuantConfig(scheme=options.quant or "auto"), speculative=spec)
+
+
+def load(options: LoadOptions, *, use_async: bool = False) -> Any:
+    """Resolve (downloading when needed) and load the engine for ``options``.
+
+    Raises ``LocalchatError`` subclasses (unknown model, download or load failure, a draft
+    whose vocabulary differs from the target's).
+    """
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub import resolve_model
+
+    source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
+                           progress=cli_io.stderr_progress)
+    draft = draft_spec(options, source.alias)
+    draft_path = None
+    if draft is not None:
+        draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+                                     progress=cli_io.stderr_progress)
+        if Path(draft_source.path) == Path(source.path):
+            raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
+        draft_path = draft_source.path
+    name = source.alias or options.model
+    cli_io.notice(f"loading {name}" + (f" with draft {draft}" if draft else "") + " ...")
+    config = engine_config(options, draft_path)
+    if use_async:
+        from localchat.engine.async_engine import AsyncLLMEngine
+
+        return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())
+    from localchat.engine.llm_engine import LLMEngine
+
+    return LLMEngine.from_source(source, config, cache_dir=cache_dir())

@@ -1,0 +1,150 @@
+"""The draft model: proposes k tokens per decoding request from its own paged KV cache.
+
+The draft runs beside the target with its own ``KVCacheManager`` (prefix caching on), so a
+conversation's earlier turns are cached for the draft too. Each request has a shadow
+``Request`` on the draft side that shares the target request's prompt and output token lists
+(the verified tokens) but keeps its own ``num_computed_tokens``, blocks and block hashes.
+
+One ``propose`` call runs k draft forward passes for all requests at once: the first catches
+the draft up on every verified token it has not seen (after a prefill or an earlier rejection,
+possibly many) and yields draft token 1; each later pass feeds the previous draft token.
+Blocks are hashed only over verified tokens (``allocate_slots`` caps caching at the shadow's
+known tokens), and ``rollback`` rewinds the draft to the tokens the target accepted, so a
+rejected draft leaves no trace in the draft's cache. Reference design: vLLM's draft-model
+proposer (``vllm/v1/spec_decode``), reduced to one process and one device.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..kv_cache import KVCacheManager
+from ..model_runner import BatchEntry, build_batch
+from ..request import Request
+from ..sampler import SamplingMetadata, apply_penalties, sampling_probs
+
+
+class DraftModelProposer:
+    """Proposes draft tokens for running requests.
+
+    Args:
+        model: the draft ``nn.Module`` (``forward(input_ids, positions, kv_caches, meta)``,
+            ``compute_logits``).
+        kv_caches: the draft's per-layer ``[2, num_blocks, block_size, num_kv_heads,
+            head_dim]`` tensors.
+        num_blocks, block_size: the draft's KV pool geometry.
+        device: where the draft runs.
+        enable_prefix_caching: reuse the draft's cached blocks across requests.
+    """
+
+    def __init__(self, model: nn.Module, kv_caches: list[torch.Tensor], num_blocks: int,
+                 block_size: int, device: torch.device, enable_prefix_caching: bool = True
+                 ) -> None:
+        self.model = model
+        self.kv_caches = kv_caches
+        self.block_size = block_size
+        self.device = device
+        self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_prefix_caching)
+        self._shadows: dict[str, Request] = {}
+
+    def _shadow(self, req: Request) -> Request:
+        shadow = self._shadows.get(req.request_id)
+        if shadow is None:
+            shadow = Request(req.request_id, req.prompt_token_ids, req.sampling_params,
+                             output_token_ids=req.output_token_ids)
+            self._shadows[req.request_id] = shadow
+        return shadow
+
+    def num_computed_tokens(self, request_id: str) -> int:
+        """Tokens of ``request_id`` the draft holds valid K/V for (0 if unknown)."""
+        shadow = self._shadows.get(request_id)
+        return 0 if shadow is None else shadow.num_computed_tokens
+
+    @torch.inference_mode()
+    def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
+                generators: dict[str, torch.Generator | None]) -> None:
+        """Set ``req.spec_token_ids`` (k ids) and, when sampling, ``req.draft_probs``
+        (``[k, vocab]`` fp32) for each request in decode state (all but its last token
+        computed by the target) with ``num_spec_tokens[req_id] = k > 0``. A request the
+        draft's pool cannot hold gets no drafts this step.
+        """
+        active: list[tuple[Request, Request, int]] = []
+        for req in requests:
+            k = num_spec_tokens.get(req.request_id, 0)
+            req.spec_token_ids, req.draft_probs = [], None
+            if k <= 0 or req.num_computed_tokens != req.num_tokens - 1:
+                continue
+            shadow = self._shadow(req)
+            hits, num_hit = self.kv.get_computed_blocks(shadow)
+            new = req.num_tokens - shadow.num_computed_tokens - num_hit
+            if new < 1 or not self.kv.allocate_slots(shadow, new, k - 1,
+                                                      new_computed_blocks=hits):
+                self.free(req.request_id)
+                continue
+            shadow.num_computed_tokens += num_hit
+            active.append((req, shadow, k))
+        if not active:
+            return
+        drafts: dict[str, list[int]] = {req.request_id: [] for req, _, _ in active}
+        probs: dict[str, list[torch.Tensor]] = {req.request_id: [] for req, _, _ in active}
+        round_ = [(req, shadow, k) for req, shadow, k in active]
+        first = True
+        while round_:
+            entries = []
+            for req, shadow, _ in round_:
+                start = shadow.num_computed_tokens
+                ids = (req.token_ids(start, req.num_tokens) if first
+                       else [drafts[req.request_id][-1]])
+                entries.append(BatchEntry(shadow.block_ids, start, ids, "last"))
+            input_ids, positions, meta, rows = build_batch(entries, self.block_size,
+                                                           self.device)
+            hidden = self.model(input_ids, positions, self.kv_caches, meta)
+            logits = self.model.compute_logits(hidden[[g[0] for g in rows]]).float()
+            for i, (req, shadow, _) in enumerate(round_):
+                shadow.num_computed_tokens += len(entries[i].token_ids)
+                token, p = self._sample(logits[i], req, drafts[req.request_id],
+                                        generators.get(req.request_id))
+                drafts[req.request_id].append(token)
+                if p is not None:
+                    probs[req.request_id].append(p)
+            first = False
+            round_ = [(r, s, k) for r, s, k in round_ if len(drafts[r.request_id]) < k]
+        for req, _, _ in active:
+            req.spec_token_ids = drafts[req.request_id]
+            if probs[req.request_id]:
+                req.draft_probs = torch.stack(probs[req.request_id])
+
+    def _sample(self, logits: torch.Tensor, req: Request, drafts: list[int],
+                generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
+        """One draft token from ``logits [vocab]`` with the request's sampling params (drafts
+        so far counted as output for penalties); the distribution too when sampling."""
+        params = req.sampling_params
+        row = logits[None]
+        if params.uses_repetition_penalty or params.uses_output_penalty:
+            meta = SamplingMetadata([params], [None], [req.prompt_token_ids],
+                                    [list(req.output_token_ids) + drafts])
+            row = apply_penalties(row, meta)
+        if params.greedy:
+            return int(row.argmax(dim=-1)), None
+        p = sampling_probs(row, [params])
+        noise = torch.empty_like(p).exponential_(generator=generator)
+        return int((p / noise).argmax(dim=-1)), p[0]
+
+    def rollback(self, req: Request) -> None:
+        """After verification: keep only draft K/V for tokens the target accepted
+        (``req.num_computed_tokens``), release blocks past them."""
+        shadow = self._shadows.get(req.request_id)
+        if shadow is None:
+            return
+        keep = min(shadow.num_computed_tokens, req.num_computed_tokens)
+        shadow.num_computed_tokens = keep
+        self.kv.truncate(shadow, keep)
+
+    def free(self, request_id: str) -> None:
+        """Forget a request (finished, aborted, or not holdable); its cached blocks stay
+        reusable for later requests with the same prefix."""
+        shadow = self._shadows.pop(request_id, None)
+        if shadow is not None:
+            self.kv.free(shadow)
+            shadow.num_computed_tokens = 0
