@@ -6,8 +6,8 @@ Input, one JSON object per line:
 ``{"command": "reset"}`` starts the conversation over (the system prompt stays).
 Output, one JSON object per line on stdout: per reply ``content``, ``finish_reason``,
 ``usage`` (``prompt_tokens``, ``cached_tokens``, ``completion_tokens``), ``timings``
-(``ttft_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``), ``speculative`` (null
-without a draft model) and ``dropped_turns``; ``{"ok": true, ...}`` acknowledges a system
+(``ttft_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``), ``spec`` (draft tokens
+proposed and accepted, acceptance rate; null without ``--draft``) and ``dropped_turns``; ``{"ok": true, ...}`` acknowledges a system
 prompt or a reset; ``{"error": "..."}`` answers a malformed line, and the conversation goes
 on. The engine keeps the conversation's earlier turns in its prefix cache, so each turn
 prefills only the new tokens (``usage.cached_tokens`` says how many were reused).
@@ -30,6 +30,8 @@ class JsonlArgs:
     """``chat --jsonl``'s options (None: the settings or SamplingParams' default)."""
 
     model: str | None = None
+    draft: str | None = None
+    num_speculative_tokens: int | None = None
     seed: int | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -44,7 +46,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         LocalchatError: the model cannot be resolved or loaded (exit 1).
     """
     from localchat.app.ask_cmd import SAMPLING_FLAGS, fit_prompt, load_engine
-    from localchat.app.load_options import LoadOptions
+    from localchat.app.load_options import LoadOptions, check_load_options
     from localchat.app.session import ChatSession
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
@@ -58,8 +60,12 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         sampling = SamplingParams(**knobs)
     except ValueError as e:
         raise cli_io.CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
-    model = args.model or settings.default_model
-    engine = cli_io.guarded(lambda: load_engine(LoadOptions(model=model)))
+    options = LoadOptions(model=args.model or settings.default_model,
+                          draft=args.draft or settings.draft,
+                          quant=settings.quant or "auto",
+                          num_speculative_tokens=args.num_speculative_tokens)
+    check_load_options(options, from_flags={"draft": bool(args.draft)})
+    engine = cli_io.guarded(lambda: load_engine(options))
     session = ChatSession(system=settings.system_prompt)
 
     def emit(obj: dict[str, Any]) -> None:
@@ -129,4 +135,5 @@ def _answer(engine: Any, ids: list[int], sampling: Any, session: Any) -> dict[st
     text = last.text if last is not None else ""
     session.add_assistant(text)
     stats = answer_stats(last, len(ids), interrupted=False)
-    return {"content": text, **stats, "dropped_turns": session.last_dropped_turns}
+    spec = stats.pop("speculative")
+    return {"content": text, **stats, "spec": spec, "dropped_turns": session.last_dropped_turns}

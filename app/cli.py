@@ -239,6 +239,13 @@ def chat(
         float | None, typer.Option("--temperature", show_default="0.7")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default="512")] = None,
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="Draft model (or 'auto') for speculative "
+                                 "decoding (with --jsonl).", show_default=False)
+    ] = None,
+    num_speculative_tokens: Annotated[
+        int | None, typer.Option("--num-speculative-tokens", show_default="4")
+    ] = None,
     theme: ThemeOpt = None,
     debug: DebugOpt = False,
 ) -> None:
@@ -252,7 +259,8 @@ def chat(
         return
     from localchat.app.chat_jsonl import JsonlArgs, run_jsonl
 
-    run_jsonl(JsonlArgs(model=model, seed=seed, temperature=temperature, max_tokens=max_tokens))
+    run_jsonl(JsonlArgs(model=model, draft=draft, num_speculative_tokens=num_speculative_tokens,
+                        seed=seed, temperature=temperature, max_tokens=max_tokens))
 
 
 app.add_typer(history_app)
