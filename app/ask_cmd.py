@@ -170,11 +170,19 @@ def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int
 
 def _open_history(args: AskArgs) -> tuple[Any, Any]:
     """The store (None with ``--no-save``) and the conversation to continue (or None)."""
-    if args.no_save and not (args.continue_ or args.conversation):
+    continuing = bool(args.continue_ or args.conversation)
+    if args.no_save and not continuing:
         return None, None
     from localchat.app.store import Store
+    from localchat.engine.errors import LocalchatError
 
-    store = Store()
+    try:
+        store = Store()
+    except LocalchatError as exc:
+        if continuing:
+            raise
+        cli_io.warn(f"{exc}; this turn is not saved")  # answering matters more than saving
+        return None, None
     try:
         conv = None
         if args.conversation:

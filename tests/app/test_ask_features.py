@@ -203,9 +203,9 @@ def test_precedence_flag_over_env_over_config_over_default(ask, monkeypatch):
     assert engine.sampling_params.temperature == 0.4 and options.model == "from-flag"
     assert engine.tokenizer.messages[0] == {"role": "system", "content": "S"}
     monkeypatch.setenv("LOCALCHAT_QUANT", "int4")
-    code, _, err, _, options = ask(["hi"])
+    code, _, _, _, options = ask(["hi"])
     assert code == 0 and options.quant == "int4"
-    code, _, err, _, options = ask(["hi", "--quant", "none"])
+    code, _, _, _, options = ask(["hi", "--quant", "none"])
     assert code == 0 and options.quant == "none"
 
 
@@ -249,3 +249,14 @@ def test_a_user_message_left_without_reply_is_joined_to_the_next(ask):
     assert code == 0
     assert decode_ids(engine.prompt_token_ids) == (
         "user:q1|assistant:a1|user:lost q2\n\nq3|assistant:")
+
+
+def test_unreadable_history_warns_and_still_answers(ask, home):
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "history.db").write_bytes(b"not a database" * 100)
+    code, out, err, _, _ = ask(["hi"], ["fine"])
+    assert (code, out) == (0, "fine\n")
+    assert err.startswith("localchat: warning: cannot open the history database")
+    assert err.rstrip().endswith("this turn is not saved") and err.count("\n") == 1
+    code, out, err, _, _ = ask(["hi", "-c"], ["fine"])  # continuing needs the history
+    assert code == 1 and out == "" and err.startswith("localchat: error: cannot open")
