@@ -115,6 +115,22 @@ def _finish(model: nn.Module) -> nn.Module:
     return model.eval()
 
 
+def _layer_batches(weights):
+    """Group consecutive ``(hf_name, tensor)`` pairs by decoder layer (``model.layers.N``;
+    ``None`` for tensors outside the layers): one ``load_weights`` call per batch."""
+    batch, key = [], None
+    for hf_name, tensor in weights:
+        m = _LAYER_RE.match(hf_name)
+        k = m.group(1) if m else None
+        if batch and k != key:
+            yield key, batch
+            batch = []
+        key = k
+        batch.append((hf_name, tensor))
+    if batch:
+        yield key, batch
+
+
 def _load_and_quantize(model, path, weights, quantized: dict[str, Linear], device) -> None:
     expected = model.expected_weights()
     pending = {name: {k for k in expected if k.split(":")[0] == f"{name}.weight"}
@@ -123,9 +139,8 @@ def _load_and_quantize(model, path, weights, quantized: dict[str, Linear], devic
     for name in quantized:
         by_layer.setdefault(_LAYER_RE.match(name).group(1), []).append(name)
     loaded: set[str] = set()
-    for hf_name, tensor in weights:
-        m = _LAYER_RE.match(hf_name)
-        for name in by_layer.pop(m.group(1), []) if m else []:  # stage this layer's weights
+    for layer_key, batch in _layer_batches(weights):
+        for name in by_layer.pop(layer_key, []):  # stage this layer's float weights
             layer = quantized[name]
             layer.weight = nn.Parameter(
                 torch.empty(layer.out_features, layer.in_features, dtype=torch.float32,
@@ -133,9 +148,10 @@ def _load_and_quantize(model, path, weights, quantized: dict[str, Linear], devic
                 requires_grad=False,
             )
         try:
-            keys = model.load_weights([(hf_name, tensor.to(device))])
+            keys = model.load_weights((n, t.to(device)) for n, t in batch)
         except ValueError as exc:
             raise ModelLoadError(f"{path}: {exc}") from exc
+        del batch
         loaded |= keys
         for key in keys:
             name = key.split(":")[0].removesuffix(".weight")
@@ -144,7 +160,7 @@ def _load_and_quantize(model, path, weights, quantized: dict[str, Linear], devic
                 if not pending[name]:  # every shard is in: quantize and free the float copy
                     layer = quantized[name]
                     if layer.weight.is_meta:
-                        raise ModelLoadError(f"{path}: {hf_name} arrived outside its layer")
+                        raise ModelLoadError(f"{path}: {name} arrived outside its layer")
                     layer.quant_method.quantize_weights(layer)
                     del pending[name]
     missing = expected - loaded

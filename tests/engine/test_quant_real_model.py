@@ -1,0 +1,56 @@
+"""SmolLM2-135M (GGUF Q4_1): quantized formats against the unquantized model.
+
+One teacher-forced forward pass over 256 positions of a fixed text per format; the reference
+is our own fp32 model on the same file (feature on vs feature off). Perplexities are printed
+(``-s``) and reported by ``scripts/bench_quant.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localchat.engine.config import QuantConfig
+from localchat.engine.loader import load_model
+from localchat.engine.quant.evaluate import perplexity, teacher_forced_logits, top1_agreement
+
+TEXT = (
+    "The history of computing is a story of abstraction. Early machines were programmed by "
+    "rewiring panels and flipping switches; each new problem meant a new physical arrangement "
+    "of cables. Stored-program computers changed that: instructions became data, kept in the "
+    "same memory as the numbers they worked on, and a machine could load a different program "
+    "in seconds. Assembly languages gave names to opcodes and addresses, and compilers for "
+    "languages such as Fortran and COBOL let scientists and clerks describe what they wanted "
+    "rather than how the hardware should do it. Operating systems took over the scheduling of "
+    "jobs, the sharing of memory and the handling of files, so that many people could use one "
+    "computer at once without stepping on each other. Later, personal computers put a whole "
+    "machine on a desk, networks joined them together, and the web turned the network into a "
+    "library that anyone could read and write. Each layer hid the details of the one below, "
+    "and each made it possible for more people to build more ambitious things. Today a small "
+    "language model can run on a laptop, answering questions, summarising documents and "
+    "writing code, while its user never sees the matrix products that make every token. "
+    "Memory bandwidth, not arithmetic, decides how fast such a model speaks: every new token "
+    "reads every weight once, so smaller weights mean faster answers."
+)
+POSITIONS = 256
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2_engine):
+    ids = smollm2_engine.tokenizer.encode(TEXT)[: POSITIONS + 1]
+    assert len(ids) == POSITIONS + 1
+    return ids, teacher_forced_logits(smollm2_engine.runner.model, ids)
+
+
+@pytest.mark.parametrize("scheme, floor", [("int8", 0.97), ("int4", 0.85)])
+def test_top1_agreement_with_unquantized(smollm2_gguf, smollm2_engine, cache_dir, reference,
+                                         scheme, floor):
+    ids, want = reference
+    model = load_model(smollm2_gguf, smollm2_engine.model_config, dtype=torch.float32,
+                       device=torch.device("cpu"), max_position=512, cache_dir=cache_dir,
+                       quant=QuantConfig(scheme=scheme, use_cache=False))
+    got = teacher_forced_logits(model, ids)
+    agreement = top1_agreement(got[:POSITIONS], want[:POSITIONS])
+    print(f"{scheme}: top-1 agreement {agreement:.3f}, perplexity {perplexity(got, ids):.2f} "
+          f"(unquantized {perplexity(want, ids):.2f})")
+    assert agreement >= floor
