@@ -10,6 +10,7 @@ Tests pass a fake ``engine`` (or ``engine_loader``) and an in-memory store.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -22,6 +23,7 @@ from localchat.app.tui import keymap as keys
 from localchat.app.tui.engine_host import describe_error, load_async_engine
 from localchat.app.tui.messages import EngineLoaded
 from localchat.app.tui.screens.chat_screen import ChatScreen
+from localchat.engine.errors import LocalchatError
 from localchat.themes import DEFAULT_THEME, THEMES, load_css, resolve_theme_name
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class ChatApp(App[None]):
         self.default_sampling: dict[str, Any] = dict(settings.sampling)
         self.engine = engine
         self.engine_error: str | None = None
+        self.show_tracebacks = False  # Textual's traceback after a crash (``--debug``)
         self._engine_loader = engine_loader or load_async_engine
         self._remember_theme = remember_theme
         self.keymap: dict[str, str] = {}
@@ -95,7 +98,7 @@ class ChatApp(App[None]):
         if self.engine is None:
             self.load_model(self.model_name, self.draft)
         else:
-            self.post_message(EngineLoaded(self.model_name, self.engine))
+            self.post_message(EngineLoaded(self.model_name, self.engine, preloaded=True))
 
     # -- engine --------------------------------------------------------------------------------
 
@@ -122,7 +125,9 @@ class ChatApp(App[None]):
         self.post_message(EngineLoaded(model, engine))
 
     def _progress(self, model: str, line: str) -> None:
-        self.notify(" ".join(line.split()), title=model, timeout=3)
+        screen = self._chat_screen()
+        if screen is not None and model == self.model_name:
+            screen.show_notice(" ".join(line.split()))
 
     def on_engine_loaded(self, message: EngineLoaded) -> None:
         if message.model != self.model_name:  # a newer load superseded this one
@@ -136,8 +141,11 @@ class ChatApp(App[None]):
         else:
             self.engine = message.engine
             self.engine_error = None
+            if not message.preloaded:
+                self.notify(f"{message.model} is ready", timeout=3)
         screen = self._chat_screen()
         if screen is not None:
+            screen.show_notice("")
             screen.refresh_status()
 
     def _chat_screen(self) -> ChatScreen | None:
@@ -151,6 +159,14 @@ class ChatApp(App[None]):
             _shutdown(self.engine)
 
     # -- themes --------------------------------------------------------------------------------
+
+    def _print_error_renderables(self) -> None:
+        """Print Textual's traceback of an unexpected crash only with ``--debug``; otherwise
+        ``run_tui`` reports it as one line."""
+        if self.show_tracebacks:
+            super()._print_error_renderables()
+        else:
+            self._exit_renderables.clear()
 
     def _theme_changed(self, theme: Theme) -> None:
         if not self._remember_theme:
@@ -198,6 +214,12 @@ def run_tui(model: str | None = None, theme: str | None = None,
         except ValueError as exc:
             raise CliUsageError(str(exc)) from None
         settings = replace(settings, sampling=merged)
+    from localchat.app.cli_io import debug_requested
+
     app = ChatApp(model=model, theme=theme, settings=settings)
+    app.show_tracebacks = debug_requested(sys.argv[1:])
     app.run()
-    return 0
+    if app._exception is not None and not app.show_tracebacks:
+        raise LocalchatError(f"the chat stopped on an unexpected error: "
+                             f"{describe_error(app._exception)} (--debug shows the traceback)")
+    return app.return_code or 0

@@ -30,11 +30,12 @@ class ConversationSelected(Message):
 @dataclass(eq=False)
 class EngineLoaded(Message):
     """The engine thread finished loading ``model``: ``engine`` is set, or ``error`` (one line)
-    says why not."""
+    says why not. ``preloaded``: the engine was passed in, not loaded here."""
 
     model: str
     engine: Any = None
     error: str | None = None
+    preloaded: bool = False
 
 
 @dataclass(eq=False)

@@ -45,7 +45,7 @@ async def test_send_and_stream(make_app):
         assert stored(app, cid) == [("user", "hi you", False)]
         assert decode_ids(engine.calls[0]["ids"]) == "user:hi you|assistant:"
         engine.release(2)
-        live = lambda: chat(app).query_one(ChatLog).views()[-1]  # noqa: E731
+        live = lambda: chat(app).query_one(ChatLog).views()[-1]
         await wait_for(pilot, lambda: live().text == "Hello ", what="two deltas shown")
         assert chat(app).current.streaming
         assert chat(app).query_one(StatusBar).info.state == "streaming"

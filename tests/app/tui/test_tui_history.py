@@ -173,7 +173,7 @@ def test_fit_prompt_drops_old_turns_and_says_so():
                                         ChatMessage("assistant", "b" * 40),
                                         ChatMessage("user", "c")])
     session = state.session()
-    ids, notes = fit_prompt(session, CharTokenizer(), max_model_len=64, max_tokens=16)
+    ids, _notes = fit_prompt(session, CharTokenizer(), max_model_len=64, max_tokens=16)
     assert decode_ids(ids) == "user:c|assistant:" and session.last_dropped_turns == 1
     full, _ = fit_prompt(state.session(), CharTokenizer(), max_model_len=4096, max_tokens=16)
     assert decode_ids(full).startswith("user:" + "a" * 40)

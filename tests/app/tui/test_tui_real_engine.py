@@ -54,7 +54,7 @@ async def test_two_turn_chat_shows_cached_tokens(make_app, async_smollm2):
         await turn("Another one.", 4)
         tok = async_smollm2.tokenizer
         first = ChatSession(messages=[{"role": "user", "content": "Name a colour."}])
-        second = ChatSession(messages=[dict(role=m.role, content=m.content)
+        second = ChatSession(messages=[{"role": m.role, "content": m.content}
                                        for m in screen.current.messages[:3]])
         ids1 = first.to_prompt_token_ids(tok)
         ids2 = second.to_prompt_token_ids(tok)
