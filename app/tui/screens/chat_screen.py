@@ -318,27 +318,6 @@ class ChatScreen(ConversationActions, Screen):
                 if view.index is not None and view.index >= index:
                     await view.remove()
 
-    def _last_reply_view(self) -> MessageView | None:
-        replies = [v for v in self.query_one(ChatLog).views() if v.role == "assistant"]
-        return replies[-1] if replies else None
-
-    def action_copy_reply(self) -> None:
-        view = self._last_reply_view()
-        if view is None:
-            self.notify("No reply to copy", severity="warning")
-        else:
-            view.action_copy_message()
-
-    def action_copy_code(self) -> None:
-        view = self._last_reply_view()
-        if view is None:
-            self.notify("No reply to copy from", severity="warning")
-        else:
-            view.action_copy_code()
-
-    def action_focus_prompt(self) -> None:
-        self.query_one(PromptInput).focus()
-
     async def on_conversation_selected(self, message: ConversationSelected) -> None:
         await self.open_conversation(message.conversation_id)
 

@@ -1,5 +1,5 @@
 """The chat screen's history and settings actions: sidebar, new, search, rename, delete,
-export to Markdown, per-conversation settings, model picker, help.
+export to Markdown, copy, per-conversation settings, model picker, help.
 
 A mixin for ``ChatScreen`` (which provides ``current``, ``states``, ``render_state``,
 ``fresh_state``, ``ensure_saved`` and ``refresh_status``). Rename, delete and export act on the
@@ -17,6 +17,9 @@ from localchat.app.tui.screens.help_screen import HelpScreen
 from localchat.app.tui.screens.model_picker import ModelPickerScreen
 from localchat.app.tui.screens.settings_screen import ConversationSettings, SettingsScreen
 from localchat.app.tui.screens.text_prompt import ConfirmScreen, TextPromptScreen
+from localchat.app.tui.widgets.chat_log import ChatLog
+from localchat.app.tui.widgets.message_view import MessageView
+from localchat.app.tui.widgets.prompt_input import PromptInput
 from localchat.app.tui.widgets.sidebar import Sidebar
 
 
@@ -119,6 +122,32 @@ class ConversationActions:
             self.notify(f"Exported to {target}")  # type: ignore[attr-defined]
 
         self.app.push_screen(TextPromptScreen("Export to Markdown file", default), done)
+
+    # -- copy and focus ----------------------------------------------------------------------
+
+    def _last_reply_view(self) -> MessageView | None:
+        log = self.query_one(ChatLog)  # type: ignore[attr-defined]
+        replies = [v for v in log.views() if v.role == "assistant"]
+        return replies[-1] if replies else None
+
+    def action_copy_reply(self) -> None:
+        view = self._last_reply_view()
+        if view is None:
+            self.notify(  # type: ignore[attr-defined]
+                "No reply to copy", severity="warning")
+        else:
+            view.action_copy_message()
+
+    def action_copy_code(self) -> None:
+        view = self._last_reply_view()
+        if view is None:
+            self.notify(  # type: ignore[attr-defined]
+                "No reply to copy from", severity="warning")
+        else:
+            view.action_copy_code()
+
+    def action_focus_prompt(self) -> None:
+        self.query_one(PromptInput).focus()  # type: ignore[attr-defined]
 
     # -- settings, model, help -----------------------------------------------------------------
 
