@@ -81,6 +81,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
         self.speculator = speculator
+        self.runner.capture_cuda_graphs(max_model_len)
         self._detoks: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
         logger.info(

@@ -85,7 +85,34 @@ class ModelRunner:
         self.device = device
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
+        # CUDA graphs for decode batches (engine/cuda_graphs.py), captured by
+        # ``capture_cuda_graphs``; None on CPU or before capture.
+        self.graphs = None
         self._generators: dict[str, torch.Generator] = {}
+
+    def capture_cuda_graphs(self, max_model_len: int,
+                            batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
+        """On CUDA, capture the model's decode step for ``batch_sizes`` sequences (pure
+        decode steps then replay a graph; other shapes run eagerly). No-op elsewhere or when
+        ``LOCALCHAT_CUDA_GRAPHS=0``. The KV cache tensors must not be reallocated after."""
+        import os
+
+        if self.device.type != "cuda" or os.environ.get("LOCALCHAT_CUDA_GRAPHS") == "0":
+            return
+        from .cuda_graphs import CudaGraphRunner
+
+        self.graphs = CudaGraphRunner(
+            self.model, self.kv_caches,
+            max_num_blocks_per_seq=-(-max_model_len // self.block_size),
+            batch_sizes=batch_sizes, device=self.device)
+        self.graphs.capture()
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                 meta: AttentionMetadata) -> torch.Tensor:
+        if self.graphs is not None:
+            # Rows are a view into a static buffer: use them before the next forward.
+            return self.graphs.forward(input_ids, positions, meta)
+        return self.model(input_ids, positions, self.kv_caches, meta)
 
     def release(self, request_id: str) -> None:
         """Forget a finished request's RNG."""
@@ -143,7 +170,7 @@ class ModelRunner:
         (see ``engine.sampler`` for which distribution).
         """
         input_ids, positions, meta, rows, samplers, row_groups = self.prepare_inputs(out)
-        hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        hidden = self._forward(input_ids, positions, meta)
         result: dict[str, list[int]] = {}
         if rows:
             logits = self.model.compute_logits(hidden[rows])

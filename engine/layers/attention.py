@@ -49,5 +49,6 @@ class Attention(nn.Module):
             out = kernels.prefill_attention(
                 q, key_cache, value_cache, attn_metadata.query_start_loc,
                 attn_metadata.seq_lens, attn_metadata.block_tables, self.scale,
+                max_query_len=attn_metadata.max_query_len,
             )
         return out.reshape(num_tokens, self.num_heads * self.head_dim)
