@@ -113,7 +113,9 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
         cli_io.note(f"--context {ctx} is beyond the model's {target.config.max_position_embeddings}"
                     " trained positions")
     plan = plan_memory(target.config, budget, ctx, max_num_seqs,
-                       drafted.config if drafted else None, device, quant=quant)
+                       drafted.config if drafted else None, device, quant=quant,
+                       int4_group_size=target.int4_group_size,
+                       draft_int4_group_size=drafted.int4_group_size if drafted else None)
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
     return {
         "model": _describe(target),
@@ -131,7 +133,8 @@ def _describe(d) -> dict[str, Any]:
             "parameters": weight_bytes(d.config, "fp32") // 4,
             "checkpoint_parameters": d.checkpoint_params, "checkpoint_bytes": d.checkpoint_bytes,
             "checkpoint_dtypes": d.checkpoint_dtypes,
-            "max_position_embeddings": d.config.max_position_embeddings}
+            "max_position_embeddings": d.config.max_position_embeddings,
+            "int4_group_size": d.int4_group_size}
 
 
 def _print_table(r: dict[str, Any]) -> None:

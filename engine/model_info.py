@@ -10,7 +10,7 @@ dtypes). A PyPI bundle alias that is not cached is described from its original H
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import ModelConfig
@@ -26,7 +26,8 @@ _SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 
 class ModelDescription:
     """``config`` plus where it came from (``source``: "local", "hub"), the checkpoint's
     parameter count and bytes when known (Hub safetensors metadata, local file sizes), its
-    parameter dtypes (``{"BF16": n}``), and ``notes`` for people."""
+    parameter dtypes (``{"BF16": n}``), the int4 group size the loader will use for it (32 for
+    GGUF sources, 128 otherwise), and ``notes`` for people."""
 
     spec: str
     name: str
@@ -36,6 +37,7 @@ class ModelDescription:
     checkpoint_bytes: int | None = None
     checkpoint_dtypes: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    int4_group_size: int = 128
 
 
 def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
@@ -46,7 +48,8 @@ def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
     config).
     """
     from .catalog import resolve_alias
-    from .hub import _REPO_RE, resolve_model
+    from .hub import _REPO_RE, bundle_path, resolve_model
+    from .loader import default_group_size
 
     try:
         source = resolve_model(spec, cache_dir=cache_dir, download=False)
@@ -58,7 +61,11 @@ def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
                            "Hub config (its GGUF has the same shapes)")
             notes = () if entry.source == "hub" else (bundle_note,)
             try:
-                return _describe_hub(spec, entry.repo_id, entry.revision, notes)
+                described = _describe_hub(spec, entry.repo_id, entry.revision, notes)
+                if entry.source == "bundle":  # it will load from the GGUF file
+                    described = replace(described, int4_group_size=default_group_size(
+                        bundle_path(entry, cache_dir)))
+                return described
             except LocalchatError:
                 if entry.source == "hub":
                     raise
@@ -70,7 +77,7 @@ def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
 
 
 def _describe_local(spec: str, source, cache_dir: Path) -> ModelDescription:
-    from .loader import load_model_config
+    from .loader import default_group_size, load_model_config
 
     config = load_model_config(source.path, cache_dir)
     path = Path(source.path)
@@ -79,7 +86,7 @@ def _describe_local(spec: str, source, cache_dir: Path) -> ModelDescription:
     else:
         size = sum(p.stat().st_size for p in path.glob("*.safetensors"))
     return ModelDescription(spec, source.alias or str(path), config, "local",
-                            checkpoint_bytes=size)
+                            checkpoint_bytes=size, int4_group_size=default_group_size(path))
 
 
 def _describe_hub(spec: str, repo_id: str, revision: str | None,

@@ -58,7 +58,7 @@ def memory_report(engine) -> MemoryReport:
 
     Reads ``engine.model_config``, ``engine.dtype``, ``engine.device``, ``engine.num_blocks``
     and ``engine.config.cache.block_size``; the weight format is ``engine.config.quant.scheme``
-    (``auto``/``none``: the engine's dtype). Raises ``ValueError`` for a dtype the planner does
+    (``auto``/``none``: the engine's dtype), the int4 group size that of the loaded layers. Raises ``ValueError`` for a dtype the planner does
     not know.
     """
     fmt = _DTYPE_NAMES.get(str(engine.dtype))
@@ -68,7 +68,9 @@ def memory_report(engine) -> MemoryReport:
     if scheme in ("auto", "none"):
         scheme = fmt
     tokens = engine.num_blocks * engine.config.cache.block_size
-    weights = weight_bytes(engine.model_config, scheme, fmt, engine.device.type)
+    group = next((m.quant_method.group_size for m in engine.runner.model.modules()
+                  if hasattr(getattr(m, "quant_method", None), "group_size")), 128)
+    weights = weight_bytes(engine.model_config, scheme, fmt, engine.device.type, group)
     kv = kv_bytes(engine.model_config, tokens, fmt)
     if engine.device.type == "cuda":
         import torch

@@ -31,7 +31,7 @@ from .methods import make_linear_method
 from .schemes import QuantScheme
 
 MIN_CONTEXT_LEN = 2048
-INT4_GROUP_SIZE = 128
+INT4_GROUP_SIZE = 128  # floating checkpoints; GGUF sources use 32 (loader.default_group_size)
 # Activation dtype name -> bytes per element.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Quantized formats, best quality first; the unquantized format (bf16 or fp32) precedes them.
@@ -122,13 +122,14 @@ def available_formats(device: DeviceSpec) -> tuple[str, ...]:
 
 
 def weight_bytes(config: ModelConfig, fmt: str, act_dtype: str | None = None,
-                 device_type: str = "cpu") -> int:
+                 device_type: str = "cpu", int4_group_size: int = INT4_GROUP_SIZE) -> int:
     """Exact bytes of the model's weights in format ``fmt`` on a ``device_type`` device.
 
     ``fmt`` is ``bf16``/``fp16``/``fp32`` (everything in that dtype) or ``fp8``/``int8``/
     ``int4`` (decoder linears quantized in the layout of ``engine/quant``'s linear methods:
     their ``weight_bytes``, so the plan and the loader agree; the rest in ``act_dtype``,
-    default bf16). Raises ``ValueError`` for an unknown format.
+    default bf16). ``int4_group_size`` is the preferred int4 group (inputs per scale/zero; the
+    loader uses 32 for GGUF sources). Raises ``ValueError`` for an unknown format.
     """
     if fmt in DTYPE_BYTES:
         act_dtype = fmt
@@ -136,8 +137,8 @@ def weight_bytes(config: ModelConfig, fmt: str, act_dtype: str | None = None,
     dense = sum(math.prod(s) for s in _dense_shapes(config))
     total = dense * act
     for out_f, in_f in _linear_shapes(config):
-        total += config.num_hidden_layers * _linear_bytes(out_f, in_f, fmt, act_dtype or "bf16",
-                                                          device_type)
+        total += config.num_hidden_layers * _linear_bytes(
+            out_f, in_f, fmt, act_dtype or "bf16", device_type, int4_group_size)
     return total
 
 
@@ -182,6 +183,8 @@ def plan_memory(
     num_speculative_tokens: int = 4,
     overhead_bytes: int | None = None,
     block_size: int = 16,
+    int4_group_size: int = INT4_GROUP_SIZE,
+    draft_int4_group_size: int | None = None,
 ) -> MemoryPlan:
     """Plan weights + KV + draft + activations + runtime overhead for each weight format.
 
@@ -191,7 +194,8 @@ def plan_memory(
     tokens, and ``num_speculative_tokens + 1`` logit rows per sequence. ``quant`` is ``auto``
     (best that fits), ``none`` (unquantized) or a format name (forced). ``device`` is a
     ``DeviceSpec`` or ``"cpu"``/``"cuda"`` (detected here). ``overhead_bytes`` defaults to the
-    device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``).
+    device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``). ``int4_group_size`` /
+    ``draft_int4_group_size``: the int4 groups the loader will use (32 for GGUF sources).
 
     Raises ``ValueError`` for bad arguments (unknown or unavailable format, non-positive sizes)
     and ``MemoryPlanError`` (with the numbers) when nothing fits at ``MIN_CONTEXT_LEN`` tokens.
@@ -215,9 +219,11 @@ def plan_memory(
         tokens = _round_up(ctx * max_num_seqs, block_size)
         rows_per_seq = 1 + (num_speculative_tokens if draft is not None else 0)
         parts = {
-            "weight_bytes": weight_bytes(model_config, fmt, act, device.type),
+            "weight_bytes": weight_bytes(model_config, fmt, act, device.type, int4_group_size),
             "kv_bytes": kv_bytes(model_config, tokens, act),
-            "draft_weight_bytes": weight_bytes(draft, fmt, act, device.type) if draft else 0,
+            "draft_weight_bytes": weight_bytes(
+                draft, fmt, act, device.type, draft_int4_group_size or int4_group_size
+            ) if draft else 0,
             "draft_kv_bytes": kv_bytes(draft, tokens, act) if draft else 0,
             "activation_bytes": max(
                 activation_bytes(cfg, context_len=ctx, max_num_seqs=max_num_seqs,
@@ -284,13 +290,14 @@ def _dense_shapes(c: ModelConfig) -> list[tuple[int, ...]]:
     return shapes + per_layer * c.num_hidden_layers
 
 
-def _linear_bytes(out_f: int, in_f: int, fmt: str, act_dtype: str, device_type: str) -> int:
+def _linear_bytes(out_f: int, in_f: int, fmt: str, act_dtype: str, device_type: str,
+                  group_size: int) -> int:
     """Bytes of one ``[out_f, in_f]`` linear weight in ``fmt`` (scales and zeros included)."""
     if fmt in DTYPE_BYTES:
         return out_f * in_f * DTYPE_BYTES[fmt]
     if fmt not in QUANT_FORMATS:
         raise ValueError(f"unknown weight format {fmt!r}")
-    method = make_linear_method(QuantScheme(fmt), device_type, in_f, INT4_GROUP_SIZE)
+    method = make_linear_method(QuantScheme(fmt), device_type, in_f, group_size)
     return method.weight_bytes(out_f, in_f, _TORCH_DTYPES[act_dtype])
 
 
