@@ -61,18 +61,19 @@ def describe_error(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def plan_for(path: Any, context_len: int = 4096) -> str | None:
-    """The memory plan of a cached model as a short text, or None when the planner (or the
-    model's config) is unavailable. Reads only the model's config, never its weights."""
+def plan_for(path: Any, context_len: int = 4096, cache_dir: Any = None) -> str | None:
+    """The memory plan of a cached model as a short text, or None when the planner is not in
+    this build. Reads only the model's config (GGUF metadata cached under ``cache_dir``,
+    default the user's cache), never its weights."""
     try:
-        from localchat.app.settings import cache_dir
+        from localchat.app.settings import cache_dir as default_cache_dir
         from localchat.engine.loader import load_model_config
         from localchat.engine.quant.memory_budget import DeviceSpec, default_budget_bytes
         from localchat.engine.quant.planner import plan_memory
     except ImportError:
         return None
     try:
-        config = load_model_config(path, cache_dir=cache_dir())
+        config = load_model_config(path, cache_dir=cache_dir or default_cache_dir())
         device = DeviceSpec.detect("cpu")
         plan = plan_memory(config, default_budget_bytes("cpu"), context_len, device=device)
     except Exception as exc:  # noqa: BLE001 - shown as text, never raised into the UI

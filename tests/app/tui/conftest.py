@@ -14,8 +14,12 @@ from localchat.app.tui.history import TuiStore
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    """Config and history under a temporary LOCALCHAT_HOME; no LOCALCHAT_* from the shell."""
+def isolated_home(tmp_path, monkeypatch, cache_dir):
+    """Config and history under a temporary LOCALCHAT_HOME; no LOCALCHAT_* from the shell.
+
+    Requests the session's ``cache_dir`` first, so the real model cache (where the CI model
+    is) is resolved before the environment changes.
+    """
     import os
 
     for name in list(os.environ):

@@ -46,7 +46,7 @@ async def test_two_turn_chat_shows_cached_tokens(make_app, async_smollm2):
 
         await turn("Name a colour.", 2)
         assert bar.info.cached_tokens == 0
-        assert "on cpu" in bar.plain and "cached 0/" in bar.plain
+        assert "│ cpu │" in bar.plain and "cached 0/" in bar.plain
         reply = screen.current.messages[1]
         assert reply.content.strip() and not reply.interrupted
         assert 1 <= reply.stats["usage"]["completion_tokens"] <= 8

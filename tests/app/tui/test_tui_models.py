@@ -1,0 +1,66 @@
+"""The model picker (catalog + cache state, memory plan, pull) and switching models."""
+
+from __future__ import annotations
+
+from localchat.app.settings import cache_dir as settings_cache_dir
+from localchat.app.tui.screens.chat_screen import ChatScreen
+from localchat.app.tui.screens.model_picker import ModelPickerScreen
+from localchat.engine.hub import list_models
+from tests.app.tui.conftest import wait_for
+from tests.app.tui.fake_async_engine import GatedEngine
+
+
+async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
+    from localchat.engine import hub
+
+    pulled = []
+
+    def fake_resolve(spec, *, cache_dir, download=True, progress=None, **kw):
+        progress(f"downloading {spec}: 50%")
+        progress(f"downloading {spec}: 100%")
+        pulled.append(spec)
+
+    monkeypatch.setattr(hub, "resolve_model", fake_resolve)
+    loads = []
+
+    def loader(spec, **kwargs):
+        loads.append(spec)
+        return GatedEngine(gated=False)
+
+    app = make_app(None, engine_loader=loader, model="smollm2-135m")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None)
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        picker = app.screen
+        table = picker.query_one("DataTable")
+        expected = list_models(settings_cache_dir())  # nothing is cached under this LOCALCHAT_HOME
+        await wait_for(pilot, lambda: table.row_count == len(expected))
+        aliases = [str(table.get_row_at(i)[0]).split(" ")[0] for i in range(table.row_count)]
+        assert aliases == [m.alias for m in expected]
+        assert not any(m.cached for m in expected)
+        target = expected[1].alias
+        table.move_cursor(row=1)
+        await wait_for(pilot, lambda: "not cached" in str(picker.query_one("#plan").render()))
+        await pilot.press("enter")  # not cached: pulls first
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen), what="the pull")
+        assert pulled == [target]
+        await wait_for(pilot, lambda: loads == ["smollm2-135m", target] and app.engine,
+                       what="the switch")
+        assert app.model_name == target
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.info.model == target)
+
+
+def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
+    from localchat.app.tui.engine_host import plan_for
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.quant.memory_budget import default_budget_bytes
+    from localchat.engine.quant.planner import plan_memory
+
+    text = plan_for(smollm2_gguf, context_len=2048, cache_dir=cache_dir)
+    plan = plan_memory(load_model_config(smollm2_gguf, cache_dir=cache_dir),
+                       default_budget_bytes("cpu"), 2048)
+    assert text.splitlines()[0].startswith(f"format {plan.format} at {plan.context_len} tokens")
+    for row in plan.rows:
+        assert f"weights {row.weight_bytes / 2**20:,.0f} MiB" in text
