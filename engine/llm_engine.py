@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,17 +32,6 @@ logger = logging.getLogger(__name__)
 # On CPU the KV pool may take at most this fraction of available RAM.
 _CPU_KV_RAM_FRACTION = 0.25
 _CPU_DEFAULT_MAX_MODEL_LEN = 8192
-
-
-def _available_ram_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 class LLMEngine:
@@ -143,7 +131,9 @@ class LLMEngine:
             if self.device.type == "cuda":
                 budget = int(torch.cuda.mem_get_info(self.device)[0] * 0.9)
             else:
-                budget = int(_available_ram_bytes() * _CPU_KV_RAM_FRACTION)
+                from .quant.memory_budget import available_memory_bytes
+
+                budget = int(available_memory_bytes("cpu") * _CPU_KV_RAM_FRACTION)
         tokens = min(wanted, budget // self.kv_bytes_per_token)
         if self.config.scheduler.max_model_len is not None:
             tokens = max(tokens, self.max_model_len)
