@@ -191,8 +191,10 @@ class ModelRunner:
                 spec = out.scheduled_spec_tokens[req.request_id]
                 target_logits = logits[offset: offset + len(rws)]
                 offset += len(rws)
+                # The budget may have cut the drafts short: their distributions too.
+                q = None if req.draft_probs is None else req.draft_probs[:len(spec)]
                 result[req.request_id] = self.rejection_sampler.verify(
-                    target_logits, spec, req.draft_probs, req, self._generator(req))
+                    target_logits, spec, q, req, self._generator(req))
         return result
 
     def sampling_metadata(self, samplers: list[Request]) -> SamplingMetadata:
