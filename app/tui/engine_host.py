@@ -10,6 +10,7 @@ memory with the planner (``engine/quant/planner.py``) when that module is presen
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from localchat.engine.errors import LocalchatError
@@ -21,32 +22,34 @@ def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None 
                       progress: Progress | None = None) -> Any:
     """Resolve ``spec`` (downloading with ``progress`` lines) and load an ``AsyncLLMEngine``.
 
-    ``quant`` is a weight format for ``QuantConfig`` (None or ``auto``: the engine's default);
-    ``draft`` a draft model spec for speculative decoding (resolved the same way), used when
-    this engine build has ``SpeculativeConfig``.
+    ``quant`` is a weight format (None: ``auto``); ``draft`` a draft model spec for
+    speculative decoding (``auto``: the catalog's pairing; None/``none``: off). The same
+    choices as ``app/engine_loader.py`` (``draft_spec``, ``engine_config``), but progress goes
+    to the callback: the TUI owns the terminal, so nothing may be written to stderr.
 
     Raises:
-        LocalchatError: unknown model, download or load failure (one-line message).
+        LocalchatError: unknown model, download or load failure, a bad draft (one line).
     """
+    from localchat.app.engine_loader import DraftChoiceError, draft_spec, engine_config
+    from localchat.app.load_options import LoadOptions
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
-    from localchat.engine.config import EngineConfig, QuantConfig
     from localchat.engine.hub import resolve_model
 
+    options = LoadOptions(model=spec, draft=draft, quant=quant or "auto")
     source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)
-    if progress is not None:
-        progress(f"loading {source.alias or spec} …")
-    kwargs: dict[str, Any] = {"quant": QuantConfig(scheme=quant)} if quant else {}
-    if draft:
-        from localchat.engine import config as engine_config
-
-        spec_cls = getattr(engine_config, "SpeculativeConfig", None)
-        if spec_cls is None:
-            raise LocalchatError("speculative decoding is not available in this build")
-        draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+    draft_name = draft_spec(options, source.alias)
+    draft_path = None
+    if draft_name is not None:
+        draft_source = resolve_model(draft_name, cache_dir=cache_dir(), download=True,
                                      progress=progress)
-        kwargs["speculative"] = spec_cls(draft_model=str(draft_source.path))
-    config = EngineConfig(**kwargs)
+        if Path(draft_source.path) == Path(source.path):
+            raise DraftChoiceError(f"draft {draft_name}: the draft is the model itself")
+        draft_path = draft_source.path
+    if progress is not None:
+        progress(f"loading {source.alias or spec}"
+                 + (f" with draft {draft_name}" if draft_name else "") + " …")
+    config = engine_config(options, draft_path)
     return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())
 
 

@@ -177,3 +177,22 @@ def test_fit_prompt_drops_old_turns_and_says_so():
     assert decode_ids(ids) == "user:c|assistant:" and session.last_dropped_turns == 1
     full, _ = fit_prompt(state.session(), CharTokenizer(), max_model_len=4096, max_tokens=16)
     assert decode_ids(full).startswith("user:" + "a" * 40)
+
+
+def test_status_from_outputs_and_stats():
+    from localchat.app.tui.status_info import with_output, with_stats
+    from localchat.engine.outputs import EngineStats, RequestMetrics, RequestOutput
+
+    metrics = RequestMetrics(arrival_time=1.0, first_scheduled_time=1.1, first_token_time=1.5,
+                             last_token_time=2.5, num_prompt_tokens=40, num_cached_tokens=32,
+                             num_output_tokens=11, num_draft_tokens=8, num_accepted_tokens=6)
+    out = RequestOutput("r", [5], "x", "x" * 11, 40, 11, metrics=metrics, num_cached_tokens=32)
+    stats = EngineStats(num_running=1, num_waiting=0, num_blocks=10, block_size=16,
+                        kv_cache_usage=0.3, prefix_cache_queries=0, prefix_cache_hits=0,
+                        num_preemptions=0, max_model_len=2048)
+    info = with_stats(with_output(StatusInfo(model="m"), out), stats)
+    assert (info.ttft, info.decode_tokens_per_s) == (0.5, 10.0)  # 10 tokens after the first / 1 s
+    assert (info.cached_tokens, info.prompt_tokens, info.context_used) == (32, 40, 51)
+    assert info.spec_acceptance == 0.75 and info.kv_usage == 0.3 and info.max_model_len == 2048
+    line = format_status(info, 200).plain
+    assert "spec 75%" in line and "cached 32/40" in line and "ctx 51/2048" in line
