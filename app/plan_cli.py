@@ -64,9 +64,11 @@ def plan_command(
     except ValueError as e:
         raise CliUsageError(f"--memory: {e}") from None
     spec = _device(device, budget is not None)
-    if not debug:  # huggingface_hub logs each retry; our one error line says it all
-        from huggingface_hub.utils import logging as hf_logging
+    from huggingface_hub.utils import disable_progress_bars
+    from huggingface_hub.utils import logging as hf_logging
 
+    disable_progress_bars()  # plan fetches a config and headers: no bars
+    if not debug:  # huggingface_hub logs each retry; our one error line says it all
         hf_logging.set_verbosity_error()
     result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context, max_num_seqs,
                                           quant))

@@ -74,7 +74,7 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
     with hub_errors(repo_id, revision, name, local_only=False):
         files = huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
-            ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=_Silent,
+            ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=SilentProgress,
         )
     todo = [f for f in files if f.will_download]
     need = sum(f.file_size or 0 for f in todo)
@@ -244,8 +244,9 @@ class DownloadCancelled(Exception):
     """Raised inside huggingface_hub's download threads after Ctrl+C (see ``_progress_class``)."""
 
 
-class _Silent(_base_tqdm):
-    """No progress output (the dry run)."""
+class SilentProgress(_base_tqdm):
+    """A tqdm class that prints nothing (``snapshot_download(tqdm_class=...)`` for the dry run
+    and other small fetches)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.pop("name", None)

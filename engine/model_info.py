@@ -3,7 +3,7 @@
 ``describe_model(spec)`` returns the ``ModelConfig`` of a model spec (DESIGN.md section 6) and
 what its checkpoint holds, downloading no weights: a local folder or GGUF file (or a cached
 alias) is read where it is, through the engine's loader; a Hub repo (or an alias not cached)
-costs one small file, ``config.json`` (``hf_hub_download``), plus the safetensors headers
+costs one small file, ``config.json`` (``snapshot_download`` of that file alone), plus the safetensors headers
 (``huggingface_hub.get_safetensors_metadata``: HTTP range requests for parameter counts and
 dtypes). A PyPI bundle alias that is not cached is described from its original Hub repo.
 """
@@ -94,14 +94,18 @@ def _describe_hub(spec: str, repo_id: str, revision: str | None,
     import huggingface_hub
     from transformers import AutoConfig
 
-    from .download import hub_errors
+    from .download import SilentProgress, hub_errors
 
     name = repo_id + (f"@{revision}" if revision else "")
     with hub_errors(repo_id, revision, name, local_only=False):
-        config_file = huggingface_hub.hf_hub_download(repo_id, "config.json", revision=revision)
+        # snapshot_download (not hf_hub_download): one repo_info call and no retry loop when
+        # the Hub is unreachable; the cached config serves offline.
+        folder = huggingface_hub.snapshot_download(
+            repo_id, revision=revision, allow_patterns=["config.json"], tqdm_class=SilentProgress)
+    if not (Path(folder) / "config.json").is_file():
+        raise ModelNotFoundError(f"{name} has no config.json (not an HF-format model repo)")
     try:
-        hf_config = AutoConfig.from_pretrained(str(Path(config_file).parent),
-                                               trust_remote_code=False)
+        hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
         config = ModelConfig.from_hf_config(hf_config)
     except Exception as exc:  # noqa: BLE001 - transformers raises many types for bad configs
         raise ModelLoadError(f"unusable config.json in {name}: {exc}") from None
