@@ -279,17 +279,18 @@ class ChatScreen(ConversationActions, Screen):
         self.notify("Nothing to stop (Ctrl+Q quits)", timeout=2)
 
     async def action_regenerate(self) -> None:
-        """Replace the last reply with a new one."""
+        """Replace the last reply with a new one (or answer a last message left without a
+        reply, after an error)."""
         state = self.current
-        idx = state.last_index("assistant")
-        if state.streaming or idx is None or idx != len(state.messages) - 1:
+        if state.streaming or not state.messages:
             self.notify("Nothing to regenerate" if not state.streaming
                         else "a reply is still streaming (Esc stops it)", severity="warning")
             return
         if self.app.engine is None:
             self.notify("no model is loaded", severity="warning")
             return
-        await self.truncate(state, idx)
+        if state.messages[-1].role == "assistant":
+            await self.truncate(state, len(state.messages) - 1)
         await self.start_turn(state)
 
     def action_edit_last(self) -> None:

@@ -79,11 +79,11 @@ class GatedEngine:
         ids = list(prompt_token_ids)
         cached = max((_shared_blocks(ids, c["ids"]) for c in self.calls), default=0)
         self.calls.append({"ids": ids, "sampling": sampling_params, "request_id": rid})
+        if self.fail_with is not None:
+            raise self.fail_with
         deltas = self.replies.pop(0) if self.replies else list(self.default)
         metrics = RequestMetrics(arrival_time=self.clock(), num_prompt_tokens=len(ids),
                                  num_cached_tokens=cached)
-        if self.fail_with is not None:
-            raise self.fail_with
         self.running += 1
         text, done = "", False
         try:

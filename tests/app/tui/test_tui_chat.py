@@ -225,6 +225,23 @@ async def test_engine_error_is_a_notification(make_app):
         assert app.is_running
 
 
+async def test_regenerate_answers_a_message_left_without_reply(make_app):
+    from localchat.engine.errors import LocalchatError
+
+    engine = GatedEngine([["fine"]], gated=False, fail_with=LocalchatError("engine hiccup"))
+    app = make_app(engine)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await type_and_send(pilot, "hello")
+        await wait_for(pilot, lambda: app._notifications and not chat(app).current.streaming)
+        cid = chat(app).current.id
+        assert stored(app, cid) == [("user", "hello", False)]
+        engine.fail_with = None
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
+        assert stored(app, cid) == [("user", "hello", False), ("assistant", "fine", False)]
+        assert engine.calls[1]["ids"] == engine.calls[0]["ids"]
+
+
 async def test_model_load_failure_is_a_notification(make_app):
     from localchat.engine.errors import ModelNotFoundError
 
