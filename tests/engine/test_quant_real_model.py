@@ -12,32 +12,19 @@ import torch
 
 from localchat.engine.config import QuantConfig
 from localchat.engine.loader import load_model
-from localchat.engine.quant.evaluate import perplexity, teacher_forced_logits, top1_agreement
-
-TEXT = (
-    "The history of computing is a story of abstraction. Early machines were programmed by "
-    "rewiring panels and flipping switches; each new problem meant a new physical arrangement "
-    "of cables. Stored-program computers changed that: instructions became data, kept in the "
-    "same memory as the numbers they worked on, and a machine could load a different program "
-    "in seconds. Assembly languages gave names to opcodes and addresses, and compilers for "
-    "languages such as Fortran and COBOL let scientists and clerks describe what they wanted "
-    "rather than how the hardware should do it. Operating systems took over the scheduling of "
-    "jobs, the sharing of memory and the handling of files, so that many people could use one "
-    "computer at once without stepping on each other. Later, personal computers put a whole "
-    "machine on a desk, networks joined them together, and the web turned the network into a "
-    "library that anyone could read and write. Each layer hid the details of the one below, "
-    "and each made it possible for more people to build more ambitious things. Today a small "
-    "language model can run on a laptop, answering questions, summarising documents and "
-    "writing code, while its user never sees the matrix products that make every token. "
-    "Memory bandwidth, not arithmetic, decides how fast such a model speaks: every new token "
-    "reads every weight once, so smaller weights mean faster answers."
+from localchat.engine.quant.evaluate import (
+    EVAL_TEXT,
+    perplexity,
+    teacher_forced_logits,
+    top1_agreement,
 )
+
 POSITIONS = 256
 
 
 @pytest.fixture(scope="module")
 def reference(smollm2_engine):
-    ids = smollm2_engine.tokenizer.encode(TEXT)[: POSITIONS + 1]
+    ids = smollm2_engine.tokenizer.encode(EVAL_TEXT)[: POSITIONS + 1]
     assert len(ids) == POSITIONS + 1
     return ids, teacher_forced_logits(smollm2_engine.runner.model, ids)
 
