@@ -294,3 +294,28 @@ async def test_help_lists_remapped_keys(make_app):
         table = app.screen.query_one("DataTable")
         rows = [table.get_row_at(i) for i in range(table.row_count)]
         assert ["ctrl+g", "Stop reply", "stop"] in [list(map(str, r)) for r in rows]
+
+
+async def test_follows_the_reply_only_at_the_bottom(make_app):
+    lines = [f"line {i}\n\n" for i in range(36)]
+    engine = GatedEngine([lines])
+    app = make_app(engine)
+    async with app.run_test(size=(80, 20)) as pilot:
+        await type_and_send(pilot, "lines")
+        log = chat(app).query_one(ChatLog)
+        engine.release(20)
+        await wait_for(pilot, lambda: "line 19" in log.views()[-1].markdown.source)
+        await wait_for(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y,
+                       what="following at the bottom")
+        log.focus()
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: log.scroll_y < log.max_scroll_y)
+        held = log.scroll_y
+        engine.release(8)
+        await wait_for(pilot, lambda: "line 27" in log.views()[-1].markdown.source)
+        await pilot.pause()
+        assert log.scroll_y == held < log.max_scroll_y  # the user's position is kept
+        await pilot.press("end")
+        engine.release(8)
+        await wait_for(pilot, lambda: not chat(app).current.streaming)
+        await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y, what="following again")
