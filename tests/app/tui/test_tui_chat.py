@@ -319,3 +319,21 @@ async def test_follows_the_reply_only_at_the_bottom(make_app):
         engine.release(8)
         await wait_for(pilot, lambda: not chat(app).current.streaming)
         await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y, what="following again")
+
+
+async def test_dropped_turns_notice(make_app):
+    from localchat.app.settings import Settings
+
+    engine = GatedEngine([["r1"], ["r2"]], gated=False, max_model_len=96)
+    app = make_app(engine, settings=Settings(sampling={"max_tokens": 16}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await type_and_send(pilot, "a" * 40)
+        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
+        notice = chat(app).query_one("#notice")
+        assert not notice.has_class("-visible")
+        await type_and_send(pilot, "b" * 30)
+        await wait_for(pilot, lambda: len(chat(app).current.messages) == 4)
+        # 96 - 16 = 80 prompt tokens: the first turn (49 + 13 characters) no longer fits.
+        assert decode_ids(engine.calls[1]["ids"]) == f"user:{'b' * 30}|assistant:"
+        assert notice.has_class("-visible")
+        assert "1 earlier turn left out" in str(notice.render())
