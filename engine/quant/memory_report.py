@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .footprint import kv_bytes, weight_bytes
 from .memory_budget import CPU_RUNTIME_OVERHEAD, process_rss_bytes
-from .planner import kv_bytes, weight_bytes
 
 _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
