@@ -45,14 +45,15 @@ def tiny(tmp_path_factory, smollm2_gguf, cache_dir):
 
 
 def build(tiny, k: int | None, *, draft: str = "draft", block_size: int = 4,
-          adaptive: bool = False, caching: bool = True) -> LLMEngine:
+          adaptive: bool = False, caching: bool = True, budget: int = 2048) -> LLMEngine:
     target, draft_dir, tok = tiny
     folder = {"draft": draft_dir, "target": target}[draft]
     config = EngineConfig(
         device="cpu", dtype=torch.float32,
         cache=CacheConfig(block_size=block_size, num_blocks=512 // block_size,
                           enable_prefix_caching=caching),
-        scheduler=SchedulerConfig(max_model_len=MAX_LEN, max_num_seqs=4),
+        scheduler=SchedulerConfig(max_model_len=MAX_LEN, max_num_seqs=4,
+                                  max_num_batched_tokens=budget),
         speculative=SpeculativeConfig(draft_model=str(folder) if k else None,
                                       num_speculative_tokens=k or 4, adaptive=adaptive))
     mc = load_model_config(target)
@@ -66,7 +67,8 @@ def build(tiny, k: int | None, *, draft: str = "draft", block_size: int = 4,
 
 def generate(eng: LLMEngine, prompts: dict[str, list[int]], max_tokens: int = 24,
              **params) -> dict[str, list[int]]:
-    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **params)
+    sp = SamplingParams(**{"temperature": 0.0, "max_tokens": max_tokens, "ignore_eos": True,
+                           **params})
     for rid, ids in prompts.items():
         eng.add_request(rid, ids, sp)
     done = {}
@@ -221,3 +223,27 @@ def test_smollm2_with_a_weak_draft_equals_plain_greedy(smollm2_engine):
         assert got.text == want.text
     stats = eng.get_stats().spec
     assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
+
+
+def test_token_budget_cuts_drafts_short_and_stays_exact(tiny, plain_outputs):
+    # A budget of 6 tokens for up to 4 requests: drafts are trimmed to what fits.
+    eng = build(tiny, 7, draft="target", budget=6)
+    assert generate(eng, PROMPTS) == plain_outputs
+    assert eng.get_stats().spec.num_draft_tokens > 0
+
+
+def test_sampling_with_drafts_is_seeded_and_complete(tiny):
+    eng = build(tiny, 3, draft="target", budget=6)
+
+    def alone():
+        return {rid: generate(eng, {rid: ids}, temperature=0.8, seed=11)[rid]
+                for rid, ids in PROMPTS.items()}
+
+    # A seed reproduces a speculative run (the second run also reuses the prefix cache). In a
+    # batch the draws depend on how many drafts the shared budget lets through each step.
+    out1 = alone()
+    assert alone() == out1
+    assert all(len(v) == 24 for v in out1.values())
+    stats = eng.get_stats().spec
+    # The target drafting for itself: q == p, so every draft is accepted.
+    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
