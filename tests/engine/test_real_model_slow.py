@@ -39,3 +39,26 @@ def test_qwen_greedy_equals_transformers(alias, cache_dir):
         ref = oracle.generate(torch.tensor([ids]), max_new_tokens=24, min_new_tokens=24,
                               do_sample=False)[0, len(ids):].tolist()
     assert ours == ref
+
+
+def test_qwen_pair_speculative_greedy_equals_plain(cache_dir):
+    """Qwen2.5-Coder-1.5B with the 0.5B draft: 128 greedy tokens, identical to no draft."""
+    import dataclasses
+
+    from localchat.engine.config import SpeculativeConfig
+
+    target = resolve_model("qwen2.5-coder-1.5b", cache_dir=cache_dir).path
+    draft = resolve_model("qwen2.5-coder-0.5b", cache_dir=cache_dir).path
+    config = EngineConfig(device="cpu", dtype=torch.float32,
+                          scheduler=SchedulerConfig(max_model_len=1024))
+    params = SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=True)
+    plain = LLMEngine.from_path(target, config, cache_dir=cache_dir)
+    ids = plain.tokenizer.apply_chat_template(CHAT)
+    want = list(plain.generate(ids, params))[-1].output_token_ids
+    del plain
+    spec_config = dataclasses.replace(
+        config, speculative=SpeculativeConfig(draft_model=str(draft), adaptive=False))
+    spec = LLMEngine.from_path(target, spec_config, cache_dir=cache_dir)
+    got = list(spec.generate(ids, params))[-1]
+    assert got.output_token_ids == want
+    assert got.metrics.num_accepted_tokens > 0
