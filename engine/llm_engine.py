@@ -34,6 +34,27 @@ _CPU_KV_RAM_FRACTION = 0.25
 _CPU_DEFAULT_MAX_MODEL_LEN = 8192
 
 
+def _resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
+                        max_model_len: int, cache_dir) -> tuple[EngineConfig, int]:
+    """``config`` with ``quant.scheme`` set by the memory planner, and the context it allows
+    (the target and, when set, the draft planned together)."""
+    import dataclasses
+
+    from .loader import default_group_size
+    from .quant.auto import choose_scheme
+
+    draft = config.speculative.draft_model
+    draft_config = load_model_config(Path(draft), cache_dir) if draft else None
+    scheme, plan = choose_scheme(
+        model_config, config.resolved_device(), max_model_len, draft=draft_config,
+        max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+        int4_group_size=default_group_size(Path(path), None))
+    if plan.note:
+        logger.warning(plan.note)
+    quant = dataclasses.replace(config.quant, scheme=scheme)
+    return dataclasses.replace(config, quant=quant), min(max_model_len, plan.context_len)
+
+
 class LLMEngine:
     """One model, many requests, one step at a time.
 
@@ -84,7 +105,10 @@ class LLMEngine:
         """Load an HF folder or a ``.gguf`` file.
 
         ``cache_dir`` keeps converted GGUF metadata (config, tokenizer) for faster reloads.
-        Raises ``ModelLoadError`` / ``UnsupportedArchitectureError`` for unusable files.
+        ``config.quant.scheme == "auto"`` loads the best weight format the memory planner
+        finds to fit this machine (``quant.auto``), lowering the context if it must.
+        Raises ``ModelLoadError`` / ``UnsupportedArchitectureError`` for unusable files and
+        ``MemoryPlanError`` when no format fits.
         """
         config = config or EngineConfig()
         device, dtype = config.resolved_device(), config.resolved_dtype()
@@ -92,6 +116,9 @@ class LLMEngine:
         max_model_len = config.scheduler.max_model_len or model_config.max_position_embeddings
         if device.type == "cpu" and config.scheduler.max_model_len is None:
             max_model_len = min(max_model_len, _CPU_DEFAULT_MAX_MODEL_LEN)
+        if config.quant.scheme == "auto":
+            config, max_model_len = _resolve_auto_quant(path, model_config, config,
+                                                        max_model_len, cache_dir)
         tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
         model = load_model(path, model_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir,

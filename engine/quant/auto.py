@@ -1,0 +1,44 @@
+"""``--quant auto``: the memory planner's choice of weight format, applied at load time.
+
+``choose_scheme`` plans one sequence at the engine's context length (the interactive case;
+the KV pool itself is sized separately from the memory left, see ``LLMEngine``) with the draft
+model when there is one, and returns the quantization scheme to load plus the plan, so the
+caller can log it and cap the context when the plan had to lower it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..config import ModelConfig
+from .memory_budget import DeviceSpec, default_budget_bytes
+from .planner import MemoryPlan, plan_memory
+
+logger = logging.getLogger(__name__)
+
+# Planner format -> QuantConfig scheme (the unquantized formats load as "none").
+_SCHEME = {"fp32": "none", "bf16": "none", "fp8": "fp8", "int8": "int8", "int4": "int4"}
+
+
+def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: int, *,
+                  draft: ModelConfig | None = None, budget_bytes: int | None = None,
+                  max_num_batched_tokens: int = 2048, int4_group_size: int = 128
+                  ) -> tuple[str, MemoryPlan]:
+    """The best weight format that fits this machine for ``context_len`` tokens.
+
+    Returns ``(scheme, plan)`` with ``scheme`` in ``none|fp8|int8|int4``; ``plan.context_len``
+    may be below ``context_len`` (``plan.note`` says so). ``budget_bytes`` defaults to the
+    free memory of ``device`` minus a margin. Raises ``MemoryPlanError`` (with the numbers)
+    when no format fits even at 2,048 tokens.
+    """
+    spec = DeviceSpec.detect(device.type)
+    budget = budget_bytes if budget_bytes is not None else default_budget_bytes(device.type)
+    plan = plan_memory(model_config, budget, context_len, 1, draft, spec,
+                       max_num_batched_tokens=max_num_batched_tokens,
+                       int4_group_size=int4_group_size)
+    logger.info("memory plan: %s at %d tokens of context (budget %.2f GiB, needs %.2f GiB)%s",
+                plan.format, plan.context_len, budget / 2**30, plan.choice.total_bytes / 2**30,
+                f"; {plan.note}" if plan.note else "")
+    return _SCHEME[plan.format], plan
