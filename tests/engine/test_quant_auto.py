@@ -1,0 +1,36 @@
+"""``--quant auto`` at load time: the planner's choice maps to the scheme that is loaded.
+
+References: ``plan_memory``'s own choice for the same config and budget (its tables are pinned
+by ``test_planner.py``), and the real engine on SmolLM2, which fits unquantized here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localchat.engine.quant.auto import choose_scheme
+from localchat.engine.quant.memory_budget import DeviceSpec
+from localchat.engine.quant.planner import MemoryPlanError, plan_memory
+
+from .test_planner import GiB, model_config
+
+
+@pytest.mark.parametrize(("budget_gib", "scheme"), [(64, "none"), (16, "int8"), (12, "int4")])
+def test_choice_maps_the_planner_format_to_a_scheme(budget_gib, scheme):
+    cfg = model_config("llama-3.1-8b")
+    got, plan = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=budget_gib * GiB)
+    want = plan_memory(cfg, budget_gib * GiB, 8192, 1, None, DeviceSpec.detect("cpu"))
+    assert plan.format == want.format and got == scheme
+
+
+def test_no_format_fits_is_a_clear_error():
+    with pytest.raises(MemoryPlanError, match="GiB"):
+        choose_scheme(model_config("llama-3.1-8b"), torch.device("cpu"), 8192,
+                      budget_bytes=2 * GiB)
+
+
+def test_default_engine_config_loads_smollm2_unquantized(smollm2_engine):
+    # The session engine was built with the default EngineConfig (quant "auto"): SmolLM2 fits
+    # in fp32 on any machine that runs the tests, so the planner keeps it unquantized.
+    assert smollm2_engine.config.quant.scheme == "none"
