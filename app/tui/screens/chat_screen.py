@@ -133,8 +133,8 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         await self.send(message.text)
 
     async def send(self, text: str) -> bool:
-        """Commit ``text`` as the user's message and start the reply; False (with a
-        notification, the text put back in the prompt) when that cannot happen now."""
+        """Commit ``text`` as the user's message, clear the prompt and start the reply; False
+        (with a notification, the prompt left as typed) when that cannot happen now."""
         app: Any = self.app
         state = self.current
         problem = None
@@ -144,9 +144,9 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         elif state.streaming:
             problem = "a reply is still streaming (Esc stops it)"
         if problem:
-            self.query_one(PromptInput).text = text
             self.notify(problem, severity="warning")
             return False
+        self.query_one(PromptInput).clear()
         if self.editing is not None:
             await self.truncate(state, self.editing)
             self.editing = None

@@ -1,5 +1,6 @@
-"""The message input: a multi-line ``TextArea`` where Enter sends and Ctrl+J / Alt+Enter
-insert a newline (the convention of chat apps; Shift+Enter too where the terminal reports it).
+"""The message input: a multi-line ``TextArea`` where Enter sends and Ctrl+J inserts a newline
+(Alt+Enter and Shift+Enter too where the terminal reports them, e.g. with the kitty keyboard
+protocol; tmux and many terminals send them as a plain Enter).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ NEWLINE_KEYS = ("ctrl+j", "alt+enter", "shift+enter")
 
 
 class PromptInput(TextArea):
-    """Posts ``PromptSubmitted(text)`` on Enter (non-blank text only) and clears itself."""
+    """Posts ``PromptSubmitted(text)`` on Enter (non-blank text only); the receiver clears the
+    input once it accepts the message, so a refused message stays as typed."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
@@ -31,7 +33,6 @@ class PromptInput(TextArea):
             event.prevent_default()
             text = self.text.strip()
             if text:
-                self.clear()
                 self.post_message(PromptSubmitted(text))
             return
         await super()._on_key(event)

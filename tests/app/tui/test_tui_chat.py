@@ -337,3 +337,25 @@ async def test_dropped_turns_notice(make_app):
         assert decode_ids(engine.calls[1]["ids"]) == f"user:{'b' * 30}|assistant:"
         assert notice.has_class("-visible")
         assert "1 earlier turn left out" in str(notice.render())
+
+
+async def test_newline_keys_and_a_refused_send_keeps_the_text(make_app):
+    engine = GatedEngine([["one", "two"]])
+    app = make_app(engine)
+    async with app.run_test(size=(100, 30)) as pilot:
+        chat(app).query_one(PromptInput).focus()
+        await pilot.press("a", "ctrl+j", "b", "enter")
+        await wait_for(pilot, lambda: len(engine.calls) == 1)
+        assert chat(app).current.messages[0].content == "a\nb"
+        assert decode_ids(engine.calls[0]["ids"]) == "user:a\nb|assistant:"
+        prompt = chat(app).query_one(PromptInput)
+        assert prompt.text == ""
+        await pilot.press("x", "y", "enter")  # a reply is streaming: refused, kept
+        await pilot.pause()
+        assert prompt.text == "xy" and len(engine.calls) == 1
+        assert any("still streaming" in n.message for n in app._notifications)
+        engine.open_gate()
+        await wait_for(pilot, lambda: not chat(app).current.streaming)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(engine.calls) == 2)
+        assert prompt.text == "" and chat(app).current.messages[2].content == "xy"
