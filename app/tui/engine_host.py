@@ -9,6 +9,7 @@ memory with the planner (``engine/quant/planner.py``) when that module is presen
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,10 @@ from typing import Any
 from localchat.engine.errors import LocalchatError
 
 Progress = Callable[[str], None]
+# transformers' lazy module is not safe to import from two threads at once (a model load and a
+# memory plan would race: "cannot import name 'AutoConfig'"), so the TUI's worker threads take
+# this lock around anything that may import it.
+ENGINE_LOCK = threading.RLock()
 
 
 def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None = None,
@@ -30,6 +35,11 @@ def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None 
     Raises:
         LocalchatError: unknown model, download or load failure, a bad draft (one line).
     """
+    with ENGINE_LOCK:
+        return _load(spec, quant, draft, progress)
+
+
+def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None) -> Any:
     from localchat.app.engine_loader import DraftChoiceError, draft_spec, engine_config
     from localchat.app.load_options import LoadOptions
     from localchat.app.settings import cache_dir
@@ -67,7 +77,13 @@ def describe_error(exc: BaseException) -> str:
 def plan_for(path: Any, context_len: int = 4096, cache_dir: Any = None) -> str | None:
     """The memory plan of a cached model as a short text, or None when the planner is not in
     this build. Reads only the model's config (GGUF metadata cached under ``cache_dir``,
-    default the user's cache), never its weights."""
+    default the user's cache), never its weights. Waits for a model load in progress
+    (``ENGINE_LOCK``)."""
+    with ENGINE_LOCK:
+        return _plan_text(path, context_len, cache_dir)
+
+
+def _plan_text(path: Any, context_len: int, cache_dir: Any) -> str | None:
     try:
         from localchat.app.settings import cache_dir as default_cache_dir
         from localchat.engine.loader import load_model_config

@@ -85,7 +85,8 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         app: Any = self.app
         if app.engine is None:
             state = "error" if app.engine_error else "loading"
-            self.set_status(replace(self.info, state=state, model=app.model_name))
+            self.set_status(replace(self.info, state=state, model=app.model_name,
+                                    weight_format=None, device=None, kv_usage=None))
             return
         fields = engine_fields(app.engine, app.model_name)
         state = "streaming" if self.current.streaming else "ready"
