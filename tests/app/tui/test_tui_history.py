@@ -196,3 +196,29 @@ def test_status_from_outputs_and_stats():
     assert info.spec_acceptance == 0.75 and info.kv_usage == 0.3 and info.max_model_len == 2048
     line = format_status(info, 200).plain
     assert "spec 75%" in line and "cached 32/40" in line and "ctx 51/2048" in line
+
+
+async def test_delete_a_conversation_while_it_streams(make_app):
+    engine = GatedEngine([["x", "y", "z"]])
+    app = make_app(engine)
+    async with app.run_test(size=(100, 30)) as pilot:
+        chat(app).query_one("#prompt").focus()
+        await pilot.press("h", "i", "enter")
+        engine.release(1)
+        await wait_for(pilot, lambda: engine.emitted == 1)
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: chat(app).current.id is None and not chat(app).states)
+        assert app.store.list_conversations() == []
+        assert engine.aborted == [engine.calls[0]["request_id"]]
+
+
+async def test_unknown_key_binding_name_is_a_warning(make_app):
+    from localchat.app.settings import Settings
+
+    app = make_app(GatedEngine(), settings=Settings(keys={"frobnicate": "ctrl+g"}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app._notifications)
+        assert any("unknown key binding 'frobnicate'" in n.message for n in app._notifications)
+        assert isinstance(app.screen, ChatScreen)
