@@ -152,11 +152,12 @@ class AsyncLLMEngine:
                     logger.exception("engine step failed")
                     self._fail_all(exc)
                     continue
+                # Stats first: a caller woken by its final output sees this step's stats.
+                self._stats = engine.get_stats()
                 for out in outputs:
                     stream = self._streams.get(out.request_id)
                     if stream is not None:
                         stream.put(out)
-                self._stats = engine.get_stats()
         finally:
             self._stopped.set()
             dead = EngineDeadError("the engine has been shut down")
