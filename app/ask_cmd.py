@@ -22,11 +22,7 @@ from localchat.app import cli_io, interrupts, render
 from localchat.app.cli_io import CliUsageError
 from localchat.app.load_options import LoadOptions, check_load_options
 from localchat.app.report import answer_stats, format_stats_line
-from localchat.engine.errors import ContextLengthError
 
-# Reply room reserved when fitting a conversation into the context: the request's max_tokens,
-# or this when max_tokens is None (run to the context end); never more than half the context.
-DEFAULT_REPLY_RESERVE = 512
 # SamplingParams field -> the flag that sets it (used to name the flag in range errors).
 SAMPLING_FLAGS = {
     "temperature": "--temperature", "top_p": "--top-p", "top_k": "--top-k", "seed": "--seed",
@@ -124,44 +120,15 @@ def load_engine(options: LoadOptions) -> Any:
 
 def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None
                ) -> list[int]:
-    """Render ``session`` into prompt ids that leave room for the reply in the context.
+    """``session.fit_prompt``, its notices printed as ``localchat: note:`` lines on stderr.
 
-    The rule: ``max_prompt_tokens = max_model_len - min(max_tokens or 512, max_model_len // 2)``.
-    Older turns are dropped whole to fit it (``ChatSession.to_prompt_token_ids``), with one
-    ``localchat: note:`` line on stderr saying how many. When the system prompt plus the latest
-    message alone exceed it but still fit the context (``< max_model_len``), they are sent as
-    they are and the engine caps the reply to the room left (``LLMEngine.add_request``); only a
-    prompt that leaves no room at all is a ``ContextLengthError`` (exit 1). Template notices
-    (a system prompt folded into the first user turn) are printed as notes too.
+    Raises ``ContextLengthError`` when the prompt leaves no room for a reply (exit 1).
     """
-    import warnings
+    from localchat.app.session import fit_prompt as fit
 
-    # The tokenizer module (and so torch) is imported by whoever built ``tokenizer``; a fake
-    # tokenizer in tests leaves it unimported, and then no fold warning can arise.
-    folded = getattr(sys.modules.get("localchat.engine.tokenizer"), "SystemPromptFoldedWarning",
-                     None)
-    reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            ids = session.to_prompt_token_ids(tokenizer, max_model_len - reserve)
-        except ContextLengthError:
-            try:
-                ids = session.to_prompt_token_ids(tokenizer, max_model_len - 1)
-            except ContextLengthError as err:
-                raise ContextLengthError(
-                    f"{err} (the context holds {max_model_len} tokens, prompt + reply)"
-                ) from None
-    notes = dict.fromkeys(
-        cli_io.one_line(str(w.message)) for w in caught
-        if folded is not None and issubclass(w.category, folded)
-    )
+    ids, notes = fit(session, tokenizer, max_model_len, max_tokens)
     for note in notes:
         cli_io.note(note)
-    dropped = session.last_dropped_turns
-    if dropped:
-        turns = "turn" if dropped == 1 else "turns"
-        cli_io.note(f"dropped {dropped} earlier {turns} to fit the context ({max_model_len} tokens)")
     return ids
 
 

@@ -8,6 +8,8 @@ it again every turn, so the engine's prefix cache can reuse the earlier turns.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +17,9 @@ from typing import Any, Protocol
 from localchat.engine.errors import ContextLengthError
 
 ROLES = ("system", "user", "assistant")
+# Reply room reserved when fitting a conversation into the context: the request's max_tokens,
+# or this when max_tokens is None (run to the context end); never more than half the context.
+DEFAULT_REPLY_RESERVE = 512
 
 
 class ChatTemplateTokenizer(Protocol):
@@ -157,3 +162,45 @@ def _render_ids(
     if ids and isinstance(ids[0], list):  # a batch of one
         ids = ids[0]
     return [int(t) for t in ids]
+
+
+def fit_prompt(session: ChatSession, tokenizer: Any, max_model_len: int,
+               max_tokens: int | None) -> tuple[list[int], list[str]]:
+    """Prompt token ids that leave room for the reply in the context, and notices for the
+    user (CLI and TUI show them their own way).
+
+    The rule: ``max_prompt_tokens = max_model_len - min(max_tokens or 512, max_model_len // 2)``
+    (tokens). Older turns are dropped whole to fit it (``session.last_dropped_turns`` says how
+    many; a notice too). When the system prompt plus the latest message alone exceed it but
+    still fit the context (``< max_model_len``), they are sent as they are and the engine caps
+    the reply to the room left. Template warnings (a system prompt folded into the first user
+    message) become notices.
+
+    Raises:
+        ContextLengthError: the prompt leaves no room for a reply at all.
+    """
+    # The tokenizer module (and so torch) is imported by whoever built ``tokenizer``; a fake
+    # tokenizer in tests leaves it unimported, and then no fold warning can arise.
+    folded = getattr(sys.modules.get("localchat.engine.tokenizer"), "SystemPromptFoldedWarning",
+                     None)
+    reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ids = session.to_prompt_token_ids(tokenizer, max_model_len - reserve)
+        except ContextLengthError:
+            try:
+                ids = session.to_prompt_token_ids(tokenizer, max_model_len - 1)
+            except ContextLengthError as err:
+                raise ContextLengthError(
+                    f"{err} (the context holds {max_model_len} tokens, prompt + reply)"
+                ) from None
+    notes = list(dict.fromkeys(
+        " ".join(str(w.message).split()) for w in caught
+        if folded is not None and issubclass(w.category, folded)))
+    dropped = session.last_dropped_turns
+    if dropped:
+        turns = "turn" if dropped == 1 else "turns"
+        notes.append(f"dropped {dropped} earlier {turns} to fit the context "
+                     f"({max_model_len} tokens)")
+    return ids, notes

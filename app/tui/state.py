@@ -2,23 +2,20 @@
 
 ``ConversationState`` mirrors one stored conversation (``app/store.py``) plus the reply being
 generated for it (``Turn``). The chat screen renders a state into widgets, and a reply keeps
-streaming into its own state while the user looks at another conversation. ``fit_prompt``
-renders a state's ``ChatSession`` into prompt token ids under the same reserve rule as
-``localchat ask`` (``app/ask_cmd.py``), returning notices instead of printing them.
+streaming into its own state while the user looks at another conversation. A state's
+``ChatSession`` becomes prompt token ids through ``session.fit_prompt``, the rule
+``localchat ask`` uses too.
 """
 
 from __future__ import annotations
 
 import itertools
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from localchat.app.session import ChatSession
-from localchat.engine.errors import ContextLengthError
 
 # Reply room reserved when fitting the conversation into the context (tokens); as in ask.
-DEFAULT_REPLY_RESERVE = 512
 _request_ids = itertools.count()
 
 
@@ -98,30 +95,3 @@ def new_request_id(conversation_id: str) -> str:
     return f"tui-{conversation_id}-{next(_request_ids)}"
 
 
-def fit_prompt(session: ChatSession, tokenizer: Any, max_model_len: int,
-               max_tokens: int | None) -> tuple[list[int], list[str]]:
-    """Prompt token ids that leave room for the reply, and notices for the user.
-
-    ``max_prompt_tokens = max_model_len - min(max_tokens or 512, max_model_len // 2)``; older
-    turns are dropped whole to fit (``session.last_dropped_turns``). A system prompt plus
-    latest message too long for that but shorter than the context are sent as they are.
-    Template warnings (a system prompt folded into the first user message) become notices.
-
-    Raises:
-        ContextLengthError: the latest message leaves no room for a reply at all.
-    """
-    reserve = min(max_tokens or DEFAULT_REPLY_RESERVE, max_model_len // 2)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            ids = session.to_prompt_token_ids(tokenizer, max_model_len - reserve)
-        except ContextLengthError:
-            try:
-                ids = session.to_prompt_token_ids(tokenizer, max_model_len - 1)
-            except ContextLengthError as err:
-                raise ContextLengthError(
-                    f"{err} (the context holds {max_model_len} tokens, prompt + reply)"
-                ) from None
-    notes = list(dict.fromkeys(" ".join(str(w.message).split()) for w in caught
-                               if "fold" in w.category.__name__.lower()))
-    return ids, notes

@@ -16,8 +16,9 @@ import contextlib
 from typing import Any
 
 from localchat.app.report import answer_stats
+from localchat.app.session import fit_prompt
 from localchat.app.tui.engine_host import describe_error
-from localchat.app.tui.state import ChatMessage, ConversationState, Turn, fit_prompt, new_request_id
+from localchat.app.tui.state import ChatMessage, ConversationState, Turn, new_request_id
 from localchat.app.tui.status_info import with_output
 from localchat.app.tui.widgets.chat_log import ChatLog
 from localchat.app.tui.widgets.message_view import MessageView
