@@ -180,3 +180,17 @@ def test_fp8_scaled_mm_matches_dequantized_reference():
     want = F.linear(x.float(), dequantize_fp8(q, s))
     # activations are rounded to e4m3 too: relative error ~ 2**-4 per product, averaged
     assert (got - want).norm() / want.norm() < 0.05
+
+
+def test_layouts_agree_with_the_kernels_reference():
+    """``localchat.kernels.reference`` implements the agreed layouts independently."""
+    from localchat.kernels import reference
+
+    w = _weight(64, 256, seed=5)
+    x = torch.randn(5, 256)
+    q8, s8 = quantize_int8(w)
+    torch.testing.assert_close(reference.int8_matmul(x, q8, s8),
+                               F.linear(x, dequantize_int8(q8, s8)), atol=1e-5, rtol=1e-5)
+    q4, s4, z4 = quantize_int4(w, 64)
+    torch.testing.assert_close(reference.int4_matmul(x, q4, s4, z4, 64),
+                               F.linear(x, dequantize_int4(q4, s4, z4)), atol=1e-5, rtol=1e-5)
