@@ -159,12 +159,12 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class QuantConfig:
     """Weight format: ``scheme`` is "auto" | "none" | "int8" | "int4" | "fp8" (see
-    ``engine/quant``; "auto" is the memory planner's choice and means "none" until the planner
-    is wired into loading). ``group_size`` is int4's group along the input dim (weights per
-    scale): ``None`` picks 32 for GGUF checkpoints (their weights are stored in 32-weight
-    blocks, so a 4-bit source re-quantized on the same blocks is reproduced exactly) and 128
-    otherwise (``engine/quant/int4.py``). ``use_cache`` keeps quantized weights in the user
-    cache so later loads skip quantizing.
+    ``engine/quant``; "auto" is the memory planner's choice, made in ``LLMEngine.from_path``;
+    ``load_model`` alone treats it as "none"). ``group_size`` is int4's group along the input
+    dim (weights per scale): ``None`` picks 32 for GGUF checkpoints (their weights are stored
+    in 32-weight blocks, so a 4-bit source re-quantized on the same blocks is reproduced
+    exactly) and 128 otherwise (``engine/quant/int4.py``). ``use_cache`` keeps quantized
+    weights in the user cache so later loads skip quantizing.
 
     Raises ``ValueError`` for an unknown scheme or a group size other than 32, 64 or 128.
     """

@@ -35,8 +35,8 @@ class QuantScheme(str, enum.Enum):
         return self is not QuantScheme.NONE
 
 
-# "auto" is resolved by the memory planner (engine/quant/planner.py) when it is wired into
-# loading; until then it means the unquantized format.
+# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/quant/auto.py);
+# resolve_scheme, used by load_model, treats it as the unquantized format.
 SCHEME_NAMES = ("auto", "none", "fp8", "int8", "int4")
 
 
@@ -80,7 +80,7 @@ def supported_schemes(device: torch.device | str) -> list[QuantScheme]:
 def resolve_scheme(name: str | QuantScheme, device: torch.device | str) -> QuantScheme:
     """Turn a user's ``--quant`` value into a scheme offered on ``device``.
 
-    ``"auto"`` resolves to ``NONE`` (the planner will pick once it is wired into loading).
+    ``"auto"`` resolves to ``NONE`` here (``LLMEngine.from_path`` asks the planner first).
     Raises ``ValueError`` (one line, naming the value) for an unknown name or a scheme the
     device does not offer (fp8 off CUDA cc >= 8.9).
     """
