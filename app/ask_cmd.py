@@ -226,6 +226,8 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
     try:
         stats = answer_stats(last, len(prompt_ids), interrupted)
         _save_reply(store, conv_id, writer.text, interrupted, stats)
+        if args.json:
+            stats["memory"] = _memory(engine)
         _print_answer(writer, args, stats, model, conv_id)
     except BrokenPipeError:
         cli_io.silence_stdout()
@@ -234,6 +236,18 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         signal.signal(signal.SIGINT, previous)
     if interrupted:
         raise typer.Exit(cli_io.EXIT_INTERRUPTED)
+
+
+def _memory(engine: Any) -> dict[str, Any] | None:
+    """``--json``'s ``memory``: the planner's prediction beside the measurement (bytes)."""
+    try:
+        from localchat.engine.quant.memory_report import memory_report
+
+        report = memory_report(engine)
+    except (AttributeError, TypeError, ValueError, OSError):  # a fake engine in tests
+        return None
+    return {"format": report.format, "predicted_bytes": report.predicted_bytes,
+            "measured_bytes": report.measured_bytes, "measured": report.measured_what}
 
 
 def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
