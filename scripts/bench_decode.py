@@ -131,6 +131,9 @@ def bench_ours(path: Path, dtype: torch.dtype, ids: list[int], new_tokens: int, 
 
     def run(prompt: list[int], n: int):
         params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+        # Every repeat prefills the whole prompt (the prefix cache would serve it otherwise;
+        # scripts/bench_prefix.py measures that).
+        engine.reset_prefix_cache()
         return list(engine.generate(prompt, params))[-1]
 
     warm_up(run, ids)
