@@ -8,7 +8,8 @@ speedup is ``E(k) * t_plain / (k * t_draft + t_verify(k))``; each request drafts
 drafting probes again (with k = 1) every ``probe_interval`` generated tokens, so a prompt where
 the draft starts agreeing gets speculation back. The step times are EMAs measured by the
 engine: on a CPU, verifying k + 1 tokens costs visibly more than decoding one, and that,
-not the acceptance rate, often decides whether drafting pays.
+not the acceptance rate, often decides whether drafting pays. Until a plain decode step has been
+timed (the yardstick every other cost is compared with) no request drafts.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ class AdaptiveDraftLength:
         return st
 
     def speedup(self, acceptance: float, k: int) -> float:
-        """Expected tokens/s with k drafts relative to plain decoding (> 1 pays)."""
-        t_plain = self.t_plain or 1.0
+        """Expected tokens/s with k drafts relative to plain decoding (> 1 pays). Before a
+        plain step has been timed, the priors are relative to a plain step of 1."""
+        t_plain = self.t_plain if self.t_plain is not None else 1.0
         a = min(max(acceptance, 0.0), 0.999)
         expected = (1 - a ** (k + 1)) / (1 - a)
         t_draft = self.t_draft if self.t_draft is not None else self.draft_cost_ratio * t_plain
@@ -86,6 +88,9 @@ class AdaptiveDraftLength:
         """k for request ``rid`` this step (0: decode without drafting)."""
         if not self.adaptive:
             return self.max_k
+        if self.t_plain is None:
+            # The cost of a plain decode step is the yardstick: measure it first.
+            return 0
         st = self._state(rid)
         if st.off_since is not None:
             if st.generated - st.off_since < self.probe_interval:
