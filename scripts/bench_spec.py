@@ -133,6 +133,10 @@ def main() -> None:
                 geo = math.exp(sum(math.log(s) for s in sel) / len(sel))
                 print(f"# {cls} T={temp}: geometric-mean speedup {geo:.2f}x, "
                       f"min {min(sel):.2f}x over {len(sel)} prompts")
+    ctl = spec.speculator.controller
+    verify = ", ".join(f"k={k}: {t:.3f} s" for k, t in sorted(ctl.t_verify.items()))
+    print(f"# measured step costs: plain decode {ctl.t_plain or float('nan'):.3f} s, draft "
+          f"forward {ctl.t_draft or float('nan'):.3f} s, verification {verify or '-'}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
