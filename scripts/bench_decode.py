@@ -49,26 +49,14 @@ from pathlib import Path
 
 import torch
 
+# The prompt: a fixed English text (shared with the quantization probes), cut or repeated to
+# exactly --prompt-tokens ids.
+from localchat.engine.quant.evaluate import EVAL_TEXT as PROMPT_TEXT
+
 MODELS = ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 DOWNLOADABLE = {"smollm2-135m"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-PROMPT_TEXT = (
-    "The history of computing is a story of abstraction. Early machines were programmed by "
-    "rewiring panels and flipping switches; each new problem meant a new physical arrangement "
-    "of cables. Stored-program computers changed that: instructions became data, kept in the "
-    "same memory as the numbers they worked on, and a machine could load a different program "
-    "in seconds. Assembly languages gave names to opcodes and addresses, and compilers for "
-    "languages such as Fortran and COBOL let scientists and clerks describe what they wanted "
-    "rather than how the hardware should do it. Operating systems took over the scheduling of "
-    "jobs, the sharing of memory and the handling of files, so that many people could use one "
-    "computer at once without stepping on each other. Later, personal computers put a whole "
-    "machine on a desk, networks joined them together, and the web turned the network into a "
-    "library that anyone could read and write. Each layer hid the details of the one below, "
-    "and each made it possible for more people to build more ambitious things. Today a small "
-    "language model can run on a laptop, answering questions, summarising documents and "
-    "writing code, while its user never sees the matrix products that make every token. "
-)
 
 
 def cpu_model() -> str:
