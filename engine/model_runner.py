@@ -121,9 +121,6 @@ class ModelRunner:
     def generator(self, req: Request) -> torch.Generator | None:
         """The request's seeded RNG (``None`` when unseeded or greedy), created on first use;
         the draft proposer draws from it too, so a seed reproduces a speculative run."""
-        return self._generator(req)
-
-    def _generator(self, req: Request) -> torch.Generator | None:
         seed = req.sampling_params.seed
         if seed is None or req.sampling_params.greedy:
             return None
@@ -135,9 +132,9 @@ class ModelRunner:
         return gen
 
     def prepare_inputs(self, out: SchedulerOutput):
-        """Build ``(input_ids [T], positions [T], AttentionMetadata, logits_rows, samplers)``
-        where ``logits_rows`` indexes the rows to sample and ``samplers`` lists their
-        requests. A request verifying draft tokens (``out.scheduled_spec_tokens``) gets a
+        """Build ``(input_ids [T], positions [T], AttentionMetadata, logits_rows, samplers,
+        row_groups)`` where ``logits_rows`` indexes the rows to sample, ``samplers`` lists their
+        requests and ``row_groups[i]`` the rows of scheduled request ``i`` that need logits. A request verifying draft tokens (``out.scheduled_spec_tokens``) gets a
         logits row at each of its ``1 + k`` positions."""
         entries = []
         for req in out.scheduled:
@@ -194,7 +191,7 @@ class ModelRunner:
                 # The budget may have cut the drafts short: their distributions too.
                 q = None if req.draft_probs is None else req.draft_probs[:len(spec)]
                 result[req.request_id] = self.rejection_sampler.verify(
-                    target_logits, spec, q, req, self._generator(req))
+                    target_logits, spec, q, req, self.generator(req))
         return result
 
     def sampling_metadata(self, samplers: list[Request]) -> SamplingMetadata:
@@ -213,7 +210,7 @@ class ModelRunner:
             output_ids = [r.output_token_ids for r in samplers]
         return SamplingMetadata(
             params=params,
-            generators=[self._generator(r) for r in samplers],
+            generators=[self.generator(r) for r in samplers],
             prompt_token_ids=prompt_ids,
             output_token_ids=output_ids,
         )
