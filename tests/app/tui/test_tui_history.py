@@ -167,14 +167,16 @@ def test_kv_bar(usage, bar):
 
 
 def test_fit_prompt_drops_old_turns_and_says_so():
-    from localchat.app.tui.state import ChatMessage, ConversationState, fit_prompt
+    from localchat.app.session import fit_prompt
+    from localchat.app.tui.state import ChatMessage, ConversationState
 
     state = ConversationState(messages=[ChatMessage("user", "a" * 40),
                                         ChatMessage("assistant", "b" * 40),
                                         ChatMessage("user", "c")])
     session = state.session()
-    ids, _notes = fit_prompt(session, CharTokenizer(), max_model_len=64, max_tokens=16)
+    ids, notes = fit_prompt(session, CharTokenizer(), max_model_len=64, max_tokens=16)
     assert decode_ids(ids) == "user:c|assistant:" and session.last_dropped_turns == 1
+    assert notes == ["dropped 1 earlier turn to fit the context (64 tokens)"]
     full, _ = fit_prompt(state.session(), CharTokenizer(), max_model_len=4096, max_tokens=16)
     assert decode_ids(full).startswith("user:" + "a" * 40)
 
