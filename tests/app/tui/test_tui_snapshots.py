@@ -17,9 +17,12 @@ SIZE = (100, 30)
 
 
 async def settle(pilot) -> None:
+    """Let layout settle: the footer recomposes when bindings change (a reply starts), which
+    can take more than one refresh on a loaded machine."""
     pilot.app.screen.query_one(PromptInput).cursor_blink = False
-    await pilot.pause()
-    await pilot.wait_for_scheduled_animations()
+    for _ in range(3):
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
 
 
 def test_empty_chat(snap_compare, make_app):
