@@ -44,6 +44,10 @@ def test_mid_stream_reply_with_code_block(snap_compare, make_app):
         log = pilot.app.screen.query_one(ChatLog)
         await wait_for(pilot, lambda: log.views() and log.views()[-1].markdown.source == shown,
                        what="three deltas rendered")
+        # The status bar polls the engine's stats on a timer: wait until it has seen the
+        # running request (the fake reports 1 running = 25% KV), whenever the timer fires.
+        await wait_for(pilot, lambda: pilot.app.screen.info.kv_usage == 0.25,
+                       what="KV usage polled")
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
