@@ -96,22 +96,18 @@ class LinearMethod:
 UnquantizedLinearMethod = LinearMethod
 
 
-class Int8LinearMethod(LinearMethod):
-    """W8A16 int8 per output channel (``int8.py``). ``kernel``: "packed" (CPU
-    ``_weight_int8pack_mm``; on CUDA ``localchat.kernels.int8_matmul`` when present) or
-    "dequant"."""
+class _PerChannelLinearMethod(LinearMethod):
+    """Shared weight handling of the per-output-channel schemes (int8, fp8): a ``qweight``
+    ``[N, K]`` of ``qdtype`` and fp32 ``scales [N]`` from ``quantize(weight)``."""
 
-    scheme = QuantScheme.INT8
+    qdtype: torch.dtype  # set by subclasses, with ``quantize``: weight -> (qweight, scales)
 
     def __init__(self, device: torch.device, kernel: str = "packed") -> None:
         self.device = torch.device(device)
         self.kernel = kernel
 
-    def _packed_cpu(self) -> bool:
-        return self.device.type == "cpu" and self.kernel == "packed"
-
     def quantize_weights(self, layer):
-        qweight, scales = quantize_int8(layer.weight.data)
+        qweight, scales = self.quantize(layer.weight.data)
         layer.weight = None
         _set_buffer(layer, "qweight", qweight)
         _set_buffer(layer, "scales", scales)
@@ -119,8 +115,21 @@ class Int8LinearMethod(LinearMethod):
     def create_weights(self, layer, device):
         n, k = layer.out_features, layer.in_features
         layer.weight = None
-        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.int8, device=device))
+        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=self.qdtype, device=device))
         _set_buffer(layer, "scales", torch.empty(n, dtype=torch.float32, device=device))
+
+
+class Int8LinearMethod(_PerChannelLinearMethod):
+    """W8A16 int8 per output channel (``int8.py``). ``kernel``: "packed" (CPU
+    ``_weight_int8pack_mm``; on CUDA ``localchat.kernels.int8_matmul`` when present) or
+    "dequant"."""
+
+    scheme = QuantScheme.INT8
+    qdtype = torch.int8
+    quantize = staticmethod(quantize_int8)
+
+    def _packed_cpu(self) -> bool:
+        return self.device.type == "cpu" and self.kernel == "packed"
 
     def process_weights_after_loading(self, layer):
         if self._packed_cpu():  # the CPU kernel wants scales in the activation dtype (bf16)
@@ -198,27 +207,13 @@ class Int4LinearMethod(LinearMethod):
                                  2 if self._packed_cpu() else 4)
 
 
-class Fp8LinearMethod(LinearMethod):
+class Fp8LinearMethod(_PerChannelLinearMethod):
     """FP8 e4m3 per output channel through ``torch._scaled_mm`` (``fp8.py``); CUDA cc >= 8.9.
     ``kernel="dequant"`` dequantizes instead (the reference)."""
 
     scheme = QuantScheme.FP8
-
-    def __init__(self, device: torch.device, kernel: str = "packed") -> None:
-        self.device = torch.device(device)
-        self.kernel = kernel
-
-    def quantize_weights(self, layer):
-        qweight, scales = quantize_fp8(layer.weight.data)
-        layer.weight = None
-        _set_buffer(layer, "qweight", qweight)
-        _set_buffer(layer, "scales", scales)
-
-    def create_weights(self, layer, device):
-        n, k = layer.out_features, layer.in_features
-        layer.weight = None
-        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.float8_e4m3fn, device=device))
-        _set_buffer(layer, "scales", torch.empty(n, dtype=torch.float32, device=device))
+    qdtype = torch.float8_e4m3fn
+    quantize = staticmethod(quantize_fp8)
 
     def process_weights_after_loading(self, layer):
         pass
