@@ -3,7 +3,7 @@
 Prints one row per weight format (weights, KV cache, draft, activations, runtime, total, what
 is left of the budget) and the choice the engine would make (``engine/quant/planner.py``), or
 the same as JSON with ``--json``. Only ``config.json`` and the safetensors headers of a Hub
-repo are fetched (``engine/model_info.py``).
+repo are fetched (``engine/hub/describe.py``).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
           max_num_seqs: int, quant: str) -> dict[str, Any]:
     """Describe the model (and draft), plan, and return the JSON-ready result."""
     from localchat.app.settings import cache_dir
-    from localchat.engine.model_info import describe_model
+    from localchat.engine.hub.describe import describe_model
     from localchat.engine.quant.memory_budget import available_memory_bytes, default_budget_bytes
     from localchat.engine.quant.planner import plan_memory
 

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from localchat.app.settings import cache_dir
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.loader import load_model_config
     from localchat.engine.quant.evaluate import EVAL_TEXT
     from localchat.engine.tokenizer import Tokenizer

@@ -44,7 +44,7 @@ def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | 
     from localchat.app.load_options import LoadOptions
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     options = LoadOptions(model=spec, draft=draft, quant=quant or "auto")
     source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from localchat.app.settings import cache_dir as settings_cache_dir
 from localchat.app.tui.screens.chat_screen import ChatScreen
 from localchat.app.tui.screens.model_picker import ModelPickerScreen
-from localchat.engine.hub import list_models
+from localchat.engine.hub.resolve import list_models
 from tests.app.tui.conftest import wait_for
 from tests.app.tui.fake_async_engine import GatedEngine
 
 
 async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
-    from localchat.engine import hub
+    from localchat.engine.hub import resolve as hub
 
     pulled = []
 
