@@ -1,5 +1,5 @@
 """The model picker: the catalog with each model's cache state, the memory plan of the
-highlighted cached model (weights format and bytes, from ``engine/quant/planner.py``), and a
+highlighted cached model (weights format and bytes, from ``engine/memory/planner.py``), and a
 pull with progress for models not cached yet. Dismisses with the chosen alias or None.
 """
 
