@@ -18,7 +18,7 @@ MiB, GiB = 2**20, 2**30
 CUDA_RUNTIME_OVERHEAD = 500 * MiB
 # CPU: resident bytes of a Python process that imported torch, transformers and the engine
 # and loaded a model, minus the model's weights and KV cache (measured with
-# tests/engine/test_planner.py::test_predicted_vs_measured_rss_smollm2 on the project machine:
+# tests/engine/memory/test_planner.py::test_predicted_vs_measured_rss_smollm2 on the project machine:
 # about 440 MiB: torch, transformers, the tokenizer, allocator slack).
 CPU_RUNTIME_OVERHEAD = 448 * MiB
 # Left free when the budget comes from the device: at least this, or this fraction.

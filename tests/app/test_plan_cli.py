@@ -21,7 +21,7 @@ import typer
 
 from localchat.app import cli_io
 from localchat.app.cli import app
-from tests.engine.fake_hub_server import FakeHub, FakeRepo
+from tests.engine.hub.fake_hub_server import FakeHub, FakeRepo
 from tests.engine.tiny_models import save_tiny_model
 
 GiB = 2**30

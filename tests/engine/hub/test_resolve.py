@@ -1,7 +1,7 @@
 """resolve_model, is_cached and list_models at their API boundaries (no network).
 
 ``huggingface_hub.snapshot_download`` is replaced by a fake Hub with a fake cache; bundle
-fetching is replaced where a test only checks the wiring (test_bundle.py covers the fetch).
+fetching is replaced where a test only checks the wiring (hub/test_bundle.py covers the fetch).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from huggingface_hub.file_download import DryRunFileInfo
 from localchat.engine.errors import ModelDownloadError
 from localchat.engine.hub import download
 from localchat.engine.hub.download import hub_snapshot
-from tests.engine.fake_hub_server import FakeHub, FakeRepo
+from tests.engine.hub.fake_hub_server import FakeHub, FakeRepo
 
 WEIGHTS = os.urandom(1_500_000)
 WANTED = {

@@ -19,7 +19,7 @@ from localchat.engine.quant.int4 import dequantize_int4, pick_group_size, quanti
 from localchat.engine.quant.int8 import dequantize_int8, quantize_int8
 from localchat.engine.quant.methods import Int4LinearMethod, Int8LinearMethod
 
-from .tiny_models import save_tiny_model
+from ..tiny_models import save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CPU = torch.device("cpu")
