@@ -241,7 +241,7 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
 def _memory(engine: Any) -> dict[str, Any] | None:
     """``--json``'s ``memory``: the planner's prediction beside the measurement (bytes)."""
     try:
-        from localchat.engine.quant.memory_report import memory_report
+        from localchat.engine.memory.report import memory_report
 
         report = memory_report(engine)
     except (AttributeError, TypeError, ValueError, OSError):  # a fake engine in tests

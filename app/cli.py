@@ -219,7 +219,7 @@ def pull(
 def models(debug: DebugOpt = False) -> None:
     """List the catalog models: alias, source, size, cached, local path."""
     from localchat.app.settings import cache_dir
-    from localchat.engine.hub import list_models
+    from localchat.engine.hub.resolve import list_models
 
     rows = [_model_row(info) for info in list_models(cache_dir())]
     print_table(("ALIAS", "SOURCE", "SIZE", "CACHED", "PATH"), rows)
@@ -287,7 +287,7 @@ def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any]) ->
 def _resolve(spec: str) -> Any:
     """Resolve a model spec to a local ``ModelSource``, downloading with progress on stderr."""
     from localchat.app.settings import cache_dir
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     return resolve_model(
         spec, cache_dir=cache_dir(), download=True, progress=cli_io.stderr_progress

@@ -32,7 +32,7 @@ def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
         return None
     if draft.lower() != "auto":
         return draft
-    from localchat.engine.catalog import resolve_alias
+    from localchat.engine.hub.catalog import resolve_alias
 
     entry = resolve_alias(target_alias) if target_alias else None
     if entry is None or not entry.draft:
@@ -59,7 +59,7 @@ def load(options: LoadOptions, *, use_async: bool = False) -> Any:
     whose vocabulary differs from the target's).
     """
     from localchat.app.settings import cache_dir
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                            progress=cli_io.stderr_progress)

@@ -1,9 +1,9 @@
 """``localchat plan MODEL``: the memory plan for a model on this machine, before any download.
 
 Prints one row per weight format (weights, KV cache, draft, activations, runtime, total, what
-is left of the budget) and the choice the engine would make (``engine/quant/planner.py``), or
+is left of the budget) and the choice the engine would make (``engine/memory/planner.py``), or
 the same as JSON with ``--json``. Only ``config.json`` and the safetensors headers of a Hub
-repo are fetched (``engine/model_info.py``).
+repo are fetched (``engine/hub/describe.py``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def plan_command(
                                         show_default=False)] = False,
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
-    from localchat.engine.quant.memory_budget import parse_size
+    from localchat.engine.memory.budget import parse_size
 
     if context is not None and context <= 0:
         raise CliUsageError(f"--context must be positive, got {context}")
@@ -79,7 +79,7 @@ def plan_command(
 
 
 def _device(name: str | None, has_budget: bool):
-    from localchat.engine.quant.memory_budget import DeviceSpec
+    from localchat.engine.memory.budget import DeviceSpec
 
     if name is None:
         import torch
@@ -97,9 +97,9 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
           max_num_seqs: int, quant: str) -> dict[str, Any]:
     """Describe the model (and draft), plan, and return the JSON-ready result."""
     from localchat.app.settings import cache_dir
-    from localchat.engine.model_info import describe_model
-    from localchat.engine.quant.memory_budget import available_memory_bytes, default_budget_bytes
-    from localchat.engine.quant.planner import plan_memory
+    from localchat.engine.hub.describe import describe_model
+    from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
+    from localchat.engine.memory.planner import plan_memory
 
     target = describe_model(model, cache_dir())
     drafted = describe_model(draft, cache_dir()) if draft else None
@@ -129,10 +129,12 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
 
 
 def _describe(d) -> dict[str, Any]:
-    from localchat.engine.quant.planner import weight_bytes
+    import torch
+
+    from localchat.engine.memory.footprint import weight_bytes
 
     return {"spec": d.spec, "name": d.name, "architecture": d.config.architecture,
-            "parameters": weight_bytes(d.config, "fp32") // 4,
+            "parameters": weight_bytes(d.config, "none", "cpu", torch.float32) // 4,
             "checkpoint_parameters": d.checkpoint_params, "checkpoint_bytes": d.checkpoint_bytes,
             "checkpoint_dtypes": d.checkpoint_dtypes,
             "max_position_embeddings": d.config.max_position_embeddings,

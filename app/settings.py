@@ -23,8 +23,8 @@ from typing import Any
 
 import platformdirs
 
-from localchat.engine.catalog import DEFAULT_MODEL
 from localchat.engine.errors import LocalchatError
+from localchat.engine.hub.catalog import DEFAULT_MODEL
 
 APP_NAME = "localchat"
 HOME_ENV = "LOCALCHAT_HOME"

@@ -18,8 +18,9 @@ import torch
 from .config import EngineConfig, ModelConfig
 from .detokenizer import IncrementalDetokenizer
 from .errors import ContextLengthError
-from .kv_cache import KVCacheManager, allocate_kv_caches, kv_cache_bytes_per_token
+from .kv_cache import KVCacheManager, allocate_kv_caches
 from .loader import load_model, load_model_config
+from .memory.footprint import kv_bytes
 from .model_runner import ModelRunner
 from .outputs import EngineStats, RequestMetrics, RequestOutput
 from .request import FinishReason, Request
@@ -41,7 +42,7 @@ def _resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
     import dataclasses
 
     from .loader import default_group_size
-    from .quant.auto import choose_scheme
+    from .memory.auto import choose_scheme
 
     draft = config.speculative.draft_model
     draft_config = load_model_config(Path(draft), cache_dir) if draft else None
@@ -106,7 +107,7 @@ class LLMEngine:
 
         ``cache_dir`` keeps converted GGUF metadata (config, tokenizer) for faster reloads.
         ``config.quant.scheme == "auto"`` loads the best weight format the memory planner
-        finds to fit this machine (``quant.auto``), lowering the context if it must.
+        finds to fit this machine (``memory.auto``), lowering the context if it must.
         Raises ``ModelLoadError`` / ``UnsupportedArchitectureError`` for unusable files and
         ``MemoryPlanError`` when no format fits.
         """
@@ -142,9 +143,8 @@ class LLMEngine:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        c = self.model_config
-        return kv_cache_bytes_per_token(c.num_hidden_layers, c.num_kv_heads, c.head_dim,
-                                        self.dtype)
+        """Bytes of K and V for one token across all layers (``memory.footprint.kv_bytes``)."""
+        return kv_bytes(self.model_config, 1, self.dtype)
 
     def _plan_num_blocks(self) -> int:
         """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
@@ -158,7 +158,7 @@ class LLMEngine:
             if self.device.type == "cuda":
                 budget = int(torch.cuda.mem_get_info(self.device)[0] * 0.9)
             else:
-                from .quant.memory_budget import available_memory_bytes
+                from .memory.budget import available_memory_bytes
 
                 budget = int(available_memory_bytes("cpu") * _CPU_KV_RAM_FRACTION)
         tokens = min(wanted, budget // self.kv_bytes_per_token)

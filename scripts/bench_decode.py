@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.tokenizer import Tokenizer
 
     torch.set_num_threads(args.threads)

@@ -61,7 +61,7 @@ def user_message(turn: int) -> str:
 def load(model: str, dtype: torch.dtype):
     from localchat.app.settings import cache_dir
     from localchat.engine.config import EngineConfig, SchedulerConfig
-    from localchat.engine.hub import is_cached, resolve_model
+    from localchat.engine.hub.resolve import is_cached, resolve_model
     from localchat.engine.llm_engine import LLMEngine
 
     if model != "smollm2-135m" and not is_cached(model, cache_dir()):

@@ -12,7 +12,7 @@ AVX2 CPU), ``int8``, ``int4`` (group 32 for GGUF sources, the default) and ``int
 
 Per format:
 
-* weight bytes: tensors the loaded model holds (checked equal to ``quant.weight_bytes``).
+* weight bytes: tensors the loaded model holds (checked equal to ``memory.footprint.weight_bytes``).
 * load s first / cached: ``LLMEngine.from_path`` with an empty quantized-weight cache (reads and
   quantizes the checkpoint, writes the cache), then again (reads the cache). The converted GGUF
   metadata and tokenizer come from the user cache both times; ``none`` has no quantized cache,
@@ -77,7 +77,7 @@ def _held_bytes(model) -> int:
 def bench_format(path, label, cache, ids_prompt, eval_ids, ref_logits, args) -> dict:
     from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
     from localchat.engine.llm_engine import LLMEngine
-    from localchat.engine.quant import weight_bytes
+    from localchat.engine.memory.footprint import weight_bytes
     from localchat.engine.quant.evaluate import perplexity, teacher_forced_logits, top1_agreement
     from localchat.engine.sampling_params import SamplingParams
 
@@ -140,9 +140,9 @@ def _timeit(fn, repeats=15) -> float:
 def bench_linear(model_config, rounds: int = 3) -> list[dict]:
     """Per projection shape and token count: microseconds per call of each CPU method."""
     from localchat.engine.layers.linear import Linear
+    from localchat.engine.memory.footprint import linear_shapes
     from localchat.engine.quant.methods import make_linear_method
     from localchat.engine.quant.schemes import QuantScheme
-    from localchat.engine.quant.sizes import linear_shapes
 
     names = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     methods = {
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from localchat.app.settings import cache_dir
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.loader import load_model_config
     from localchat.engine.quant.evaluate import EVAL_TEXT
     from localchat.engine.tokenizer import Tokenizer

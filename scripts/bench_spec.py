@@ -50,7 +50,7 @@ CHAT = [
 def load(args):
     from localchat.app.settings import cache_dir
     from localchat.engine.config import EngineConfig, SchedulerConfig, SpeculativeConfig
-    from localchat.engine.hub import is_cached, resolve_model
+    from localchat.engine.hub.resolve import is_cached, resolve_model
     from localchat.engine.llm_engine import LLMEngine
     from localchat.engine.spec_decode.speculator import Speculator
 

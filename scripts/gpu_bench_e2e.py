@@ -32,6 +32,7 @@ from localchat.engine.attention_metadata import AttentionMetadata
 from localchat.engine.config import ModelConfig
 from localchat.engine.cuda_graphs import CudaGraphRunner
 from localchat.engine.layers.linear import Linear
+from localchat.engine.memory.footprint import kv_bytes
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.quant import QuantScheme
 from localchat.engine.quant.methods import make_linear_method
@@ -144,8 +145,7 @@ class Decoder:
         self.kv_caches = [
             torch.randn(2, num_blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim, generator=gen,
                         device=device).to(dtype) for _ in range(cfg.num_hidden_layers)]
-        self.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_kv_heads * cfg.head_dim \
-            * torch.tensor([], dtype=dtype).element_size()
+        self.kv_bytes_per_token = kv_bytes(cfg, 1, dtype)
         self.max_blocks = max_model_len // BLOCK
 
     def blocks(self, i: int) -> list[int]:

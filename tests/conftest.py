@@ -40,7 +40,7 @@ def smollm2_gguf(cache_dir: Path) -> Path:
         if not Path(env).is_file():
             pytest.fail(f"LOCALCHAT_TEST_GGUF={env} is not a file")
         return Path(env)
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     return resolve_model("smollm2-135m", cache_dir=cache_dir).path
 

@@ -4,7 +4,7 @@
 downloading it when missing (``hub.resolve_model``, progress lines to a callback), and starts
 an ``AsyncLLMEngine`` on it (its step loop runs on its own thread). The app calls it from a
 thread worker, so the UI never blocks while weights load. ``plan_for`` predicts a cached model's
-memory with the planner (``engine/quant/planner.py``) when that module is present.
+memory with the planner (``engine/memory/planner.py``) when that module is present.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | 
     from localchat.app.load_options import LoadOptions
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     options = LoadOptions(model=spec, draft=draft, quant=quant or "auto")
     source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)
@@ -87,8 +87,8 @@ def _plan_text(path: Any, context_len: int, cache_dir: Any) -> str | None:
     try:
         from localchat.app.settings import cache_dir as default_cache_dir
         from localchat.engine.loader import load_model_config
-        from localchat.engine.quant.memory_budget import DeviceSpec, default_budget_bytes
-        from localchat.engine.quant.planner import plan_memory
+        from localchat.engine.memory.budget import DeviceSpec, default_budget_bytes
+        from localchat.engine.memory.planner import plan_memory
     except ImportError:
         return None
     try:

@@ -8,14 +8,6 @@ from .block_pool import BlockPool, KVCacheBlock
 from .manager import KVCacheManager
 
 
-def kv_cache_bytes_per_token(
-    num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
-) -> int:
-    """Bytes of K and V for one token across all layers:
-    ``2 x num_layers x num_kv_heads x head_dim x dtype_bytes``."""
-    return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
-
-
 def allocate_kv_caches(
     num_layers: int,
     num_blocks: int,
@@ -28,10 +20,10 @@ def allocate_kv_caches(
     """One ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor per layer.
 
     Uninitialized: attention only reads slots that were written (``seq_lens`` bounds it).
+    Their bytes: ``memory.footprint.kv_bytes``.
     """
     shape = (2, num_blocks, block_size, num_kv_heads, head_dim)
     return [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
 
-__all__ = ["BlockPool", "KVCacheBlock", "KVCacheManager", "allocate_kv_caches",
-           "kv_cache_bytes_per_token"]
+__all__ = ["BlockPool", "KVCacheBlock", "KVCacheManager", "allocate_kv_caches"]

@@ -1,13 +1,12 @@
-"""Quantized weights: schemes, quantize/pack maths, linear methods, the quantized-weight cache
-(and the memory planner, ``planner.py``).
+"""Quantized weights: schemes, quantize/pack maths, linear methods, the quantized-weight cache.
 
 Formats: ``none`` (bf16 on CUDA and on CPUs with native bf16, fp32 otherwise), ``fp8`` (e4m3 per
 output channel, CUDA cc >= 8.9), ``int8`` (W8A16 per output channel), ``int4`` (W4A16, groups of
 128 along the input dim). Only the decoder layers' projections (``qkv_proj``, ``o_proj``,
 ``gate_up_proj``, ``down_proj``) are quantized; the embedding, the LM head (tied to the
 embedding in SmolLM2 and Qwen2.5), norms and biases stay in the float format, as llama.cpp keeps
-its output matrix at higher precision. ``weight_bytes(model_config, scheme, device)`` gives the
-exact bytes a loaded model's weights take per format.
+its output matrix at higher precision. The bytes each format takes are counted in
+``engine/memory/footprint.py`` (``weight_bytes``), from the linear methods' ``weight_bytes``.
 """
 
 from .schemes import (
@@ -19,7 +18,6 @@ from .schemes import (
     resolve_scheme,
     supported_schemes,
 )
-from .sizes import weight_bytes
 
 __all__ = [
     "SCHEME_NAMES",
@@ -29,5 +27,4 @@ __all__ = [
     "fp8_supported",
     "resolve_scheme",
     "supported_schemes",
-    "weight_bytes",
 ]

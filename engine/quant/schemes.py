@@ -35,7 +35,7 @@ class QuantScheme(str, enum.Enum):
         return self is not QuantScheme.NONE
 
 
-# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/quant/auto.py);
+# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/memory/auto.py);
 # resolve_scheme, used by load_model, treats it as the unquantized format.
 SCHEME_NAMES = ("auto", "none", "fp8", "int8", "int4")
 

@@ -14,7 +14,7 @@ import torch
 
 from ..config import EngineConfig, ModelConfig
 from ..errors import ModelLoadError
-from ..kv_cache import allocate_kv_caches, kv_cache_bytes_per_token
+from ..kv_cache import allocate_kv_caches
 from ..request import Request
 from ..scheduler import SchedulerOutput
 from .adaptive import AdaptiveDraftLength
@@ -108,13 +108,6 @@ class Speculator:
         controller = AdaptiveDraftLength(spec.num_speculative_tokens, ratio,
                                          adaptive=spec.adaptive)
         return cls(proposer, controller, max_model_len)
-
-    @staticmethod
-    def kv_bytes(draft_config: ModelConfig, dtype: torch.dtype, tokens: int) -> int:
-        """Bytes of the draft's KV pool for ``tokens`` tokens."""
-        return tokens * kv_cache_bytes_per_token(
-            draft_config.num_hidden_layers, draft_config.num_kv_heads, draft_config.head_dim,
-            dtype)
 
     def propose(self, running: list[Request],
                 generators: dict[str, torch.Generator | None]) -> None:

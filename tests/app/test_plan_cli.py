@@ -21,7 +21,7 @@ import typer
 
 from localchat.app import cli_io
 from localchat.app.cli import app
-from tests.engine.fake_hub_server import FakeHub, FakeRepo
+from tests.engine.hub.fake_hub_server import FakeHub, FakeRepo
 from tests.engine.tiny_models import save_tiny_model
 
 GiB = 2**30
@@ -107,12 +107,12 @@ def test_real_gguf_weights(capsys, smollm2_gguf):
     assert plan["model"]["checkpoint_bytes"] == smollm2_gguf.stat().st_size
     # int4 from a GGUF uses the loader's 32-weight groups (llama.cpp's block size)
     from localchat.engine.loader import load_model_config
-    from localchat.engine.quant import weight_bytes as loader_weight_bytes
+    from localchat.engine.memory.footprint import weight_bytes
 
     assert plan["model"]["int4_group_size"] == 32
     config = load_model_config(smollm2_gguf)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[row["format"]]
-    assert plan["rows"][-1]["weight_bytes"] == loader_weight_bytes(
+    assert plan["rows"][-1]["weight_bytes"] == weight_bytes(
         config, "int4", "cpu", dtype, group_size=32)
 
 

@@ -13,7 +13,7 @@ from localchat.engine.errors import ContextLengthError
 from localchat.engine.request import FinishReason
 from localchat.engine.sampling_params import SamplingParams
 
-from .test_prefix_caching_model import variant
+from .kv_cache.test_prefix_caching_model import variant
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from localchat.engine.config import EngineConfig, SchedulerConfig
-from localchat.engine.hub import resolve_model
+from localchat.engine.hub.resolve import resolve_model
 from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.sampling_params import SamplingParams
 

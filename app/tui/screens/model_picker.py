@@ -1,5 +1,5 @@
 """The model picker: the catalog with each model's cache state, the memory plan of the
-highlighted cached model (weights format and bytes, from ``engine/quant/planner.py``), and a
+highlighted cached model (weights format and bytes, from ``engine/memory/planner.py``), and a
 pull with progress for models not cached yet. Dismisses with the chosen alias or None.
 """
 
@@ -43,7 +43,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
     @work(thread=True, exclusive=True, group="list")
     def load_rows(self) -> None:
         from localchat.app.settings import cache_dir
-        from localchat.engine.hub import list_models
+        from localchat.engine.hub.resolve import list_models
 
         try:
             rows = list_models(cache_dir())
@@ -105,7 +105,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
     @work(thread=True, exclusive=True, group="pull")
     def pull(self, alias: str) -> None:
         from localchat.app.settings import cache_dir
-        from localchat.engine.hub import resolve_model
+        from localchat.engine.hub.resolve import resolve_model
 
         def progress(line: str) -> None:
             self.app.call_from_thread(self.query_one("#plan", Static).update,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from localchat.app.settings import cache_dir as settings_cache_dir
 from localchat.app.tui.screens.chat_screen import ChatScreen
 from localchat.app.tui.screens.model_picker import ModelPickerScreen
-from localchat.engine.hub import list_models
+from localchat.engine.hub.resolve import list_models
 from tests.app.tui.conftest import wait_for
 from tests.app.tui.fake_async_engine import GatedEngine
 
 
 async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
-    from localchat.engine import hub
+    from localchat.engine.hub import resolve as hub
 
     pulled = []
 
@@ -55,8 +55,8 @@ async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
 def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
     from localchat.app.tui.engine_host import plan_for
     from localchat.engine.loader import load_model_config
-    from localchat.engine.quant.memory_budget import default_budget_bytes
-    from localchat.engine.quant.planner import plan_memory
+    from localchat.engine.memory.budget import default_budget_bytes
+    from localchat.engine.memory.planner import plan_memory
 
     text = plan_for(smollm2_gguf, context_len=2048, cache_dir=cache_dir)
     plan = plan_memory(load_model_config(smollm2_gguf, cache_dir=cache_dir),

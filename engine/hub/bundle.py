@@ -19,8 +19,8 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from localchat.engine.catalog import BundleSpec, CatalogEntry
-from localchat.engine.errors import ModelDownloadError
+from ..errors import ModelDownloadError
+from .catalog import BundleSpec, CatalogEntry
 
 Progress = Callable[[str], None]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .config import ModelConfig
-from .errors import LocalchatError, ModelLoadError, ModelNotFoundError
+from ..config import ModelConfig
+from ..errors import LocalchatError, ModelLoadError, ModelNotFoundError
 
 # Bytes per parameter of the safetensors dtypes a checkpoint may use.
 _SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1,
@@ -47,15 +47,15 @@ def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
     that is neither cached nor describable from the Hub) and ``ModelLoadError`` (unreadable
     config).
     """
+    from ..loader import default_group_size
     from .catalog import resolve_alias
-    from .hub import _REPO_RE, bundle_path, resolve_model
-    from .loader import default_group_size
+    from .resolve import bundle_path, parse_repo_spec, resolve_model
 
     try:
         source = resolve_model(spec, cache_dir=cache_dir, download=False)
     except ModelNotFoundError as err:
         entry = resolve_alias(spec)
-        match = _REPO_RE.match(spec.strip())
+        repo = parse_repo_spec(spec)
         if entry is not None:
             bundle_note = (f"{entry.alias} is not downloaded: planned from {entry.repo_id}'s "
                            "Hub config (its GGUF has the same shapes)")
@@ -70,14 +70,14 @@ def describe_model(spec: str, cache_dir: Path) -> ModelDescription:
                 if entry.source == "hub":
                     raise
                 raise err from None
-        if match is None or "no such file" in str(err) or "not a model" in str(err):
+        if repo is None or "no such file" in str(err) or "not a model" in str(err):
             raise
-        return _describe_hub(spec, match["repo"], match["rev"], ())
+        return _describe_hub(spec, repo.repo_id, repo.revision, ())
     return _describe_local(spec, source, cache_dir)
 
 
 def _describe_local(spec: str, source, cache_dir: Path) -> ModelDescription:
-    from .loader import default_group_size, load_model_config
+    from ..loader import default_group_size, load_model_config
 
     config = load_model_config(source.path, cache_dir)
     path = Path(source.path)

@@ -19,14 +19,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localchat.engine.bundle import Progress, fetch_bundle
-from localchat.engine.catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
-from localchat.engine.download import HUB_ALLOW_PATTERNS, HUB_IGNORE_PATTERNS, hub_snapshot
-from localchat.engine.errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
+from ..errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
+from .bundle import Progress, fetch_bundle
+from .catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
+from .download import HUB_ALLOW_PATTERNS, HUB_IGNORE_PATTERNS, hub_snapshot
 
 _REPO_RE = re.compile(
     r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?$"
 )
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """A Hugging Face Hub repo spec ``org/name[@revision]``: ``repo_id`` (``org/name``) and
+    ``revision`` (a branch, tag or commit; ``None`` for the default branch)."""
+
+    repo_id: str
+    revision: str | None = None
+
+
+def parse_repo_spec(text: str) -> RepoSpec | None:
+    """``text`` (surrounding whitespace ignored) as a Hub repo spec ``org/name[@revision]``,
+    or ``None`` when it is not one. Names start with a letter or digit and hold letters,
+    digits, ``.``, ``_`` and ``-``; a revision may also hold ``/``. Raises nothing."""
+    match = _REPO_RE.match(text.strip())
+    if match is None:
+        return None
+    return RepoSpec(match["repo"], match["rev"])
 
 
 @dataclass(frozen=True)
@@ -94,9 +113,9 @@ def resolve_model(
         return _resolve_entry(spec, entry, cache_dir, download, progress, pip_args)
     if path_like:
         raise ModelNotFoundError(f"no such file or folder: {text}")
-    match = _REPO_RE.match(text)
-    if match:
-        repo_id, revision = match["repo"], match["rev"]
+    repo = parse_repo_spec(text)
+    if repo is not None:
+        repo_id, revision = repo.repo_id, repo.revision
         entry = find_by_repo_id(repo_id)
         if entry is not None and revision not in (None, entry.revision):
             entry = None
@@ -145,7 +164,7 @@ def _looks_like_path(text: str) -> bool:
         return True
     if os.altsep and os.altsep in text:
         return True
-    return os.sep in text and not _REPO_RE.match(text)
+    return os.sep in text and parse_repo_spec(text) is None
 
 
 def _local_model(path: Path, text: str) -> tuple[Path, Literal["hf", "gguf"]]:
@@ -237,5 +256,5 @@ def _hub_snapshot(repo_id: str, revision: str | None, download: bool, progress) 
     return hub_snapshot(repo_id, revision, download=download, progress=progress)
 
 
-__all__ = ["HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "ModelInfo", "ModelSource",
-           "bundle_path", "is_cached", "list_models", "resolve_model"]
+__all__ = ["HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "ModelInfo", "ModelSource", "RepoSpec",
+           "bundle_path", "is_cached", "list_models", "parse_repo_spec", "resolve_model"]

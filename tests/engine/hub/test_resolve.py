@@ -1,7 +1,7 @@
 """resolve_model, is_cached and list_models at their API boundaries (no network).
 
 ``huggingface_hub.snapshot_download`` is replaced by a fake Hub with a fake cache; bundle
-fetching is replaced where a test only checks the wiring (test_bundle.py covers the fetch).
+fetching is replaced where a test only checks the wiring (hub/test_bundle.py covers the fetch).
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ import pytest
 from huggingface_hub import utils as hf_utils
 from huggingface_hub.file_download import DryRunFileInfo
 
-from localchat.engine import hub
-from localchat.engine.catalog import CATALOG
 from localchat.engine.errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
-from localchat.engine.hub import ModelSource, is_cached, list_models, resolve_model
+from localchat.engine.hub import resolve as hub
+from localchat.engine.hub.catalog import CATALOG
+from localchat.engine.hub.resolve import (
+    ModelSource,
+    RepoSpec,
+    is_cached,
+    list_models,
+    parse_repo_spec,
+    resolve_model,
+)
 
 SMOL = CATALOG["smollm2-135m"]
 
@@ -255,6 +262,17 @@ def test_repo_id_with_revision(tmp_path, fake_hub):
     assert (src.alias, src.catalog_entry, src.format) == (None, None, "hf")
     cat = resolve_model("Qwen/Qwen2.5-7B-Instruct", cache_dir=tmp_path)
     assert cat.alias == "qwen2.5-7b" and cat.catalog_entry is CATALOG["qwen2.5-7b"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("someone/tiny-model", RepoSpec("someone/tiny-model", None)),
+    (" Qwen/Qwen2.5-7B-Instruct@v1.0 ", RepoSpec("Qwen/Qwen2.5-7B-Instruct", "v1.0")),
+    ("org/name@refs/pr/1", RepoSpec("org/name", "refs/pr/1")),
+    ("smollm2-135m", None), ("a/b/c", None), ("-org/name", None), ("org/", None),
+    ("org/name@", None), ("", None),
+])
+def test_parse_repo_spec(text, expected):
+    assert parse_repo_spec(text) == expected
 
 
 def test_hub_patterns_fetch_only_safe_files():

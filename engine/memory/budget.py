@@ -18,7 +18,7 @@ MiB, GiB = 2**20, 2**30
 CUDA_RUNTIME_OVERHEAD = 500 * MiB
 # CPU: resident bytes of a Python process that imported torch, transformers and the engine
 # and loaded a model, minus the model's weights and KV cache (measured with
-# tests/engine/test_planner.py::test_predicted_vs_measured_rss_smollm2 on the project machine:
+# tests/engine/memory/test_planner.py::test_predicted_vs_measured_rss_smollm2 on the project machine:
 # about 440 MiB: torch, transformers, the tokenizer, allocator slack).
 CPU_RUNTIME_OVERHEAD = 448 * MiB
 # Left free when the budget comes from the device: at least this, or this fraction.
@@ -57,6 +57,8 @@ class DeviceSpec:
         ``allow_hypothetical``, else raises ``ValueError``.
         """
         if kind == "cpu":
+            from ..quant.schemes import cpu_has_native_bf16  # imports torch: not at CLI start
+
             return cls("cpu", "CPU", cpu_has_native_bf16(), False, CPU_RUNTIME_OVERHEAD)
         if kind != "cuda":
             raise ValueError(f"unknown device {kind!r} (cpu or cuda)")
@@ -71,19 +73,6 @@ class DeviceSpec:
         return cls("cuda", "hypothetical CUDA device", True, False, CUDA_RUNTIME_OVERHEAD,
                    hypothetical=True,
                    note="planned for a hypothetical CUDA device (bf16; fp8 not assumed)")
-
-
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU has bf16 arithmetic (``avx512_bf16`` or ``amx_bf16`` flags, Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
 
 
 def available_memory_bytes(kind: str = "cpu") -> int:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from localchat.engine.catalog import CATALOG, DEFAULT_MODEL, find_by_repo_id, resolve_alias
+from localchat.engine.hub.catalog import CATALOG, DEFAULT_MODEL, find_by_repo_id, resolve_alias
 
 # DESIGN.md section 6, copied by hand: alias -> (packages, data files, bytes, sha256).
 DESIGN_BUNDLES = {

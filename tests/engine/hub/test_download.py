@@ -24,10 +24,10 @@ import huggingface_hub
 import pytest
 from huggingface_hub.file_download import DryRunFileInfo
 
-from localchat.engine import download
-from localchat.engine.download import hub_snapshot
 from localchat.engine.errors import ModelDownloadError
-from tests.engine.fake_hub_server import FakeHub, FakeRepo
+from localchat.engine.hub import download
+from localchat.engine.hub.download import hub_snapshot
+from tests.engine.hub.fake_hub_server import FakeHub, FakeRepo
 
 WEIGHTS = os.urandom(1_500_000)
 WANTED = {

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .footprint import kv_bytes, weight_bytes
-from .memory_budget import CPU_RUNTIME_OVERHEAD, process_rss_bytes
+import torch
 
-_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+from .budget import CPU_RUNTIME_OVERHEAD, process_rss_bytes
+from .footprint import kv_bytes, weight_bytes
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(frozen=True)
@@ -58,27 +60,26 @@ def memory_report(engine) -> MemoryReport:
 
     Reads ``engine.model_config``, ``engine.dtype``, ``engine.device``, ``engine.num_blocks``
     and ``engine.config.cache.block_size``; the weight format is ``engine.config.quant.scheme``
-    (``auto``/``none``: the engine's dtype), the int4 group size that of the loaded layers. Raises ``ValueError`` for a dtype the planner does
-    not know.
+    (``auto``/``none``: the engine's dtype), the int4 group size that of the loaded layers.
+    Raises ``ValueError`` for a dtype the planner does not know.
     """
-    fmt = _DTYPE_NAMES.get(str(engine.dtype))
-    if fmt is None:
+    float_format = _DTYPE_NAMES.get(engine.dtype)
+    if float_format is None:
         raise ValueError(f"no memory plan for dtype {engine.dtype}")
     scheme = getattr(getattr(engine.config, "quant", None), "scheme", "none")
-    if scheme in ("auto", "none"):
-        scheme = fmt
+    quantized = scheme not in ("auto", "none")
     tokens = engine.num_blocks * engine.config.cache.block_size
     group = next((m.quant_method.group_size for m in engine.runner.model.modules()
                   if hasattr(getattr(m, "quant_method", None), "group_size")), 128)
-    weights = weight_bytes(engine.model_config, scheme, fmt, engine.device.type, group)
-    kv = kv_bytes(engine.model_config, tokens, fmt)
+    weights = weight_bytes(engine.model_config, scheme if quantized else "none", engine.device,
+                           engine.dtype, group)
+    kv = kv_bytes(engine.model_config, tokens, engine.dtype)
     if engine.device.type == "cuda":
-        import torch
-
         overhead, measured = 0, int(torch.cuda.memory_allocated(engine.device))
         what = "CUDA allocator bytes in use"
     else:
         overhead, measured = CPU_RUNTIME_OVERHEAD, process_rss_bytes()
         what = "process RSS"
-    return MemoryReport(engine.device.type, scheme, weights, kv, overhead,
+    return MemoryReport(engine.device.type, scheme if quantized else float_format, weights, kv,
+                        overhead,
                         weights + kv + overhead, measured, what)

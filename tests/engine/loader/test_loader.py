@@ -13,7 +13,7 @@ from localchat.engine.errors import ModelLoadError, UnsupportedArchitectureError
 from localchat.engine.loader import load_model, load_model_config
 from localchat.engine.loader.gguf import iter_gguf_tensors
 
-from .tiny_models import save_tiny_model
+from ..tiny_models import save_tiny_model
 
 CPU = torch.device("cpu")
 

@@ -13,7 +13,7 @@ import logging
 import torch
 
 from ..config import ModelConfig
-from .memory_budget import DeviceSpec, default_budget_bytes
+from .budget import DeviceSpec, default_budget_bytes
 from .planner import MemoryPlan, plan_memory
 
 logger = logging.getLogger(__name__)

@@ -17,18 +17,18 @@ import pytest
 import torch
 
 from localchat.engine.config import ModelConfig
-from localchat.engine.quant.memory_budget import (
+from localchat.engine.memory.budget import (
     CUDA_RUNTIME_OVERHEAD,
     DeviceSpec,
     default_budget_bytes,
     parse_size,
 )
-from localchat.engine.quant.planner import (
+from localchat.engine.memory.footprint import kv_bytes, weight_bytes
+from localchat.engine.memory.planner import (
     MIN_CONTEXT_LEN,
     MemoryPlanError,
-    kv_bytes,
+    format_weight_bytes,
     plan_memory,
-    weight_bytes,
 )
 from tests.engine.tiny_models import ARCHS, make_config
 
@@ -114,8 +114,9 @@ def reference_bytes(hf_model, fmt: str, act: int, scale: int) -> int:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_parameter_count_equals_the_published_one(name):
-    assert weight_bytes(model_config(name), "fp32") == 4 * PUBLISHED_PARAMS[name]
-    assert weight_bytes(model_config(name), "bf16") == 2 * PUBLISHED_PARAMS[name]
+    config = model_config(name)
+    assert weight_bytes(config, "none", "cpu", torch.float32) == 4 * PUBLISHED_PARAMS[name]
+    assert weight_bytes(config, "none", "cuda", torch.bfloat16) == 2 * PUBLISHED_PARAMS[name]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -126,19 +127,11 @@ def test_weight_bytes_match_transformers_parameters(arch, fmt):
     config = ModelConfig.from_hf_config(hf_config)
     hf_model = hf_meta_model(hf_config)
     # CUDA keeps fp32 scales; the CPU packed kernels bf16 ones (engine/quant/methods.py).
-    assert weight_bytes(config, fmt, "bf16", "cuda") == reference_bytes(hf_model, fmt, 2, 4)
+    got = format_weight_bytes(config, fmt, torch.bfloat16, "cuda")
+    assert got == reference_bytes(hf_model, fmt, 2, 4)
     if fmt != "fp8":
-        assert weight_bytes(config, fmt, "fp32", "cpu") == reference_bytes(hf_model, fmt, 4, 2)
-
-
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
-def test_planner_agrees_with_the_loader_sizes(fmt):
-    from localchat.engine.quant import weight_bytes as loader_weight_bytes
-
-    for name in CONFIGS:
-        config = model_config(name)
-        assert weight_bytes(config, fmt, "fp32", "cpu") == loader_weight_bytes(
-            config, fmt, "cpu", torch.float32)
+        got = format_weight_bytes(config, fmt, torch.float32, "cpu")
+        assert got == reference_bytes(hf_model, fmt, 4, 2)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -148,17 +141,18 @@ def test_fp32_weight_bytes_match_our_model(arch):
     config = ModelConfig.from_hf_config(make_config(arch))
     with torch.device("meta"):
         model = get_model_class(config)(config)
-    assert weight_bytes(config, "fp32") == sum(p.numel() * 4 for p in model.parameters())
+    assert weight_bytes(config, "none", "cpu", torch.float32) == sum(
+        p.numel() * 4 for p in model.parameters())
 
 
 def test_kv_bytes_equal_the_allocated_cache():
     from localchat.engine.kv_cache import allocate_kv_caches
 
     config = ModelConfig.from_hf_config(make_config("qwen3"))
-    for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
         caches = allocate_kv_caches(config.num_hidden_layers, 5, 16, config.num_kv_heads,
                                     config.head_dim, dtype, torch.device("cpu"))
-        assert kv_bytes(config, 5 * 16, name) == sum(t.nbytes for t in caches)
+        assert kv_bytes(config, 5 * 16, dtype) == sum(t.nbytes for t in caches)
 
 
 # -- the format choice -----------------------------------------------------------------------
@@ -178,7 +172,7 @@ def test_known_configs_at_8k(name, budget_gib, expected):
     assert c.fits and c.margin_bytes == budget_gib * GiB - c.total_bytes
     assert c.total_bytes == (c.weight_bytes + c.kv_bytes + c.activation_bytes
                              + c.overhead_bytes)
-    assert c.kv_bytes == kv_bytes(model_config(name), 8192, "bf16")
+    assert c.kv_bytes == kv_bytes(model_config(name), 8192, torch.bfloat16)
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-7b"])
@@ -187,7 +181,7 @@ def test_known_configs_at_4gib_error_with_numbers(name):
         plan_memory(model_config(name), 4 * GiB, 8192, 1, device=CUDA)
     msg = str(err.value)
     assert "4.00 GiB" in msg and "int4" in msg and f"{MIN_CONTEXT_LEN} tokens" in msg
-    int4 = weight_bytes(model_config(name), "int4", "bf16", "cuda")
+    int4 = weight_bytes(model_config(name), "int4", "cuda", torch.bfloat16)
     assert f"weights {int4 / GiB:.2f} GiB" in msg
     assert "\n" not in msg
 
@@ -212,7 +206,7 @@ def test_cpu_without_native_bf16_plans_fp32():
     plan = plan_memory(config, 64 * GiB, 4096, 1, device=cpu)
     assert [r.format for r in plan.rows] == ["fp32", "int8", "int4"]
     assert plan.choice.weight_bytes == 4 * PUBLISHED_PARAMS["qwen2.5-0.5b"]
-    assert plan.choice.kv_bytes == kv_bytes(config, 4096, "fp32")
+    assert plan.choice.kv_bytes == kv_bytes(config, 4096, torch.float32)
 
 
 def test_draft_model_is_accounted_for():
@@ -220,8 +214,8 @@ def test_draft_model_is_accounted_for():
     alone = plan_memory(target, 24 * GiB, 8192, 1, device=CUDA)
     both = plan_memory(target, 24 * GiB, 8192, 1, draft=draft, device=CUDA)
     for a, b in zip(alone.rows, both.rows):
-        assert b.draft_weight_bytes == weight_bytes(draft, a.format, "bf16", "cuda")
-        assert b.draft_kv_bytes == kv_bytes(draft, 8192, "bf16")
+        assert b.draft_weight_bytes == format_weight_bytes(draft, a.format, torch.bfloat16, "cuda")
+        assert b.draft_kv_bytes == kv_bytes(draft, 8192, torch.bfloat16)
         assert b.activation_bytes >= a.activation_bytes  # k + 1 logit rows per sequence
         assert b.total_bytes > a.total_bytes + b.draft_weight_bytes + b.draft_kv_bytes - 1
     # A budget where the target alone fits in int8 but target + draft does not: int4.
@@ -283,7 +277,7 @@ import json, sys, torch
 from pathlib import Path
 from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
 from localchat.engine.llm_engine import LLMEngine
-from localchat.engine.quant.memory_report import memory_report
+from localchat.engine.memory.report import memory_report
 torch.set_num_threads(1)
 cfg = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme=sys.argv[3]),
                    scheduler=SchedulerConfig(max_model_len=2048, max_num_seqs=1))

@@ -29,7 +29,7 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.spec_decode.speculator import Speculator, check_vocab
 from localchat.engine.tokenizer import Tokenizer
 
-from .tiny_models import save_tiny_model
+from ..tiny_models import save_tiny_model
 
 MAX_LEN = 256
 
@@ -200,7 +200,7 @@ def test_smollm2_with_a_weak_draft_equals_plain_greedy(smollm2_engine):
     from localchat.engine.spec_decode.adaptive import AdaptiveDraftLength
     from localchat.engine.spec_decode.proposer import DraftModelProposer
 
-    from .test_prefix_caching_model import variant
+    from ..kv_cache.test_prefix_caching_model import variant
 
     base = smollm2_engine
     eng = variant(base, block_size=16)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tqdm.std import tqdm as _base_tqdm
 
-from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
+from ..errors import ModelDownloadError, ModelNotFoundError
 
 HUB_ALLOW_PATTERNS = [
     "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",

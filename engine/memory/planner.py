@@ -7,7 +7,7 @@ lowers the context (never below ``MIN_CONTEXT_LEN`` tokens); when still nothing 
 ``MemoryPlanError`` with the numbers. Every figure is in bytes.
 
 The parts' bytes come from ``footprint.py`` (weights exact from parameter shapes, KV cache,
-activations); the budget and the device's traits from ``memory_budget.py``. Reference designs:
+activations); the budget and the device's traits from ``budget.py``. Reference designs:
 vLLM's ``determine_num_available_blocks`` (profile, then size the KV pool) and llama.cpp's
 automatic fitting of layers and context to device memory.
 """
@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from ..config import ModelConfig
 from ..errors import LocalchatError
-from .footprint import (
-    INT4_GROUP_SIZE,
-    QUANT_FORMATS,
-    activation_bytes,
-    kv_bytes,
-    weight_bytes,
-)
-from .memory_budget import DeviceSpec
+from .budget import DeviceSpec
+from .footprint import INT4_GROUP_SIZE, activation_bytes, kv_bytes, weight_bytes
 
 MIN_CONTEXT_LEN = 2048
+# The planner's weight formats: the unquantized ones (everything in that dtype) and the
+# quantized ones, best quality first (decoder linears quantized, the rest unquantized).
+FLOAT_FORMATS = {"bf16": torch.bfloat16, "fp32": torch.float32}
+QUANT_FORMATS = ("fp8", "int8", "int4")
 
 
 class MemoryPlanError(LocalchatError):
@@ -110,6 +110,19 @@ def available_formats(device: DeviceSpec) -> tuple[str, ...]:
     return (unquantized_format(device), *quant)
 
 
+def format_weight_bytes(config: ModelConfig, fmt: str, act_dtype: torch.dtype,
+                        device_type: str, int4_group_size: int = INT4_GROUP_SIZE) -> int:
+    """Weight bytes of ``config`` in the planner's format ``fmt`` (``footprint.weight_bytes``):
+    ``bf16``/``fp32`` hold everything in that dtype; ``fp8``/``int8``/``int4`` quantize the
+    decoder linears and keep the rest in ``act_dtype``. Raises ``ValueError`` for an unknown
+    format."""
+    if fmt in FLOAT_FORMATS:
+        return weight_bytes(config, "none", device_type, FLOAT_FORMATS[fmt])
+    if fmt not in QUANT_FORMATS:
+        raise ValueError(f"unknown weight format {fmt!r}")
+    return weight_bytes(config, fmt, device_type, act_dtype, int4_group_size)
+
+
 def plan_memory(
     model_config: ModelConfig,
     budget_bytes: int,
@@ -154,20 +167,22 @@ def plan_memory(
                          f"choose one of: {', '.join(formats)}")
     overhead = device.runtime_overhead_bytes if overhead_bytes is None else overhead_bytes
 
+    act = FLOAT_FORMATS[unquantized_format(device)]
+
     def row(fmt: str, ctx: int) -> PlanRow:
-        act = unquantized_format(device)
         tokens = _round_up(ctx * max_num_seqs, block_size)
         rows_per_seq = 1 + (num_speculative_tokens if draft is not None else 0)
         parts = {
-            "weight_bytes": weight_bytes(model_config, fmt, act, device.type, int4_group_size),
+            "weight_bytes": format_weight_bytes(model_config, fmt, act, device.type,
+                                                int4_group_size),
             "kv_bytes": kv_bytes(model_config, tokens, act),
-            "draft_weight_bytes": weight_bytes(
+            "draft_weight_bytes": format_weight_bytes(
                 draft, fmt, act, device.type, draft_int4_group_size or int4_group_size
             ) if draft else 0,
             "draft_kv_bytes": kv_bytes(draft, tokens, act) if draft else 0,
             "activation_bytes": max(
                 activation_bytes(cfg, context_len=ctx, max_num_seqs=max_num_seqs,
-                                 max_num_batched_tokens=max_num_batched_tokens, act_dtype=act,
+                                 max_num_batched_tokens=max_num_batched_tokens, dtype=act,
                                  logit_rows=max_num_seqs * rows_per_seq)
                 for cfg in (model_config, draft) if cfg is not None
             ),
@@ -228,6 +243,6 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-__all__ = ["MIN_CONTEXT_LEN", "MemoryPlan", "MemoryPlanError", "PlanRow", "activation_bytes",
-           "available_formats", "kv_bytes", "plan_memory", "unquantized_format",
-           "weight_bytes"]
+__all__ = ["FLOAT_FORMATS", "MIN_CONTEXT_LEN", "QUANT_FORMATS", "MemoryPlan", "MemoryPlanError",
+           "PlanRow", "available_formats", "format_weight_bytes", "plan_memory",
+           "unquantized_format"]

@@ -20,7 +20,7 @@ from localchat.engine.request import FinishReason, Request
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler
 
-from .test_scheduler import Sim
+from ..test_scheduler import Sim
 
 
 def req(rid: str, tokens: list[int], max_tokens: int = 8) -> Request:

@@ -13,7 +13,7 @@ from localchat.engine.attention_metadata import AttentionMetadata
 from localchat.engine.kv_cache import allocate_kv_caches
 from localchat.engine.loader import load_model, load_model_config
 
-from .tiny_models import ARCHS, save_tiny_model
+from ..tiny_models import ARCHS, save_tiny_model
 
 BLOCK_SIZE = 16
 NUM_BLOCKS = 32

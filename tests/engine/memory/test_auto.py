@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localchat.engine.quant.auto import choose_scheme
-from localchat.engine.quant.memory_budget import DeviceSpec
-from localchat.engine.quant.planner import MemoryPlanError, plan_memory
+from localchat.engine.memory.auto import choose_scheme
+from localchat.engine.memory.budget import DeviceSpec
+from localchat.engine.memory.planner import MemoryPlanError, plan_memory
 
 from .test_planner import GiB, model_config
 
