@@ -38,7 +38,9 @@ class ChatApp(App[None]):
         settings: a ``Settings`` (default: ``load_settings()``).
         engine: an already loaded engine (tests); skips loading.
         engine_loader: ``(spec, quant=, draft=, progress=) -> engine``, run on a thread.
-        store: the history store (default: ``TuiStore()`` on the user's history file).
+        store: the history store (default: ``TuiStore()`` on the user's history file),
+            wrapped in a ``HistoryGuard``: a corrupt or read-only file shows a banner and the
+            chat goes on in memory.
         remember_theme: write theme changes to the config file.
     """
 
@@ -55,17 +57,21 @@ class ChatApp(App[None]):
             from localchat.app.settings import load_settings
 
             settings = load_settings()
-        if store is None:
-            from localchat.app.tui.history import TuiStore
+        from localchat.app.tui.history_guard import HistoryGuard, open_tui_store
 
-            store = TuiStore()
+        if store is None:
+            store = open_tui_store()
+        elif not isinstance(store, HistoryGuard):
+            store = HistoryGuard(store)
         self.settings = settings
-        self.store = store
+        self.store: HistoryGuard = store
         self.model_name: str = model or settings.default_model
         self.draft: str | None = settings.draft
         self.quant: str | None = settings.quant
         self.default_system: str | None = settings.system_prompt
         self.default_sampling: dict[str, Any] = dict(settings.sampling)
+        # The loaded model's recommended sampling (below the user's own settings).
+        self.model_sampling: dict[str, Any] = {}
         self.engine = engine
         self.engine_error: str | None = None
         self.show_tracebacks = False  # Textual's traceback after a crash (``--debug``)
@@ -95,6 +101,7 @@ class ChatApp(App[None]):
             if warning:
                 self.notify(warning, severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.store.on_failure = self._history_failed  # reports a failure at open at once
         if self.engine is None:
             self.load_model(self.model_name, self.draft)
         else:
@@ -148,6 +155,14 @@ class ChatApp(App[None]):
             screen.show_notice("")
             screen.refresh_status()
 
+    def _history_failed(self, problem: str) -> None:
+        """The history file failed: a persistent banner, the chat goes on in memory."""
+        screen = self._chat_screen()
+        if screen is not None and screen.is_mounted:  # else its on_mount shows the banner
+            screen.show_history_banner(problem)
+        self.notify("The history cannot be saved; this chat is kept in memory (Ctrl+T "
+                    "exports it)", severity="error", title="History unavailable", timeout=10)
+
     def _chat_screen(self) -> ChatScreen | None:
         for screen in self.screen_stack:
             if isinstance(screen, ChatScreen):
@@ -157,6 +172,17 @@ class ChatApp(App[None]):
     async def on_unmount(self) -> None:
         if self.engine is not None:
             _shutdown(self.engine)
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The sampling a conversation gets without its own values: ``SamplingParams``'
+        defaults, overlaid with the model's recommendation, then the user's settings (config
+        file, environment, command-line flags)."""
+        from dataclasses import MISSING, fields
+
+        from localchat.engine.sampling_params import SamplingParams
+
+        base = {f.name: f.default for f in fields(SamplingParams) if f.default is not MISSING}
+        return {**base, **self.model_sampling, **self.default_sampling}
 
     # -- themes --------------------------------------------------------------------------------
 
@@ -198,7 +224,8 @@ def run_tui(model: str | None = None, theme: str | None = None,
     settings' defaults for every conversation of this session.
 
     Raises:
-        LocalchatError: bad settings or an unreadable history file (before the UI starts).
+        LocalchatError: bad settings (before the UI starts); an unusable history file does
+            not stop the TUI (``HistoryGuard``).
         CliUsageError: a sampling flag is out of range.
     """
     from localchat.app.settings import load_settings

@@ -21,13 +21,16 @@ _request_ids = itertools.count()
 
 @dataclass
 class ChatMessage:
-    """One message as shown: ``message_id`` is the store's row id (None when not saved)."""
+    """One message as shown: ``message_id`` is the store's row id (None when not saved),
+    ``created`` its time (Unix seconds), ``model`` the model that wrote a reply."""
 
     role: str
     content: str
     interrupted: bool = False
     stats: dict[str, Any] | None = None
     message_id: int | None = None
+    created: float | None = None
+    model: str | None = None
 
 
 @dataclass
@@ -36,7 +39,8 @@ class Turn:
 
     ``text`` is the reply so far, ``last`` the latest ``RequestOutput`` (None before the first),
     ``num_prompt_tokens`` the prompt length in tokens, ``dropped_turns`` how many old turns
-    were left out to fit the context. ``worker`` is the Textual worker streaming it.
+    were left out to fit the context. ``worker`` is the Textual worker streaming it; ``model``
+    the model answering and ``created`` when the turn started (Unix seconds).
     """
 
     conversation_id: str
@@ -48,6 +52,8 @@ class Turn:
     worker: Any = None
     interrupted: bool = False
     done: bool = False
+    model: str | None = None
+    created: float | None = None
 
 
 @dataclass
@@ -64,8 +70,12 @@ class ConversationState:
 
     @classmethod
     def from_stored(cls, conv: Any) -> ConversationState:
-        """Build from a ``store.Conversation`` with its messages (system rows are skipped)."""
-        msgs = [ChatMessage(m.role, m.content, m.interrupted, m.stats, m.id)
+        """Build from a ``store.Conversation`` with its messages (system rows are skipped).
+
+        A reply's model is the one its stats name (``stats["model"]``, written by the TUI),
+        else the conversation's."""
+        msgs = [ChatMessage(m.role, m.content, m.interrupted, m.stats, m.id, m.created,
+                            _reply_model(m, conv.model))
                 for m in conv.messages if m.role in ("user", "assistant")]
         return cls(conv.id, conv.title, conv.model, conv.system_prompt, dict(conv.sampling),
                    msgs)
@@ -88,6 +98,13 @@ class ConversationState:
         """Index in ``messages`` of the latest message with ``role``, or None."""
         return next((i for i in range(len(self.messages) - 1, -1, -1)
                      if self.messages[i].role == role), None)
+
+
+def _reply_model(message: Any, conversation_model: str | None) -> str | None:
+    if message.role != "assistant":
+        return None
+    stats = message.stats if isinstance(message.stats, dict) else {}
+    return stats.get("model") or conversation_model
 
 
 def new_request_id(conversation_id: str) -> str:

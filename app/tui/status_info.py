@@ -71,11 +71,46 @@ def with_output(info: StatusInfo, out: Any) -> StatusInfo:
         context_used=None if prompt is None else prompt + produced)
 
 
+def for_conversation(info: StatusInfo, messages: Any) -> StatusInfo:
+    """``info`` with the per-turn figures (TTFT, tokens/s, cached, acceptance, context used)
+    of the conversation now shown: those of its last reply's stored stats, else none (a new
+    conversation shows ``-``, not the previous conversation's figures)."""
+    cleared = replace(info, ttft=None, decode_tokens_per_s=None, cached_tokens=None,
+                      prompt_tokens=None, spec_acceptance=None, context_used=None)
+    stats = next((m.stats for m in reversed(list(messages))
+                  if m.role == "assistant" and isinstance(m.stats, dict)), None)
+    if not stats:
+        return cleared
+    usage, timings = stats.get("usage") or {}, stats.get("timings") or {}
+    spec = stats.get("speculative") or {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens") or 0
+    return replace(cleared, ttft=_num(timings.get("ttft_s")),
+                   decode_tokens_per_s=_num(timings.get("decode_tokens_per_s")),
+                   cached_tokens=usage.get("cached_tokens"), prompt_tokens=prompt,
+                   spec_acceptance=_num(spec.get("acceptance_rate")),
+                   context_used=None if prompt is None else prompt + completion)
+
+
 def with_stats(info: StatusInfo, stats: Any) -> StatusInfo:
     """``info`` updated from an ``EngineStats`` snapshot (KV usage, ``max_model_len``)."""
     usage = _num(getattr(stats, "kv_cache_usage", None))
     max_len = getattr(stats, "max_model_len", None) or info.max_model_len
     return replace(info, kv_usage=usage, max_model_len=max_len)
+
+
+def sampling_summary(sampling: dict[str, Any]) -> str:
+    """The sampling in effect, short: ``temp 0.2 · top-p 0.9 · max 512`` (fields at their
+    neutral value, such as ``top_k`` 0 or ``min_p`` 0, are left out)."""
+    parts = []
+    for name, label, neutral in (("temperature", "temp", None), ("top_p", "top-p", 1.0),
+                                 ("top_k", "top-k", 0), ("min_p", "min-p", 0.0),
+                                 ("repetition_penalty", "rep", 1.0), ("max_tokens", "max", None),
+                                 ("seed", "seed", None)):
+        value = sampling.get(name)
+        if value is None or (neutral is not None and value == neutral):
+            continue
+        parts.append(f"{label} {value:g}" if isinstance(value, float) else f"{label} {value}")
+    return " · ".join(parts)
 
 
 def kv_bar(usage: float | None, cells: int = BAR_CELLS) -> str:

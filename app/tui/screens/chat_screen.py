@@ -29,7 +29,13 @@ from localchat.app.tui.state import (
     ChatMessage,
     ConversationState,
 )
-from localchat.app.tui.status_info import StatusInfo, engine_fields, with_stats
+from localchat.app.tui.status_info import (
+    StatusInfo,
+    engine_fields,
+    for_conversation,
+    sampling_summary,
+    with_stats,
+)
 from localchat.app.tui.widgets.chat_log import ChatLog
 from localchat.app.tui.widgets.message_view import MessageView
 from localchat.app.tui.widgets.prompt_input import PromptInput
@@ -57,6 +63,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         with Horizontal(id="main"):
             yield Sidebar(id="sidebar")
             with Vertical(id="chat-pane"):
+                yield Static("", id="history-banner", markup=False)
                 yield Static("", id="notice")
                 yield ChatLog(id="chat-log")
                 yield PromptInput(id="prompt")
@@ -68,6 +75,9 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         self.query_one(PromptInput).focus()
         self.set_interval(STATS_INTERVAL_S, self.poll_stats)
         self.refresh_status()
+        problem = getattr(self.app.store, "problem", None)
+        if problem:
+            self.show_history_banner(problem)
 
     # -- state helpers ---------------------------------------------------------------------
 
@@ -80,9 +90,16 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         self.info = info
         self.query_one(StatusBar).info = info
 
+    def show_sampling(self) -> None:
+        """The sampling the next reply uses, under the prompt box."""
+        app: Any = self.app
+        summary = sampling_summary({**app.sampling_defaults(), **self.current.sampling})
+        self.query_one(PromptInput).border_subtitle = summary
+
     def refresh_status(self) -> None:
         """Status from the app's engine state (after a load, a switch, or a failure)."""
         app: Any = self.app
+        self.show_sampling()
         if app.engine is None:
             state = "error" if app.engine_error else "loading"
             self.set_status(replace(self.info, state=state, model=app.model_name,
@@ -108,19 +125,31 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         notice.update(text)
         notice.set_class(bool(text), "-visible")
 
+    def show_history_banner(self, problem: str) -> None:
+        """The persistent banner shown once the history file failed (``HistoryGuard``)."""
+        banner = self.query_one("#history-banner", Static)
+        banner.update(f"⚠ Not saving: {problem}. This chat is kept in memory only: Ctrl+T "
+                      "exports it. To fix, quit and move that file aside (a new one is "
+                      "created).")
+        banner.add_class("-visible")
+
     async def render_state(self) -> None:
         """Show ``current`` in the message list (re-attaching a streaming reply)."""
         state = self.current
         self._live.clear()
-        views = [MessageView(m.role, m.content, interrupted=m.interrupted, index=i)
+        views = [MessageView(m.role, m.content, interrupted=m.interrupted, index=i,
+                             model=m.model, created=m.created)
                  for i, m in enumerate(state.messages)]
         turn = state.turn if state.streaming else None
-        live = MessageView("assistant", turn.text, streaming=True) if turn else None
+        live = MessageView("assistant", turn.text, streaming=True, model=turn.model,
+                           created=turn.created) if turn else None
         await self.query_one(ChatLog).show(views + ([live] if live else []))
         if turn is not None and live is not None:
             self._live[turn.request_id] = live
             await live.append(turn.text[len(live.text):])  # deltas that came meanwhile
         self.editing = None
+        if turn is None:  # a streaming turn updates the figures itself
+            self.set_status(for_conversation(self.info, state.messages))
         dropped = turn.dropped_turns if turn else 0
         self.show_notice(dropped_notice(dropped) if dropped else "")
         sidebar = self.query_one(Sidebar)
@@ -153,9 +182,10 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             self.editing = None
         conv_id = self.ensure_saved(state)
         row = app.store.add_message(conv_id, "user", text)  # committed before generating
-        state.messages.append(ChatMessage("user", text, message_id=row.id))
+        state.messages.append(ChatMessage("user", text, message_id=row.id,
+                                          created=row.created))
         await self.query_one(ChatLog).add(
-            MessageView("user", text, index=len(state.messages) - 1))
+            MessageView("user", text, index=len(state.messages) - 1, created=row.created))
         await self.start_turn(state)
         return True
 

@@ -9,10 +9,14 @@ conversation under the sidebar's cursor while the sidebar has focus, else on the
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
+from localchat.app.history_format import to_markdown
+from localchat.app.store import Conversation, Message
 from localchat.app.tui.engine_host import describe_error
+from localchat.app.tui.history_guard import title_for
 from localchat.app.tui.screens.help_screen import HelpScreen
 from localchat.app.tui.screens.model_picker import ModelPickerScreen
 from localchat.app.tui.screens.settings_screen import ConversationSettings, SettingsScreen
@@ -21,6 +25,7 @@ from localchat.app.tui.widgets.chat_log import ChatLog
 from localchat.app.tui.widgets.message_view import MessageView
 from localchat.app.tui.widgets.prompt_input import PromptInput
 from localchat.app.tui.widgets.sidebar import Sidebar
+from localchat.engine.errors import LocalchatError
 
 
 class ConversationActions:
@@ -62,12 +67,22 @@ class ConversationActions:
 
     # -- rename / delete / export --------------------------------------------------------------
 
-    def action_rename(self) -> None:
-        cid = self._target_id()
+    def _stored(self, cid: str | None) -> Any:
+        """The stored conversation ``cid`` (no messages), or None with a notification."""
         if cid is None:
             self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            return None
+        try:
+            return self.app.store.get_conversation(cid, with_messages=False)
+        except LocalchatError as exc:  # deleted meanwhile, only in memory, history failed
+            self.notify(describe_error(exc), severity="warning")  # type: ignore
+            return None
+
+    def action_rename(self) -> None:
+        cid = self._target_id()
+        conv = self._stored(cid)
+        if conv is None:
             return
-        conv = self.app.store.get_conversation(cid, with_messages=False)
 
         async def done(title: str | None) -> None:
             if title is None or not title.strip():
@@ -81,10 +96,9 @@ class ConversationActions:
 
     def action_delete(self) -> None:
         cid = self._target_id()
-        if cid is None:
-            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+        conv = self._stored(cid)
+        if conv is None:
             return
-        conv = self.app.store.get_conversation(cid, with_messages=False)
 
         async def done(yes: bool | None) -> None:
             if not yes:
@@ -103,19 +117,29 @@ class ConversationActions:
             ConfirmScreen(f"Delete “{conv.title or 'untitled'}” and its messages?"), done)
 
     def action_export(self) -> None:
+        """Export a conversation to Markdown: from the history, or, once the history has
+        failed (``HistoryGuard``), the conversation shown, from memory."""
         cid = self._target_id()
         if cid is None:
             self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
             return
-        conv = self.app.store.get_conversation(cid, with_messages=False)
-        default = f"{_slug(conv.title) or 'conversation'}-{cid[:6]}.md"
+        if cid == self.current.id and not self.app.store.available:
+            conv = in_memory_conversation(self.current)
+            text = to_markdown(conv)
+        else:
+            conv = self._stored(cid)
+            if conv is None:
+                return
+            text = None
+        default = f"{_slug(conv.title) or 'conversation'}-{cid.removeprefix('mem-')[:6]}.md"
 
         def done(path: str | None) -> None:
             if not path:
                 return
             try:
                 target = Path(path).expanduser()
-                target.write_text(self.app.store.export_markdown(cid), encoding="utf-8")
+                body = text if text is not None else self.app.store.export_markdown(cid)
+                target.write_text(body, encoding="utf-8")
             except OSError as exc:
                 self.notify(f"cannot write {path}: {exc.strerror}", severity="error")  # type: ignore
                 return
@@ -165,11 +189,12 @@ class ConversationActions:
                 self.app.store.update_conversation(
                     state.id, system_prompt=result.system_prompt or "",
                     sampling=result.sampling)
+            self.show_sampling()  # type: ignore[attr-defined]
             if result.model and (result.model != self.app.model_name
                                  or result.draft != self.app.draft):
                 self.switch_model(result.model, result.draft)
 
-        self.app.push_screen(SettingsScreen(initial), done)
+        self.app.push_screen(SettingsScreen(initial, self.app.sampling_defaults()), done)
 
     def action_pick_model(self) -> None:
         def done(alias: str | None) -> None:
@@ -194,6 +219,19 @@ class ConversationActions:
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.app.keymap))
+
+
+def in_memory_conversation(state: Any) -> Conversation:
+    """A ``store.Conversation`` built from the screen's ``ConversationState`` (for export
+    when the history cannot be read)."""
+    now = time.time()
+    created = next((m.created for m in state.messages if m.created is not None), now)
+    messages = [Message(m.message_id, state.id or "", m.role, m.content,  # type: ignore
+                        m.created if m.created is not None else now, m.interrupted, m.stats)
+                for m in state.messages]
+    return Conversation(state.id or "", state.title or title_for(state.messages), state.model,
+                        state.system_prompt, dict(state.sampling), created, now,
+                        len(messages), messages)
 
 
 def _slug(text: str) -> str:

@@ -1,4 +1,7 @@
-"""The help screen: every key binding in effect (after the config's ``[keys]`` remapping)."""
+"""The help screen: every key binding in effect (after the config's ``[keys]`` remapping).
+
+The config name (what ``[keys]`` takes) is the first column, so a narrow terminal cuts the
+descriptions, never the names; the dialog is wider than the other dialogs."""
 
 from __future__ import annotations
 
@@ -24,17 +27,17 @@ class HelpScreen(ModalScreen[None]):
         self.keymap = dict(keymap)
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with Vertical(classes="dialog", id="help-dialog"):
             yield Label("Keys (remap them in config.toml under [keys])", classes="title",
                         markup=False)
             table: DataTable = DataTable(cursor_type="row", zebra_stripes=True)
-            table.add_columns("keys", "action", "config name")
+            table.add_columns("config name", "keys", "action")
             for name, keys, desc in effective_keys(self.keymap):
-                table.add_row(keys, desc, name)
+                table.add_row(name, keys, desc)
             for keys, desc in PROMPT_KEYS:
-                table.add_row(keys, desc, "-")
-            table.add_row("c / k", "On a focused message: copy it / its code blocks", "-")
-            table.add_row("ctrl+p", "Command palette (themes, …)", "-")
+                table.add_row("-", keys, desc)
+            table.add_row("-", "c / k", "Focused message: copy it / its code")
+            table.add_row("-", "ctrl+p", "Command palette (themes, …)")
             yield table
             yield Label("Esc closes", classes="field-label")
 

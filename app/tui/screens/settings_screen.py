@@ -2,6 +2,10 @@
 
 Values are checked with ``SamplingParams`` before the dialog closes; a bad value is named in a
 notification and the dialog stays open. Dismisses with a ``ConversationSettings`` or None.
+The sampling fields show the values in effect (``defaults`` overlaid with the conversation's
+own); only values that differ from ``defaults``, or that the conversation already set, are
+returned as the conversation's. The fields scroll; the title and the Save/Cancel row stay on
+screen, and the first field has focus when the dialog opens.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, TextArea
 
@@ -38,18 +42,32 @@ class ConversationSettings:
 
 
 class SettingsScreen(ModalScreen[ConversationSettings | None]):
-    """Edit ``initial``; Ctrl+S or Save applies, Esc cancels."""
+    """Edit ``initial``; Ctrl+S or Save applies, Esc cancels. ``defaults`` are the sampling
+    values the conversation gets without its own (shown in the empty fields' place)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
-    def __init__(self, initial: ConversationSettings) -> None:
+    def __init__(self, initial: ConversationSettings,
+                 defaults: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.initial = initial
+        self.defaults = dict(defaults or {})
 
     def compose(self) -> ComposeResult:
         init = self.initial
-        with VerticalScroll(classes="dialog"):
+        shown = {**self.defaults, **init.sampling}
+        with Vertical(classes="dialog", id="settings-dialog"):
             yield Label("Conversation settings", classes="title")
+            yield from self._fields(init, shown)
+            with Horizontal(classes="buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Save", id="save", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#system_prompt", TextArea).focus()
+
+    def _fields(self, init: ConversationSettings, shown: dict[str, Any]) -> ComposeResult:
+        with VerticalScroll(id="settings-fields"):
             yield Label("system prompt", classes="field-label")
             yield TextArea(init.system_prompt or "", id="system_prompt", soft_wrap=True)
             yield Label("model (alias, Hub repo, folder or .gguf; Ctrl+O lists them)",
@@ -60,11 +78,8 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
             yield Input(init.draft or "", id="draft")
             for name, (label, _type) in SAMPLING_FIELDS.items():
                 yield Label(label, classes="field-label")
-                value = init.sampling.get(name)
+                value = shown.get(name)
                 yield Input("" if value is None else str(value), id=f"s-{name}")
-            with Horizontal(classes="buttons"):
-                yield Button("Cancel", id="cancel")
-                yield Button("Save", id="save", variant="primary")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":
@@ -101,7 +116,9 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
             except ValueError:
                 what = "an integer" if kind is int else "a number"
                 raise ValueError(f"{name} must be {what}, got {raw!r}") from None
-        SamplingParams(**sampling)  # raises ValueError naming the field
+        SamplingParams(**{**self.defaults, **sampling})  # raises ValueError naming the field
+        sampling = {k: v for k, v in sampling.items()
+                    if k in self.initial.sampling or self.defaults.get(k) != v}
         system = self.query_one("#system_prompt", TextArea).text.strip() or None
         model = self.query_one("#model", Input).value.strip() or None
         draft = self.query_one("#draft", Input).value.strip() or None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 from localchat.app.report import answer_stats
@@ -46,7 +47,7 @@ class TurnRunner:
         from localchat.engine.sampling_params import SamplingParams
 
         try:
-            sampling = SamplingParams(**{**app.default_sampling, **state.sampling})
+            sampling = SamplingParams(**{**app.sampling_defaults(), **state.sampling})
             session = state.session()
             ids, notes = fit_prompt(session, engine.tokenizer, engine.max_model_len,
                                     sampling.max_tokens)
@@ -57,11 +58,12 @@ class TurnRunner:
             self.notify(note, title="Note")
         assert state.id is not None
         turn = Turn(state.id, new_request_id(state.id), len(ids),
-                    session.last_dropped_turns)
+                    session.last_dropped_turns, model=app.model_name, created=time.time())
         state.turn = turn
         self.states[state.id] = state
         self.show_notice(dropped_notice(turn.dropped_turns) if turn.dropped_turns else "")
-        view = MessageView("assistant", streaming=True)
+        view = MessageView("assistant", streaming=True, model=turn.model,
+                           created=turn.created)
         await self.query_one(ChatLog).add(view)
         self._live[turn.request_id] = view
         if state is self.current:
@@ -104,6 +106,7 @@ class TurnRunner:
         turn.done = True
         view = self._live.pop(turn.request_id, None)
         stats = answer_stats(turn.last, turn.num_prompt_tokens, turn.interrupted)
+        stats["model"] = turn.model  # a chat may switch models: each reply names its own
         if turn.last is None and not turn.text:  # failed before any token: nothing to keep
             state.turn = None
             if view is not None:
@@ -112,7 +115,7 @@ class TurnRunner:
             row = app.store.add_message(turn.conversation_id, "assistant", turn.text,
                                         interrupted=turn.interrupted, stats=stats)
             state.messages.append(ChatMessage("assistant", turn.text, turn.interrupted, stats,
-                                              row.id))
+                                              row.id, row.created, turn.model))
             state.turn = None
             if view is not None and view.is_mounted:
                 view.index = len(state.messages) - 1

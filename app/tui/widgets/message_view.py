@@ -1,5 +1,7 @@
-"""One chat message: a role line, the text as Markdown (streamed while a reply arrives), and a
-mark when the reply was interrupted. Focusable: ``c`` copies the message, ``k`` its code
+"""One chat message: a role line (who, the model for a reply, and when), the text as Markdown
+(streamed while a reply arrives), and a mark when the reply was interrupted. Single newlines
+are hard line breaks (as chat UIs render them; a markdown-it core rule), so "Line
+one\nLine two" stays on two lines. Focusable: ``c`` copies the message, ``k`` its code
 blocks one after another; a click on a code block copies that block.
 """
 
@@ -7,6 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -15,13 +19,41 @@ from textual.widgets import Label, Markdown
 from textual.widgets._markdown import MarkdownFence, MarkdownStream
 
 from localchat.app.render import extract_code_blocks
+from localchat.app.tui.timefmt import when
 
 INTERRUPTED_MARK = "⏹ interrupted"
 ROLE_NAMES = {"user": "You", "assistant": "Assistant"}
 
 
+def chat_markdown_parser() -> MarkdownIt:
+    """The parser for messages: GFM-like, with a single newline as a hard line break."""
+    md = MarkdownIt("gfm-like", {"breaks": True})
+    md.core.ruler.push("localchat_hard_breaks", _hard_breaks)
+    return md
+
+
+def _hard_breaks(state: StateCore) -> None:
+    """Core rule: every soft line break becomes a hard one (markdown-it's ``breaks`` option
+    only changes HTML rendering; Textual reads the tokens)."""
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "softbreak":
+                child.type = "hardbreak"
+
+
+def role_line(role: str, model: str | None, created: float | None) -> str:
+    """``"Assistant · smollm2-135m · 10:21"``: who, the model (replies), the time (if known)."""
+    parts = [ROLE_NAMES.get(role, role)]
+    if model and role == "assistant":
+        parts.append(model)
+    if created is not None:
+        parts.append(when(created))
+    return " · ".join(parts)
+
+
 class MessageView(Widget, can_focus=True):
-    """A message. ``text`` is the Markdown source shown so far.
+    """A message. ``text`` is the Markdown source shown so far; ``model`` the model that
+    wrote a reply and ``created`` its time (Unix seconds), both shown in the role line.
 
     While streaming, ``append`` feeds Textual's ``MarkdownStream`` (fragments batched when the
     UI lags behind the engine); ``finish`` stops it and applies one full update so the final
@@ -34,19 +66,23 @@ class MessageView(Widget, can_focus=True):
     ]
 
     def __init__(self, role: str, text: str = "", *, interrupted: bool = False,
-                 streaming: bool = False, index: int | None = None) -> None:
+                 streaming: bool = False, index: int | None = None,
+                 model: str | None = None, created: float | None = None) -> None:
         super().__init__(classes=f"-{role}")
         self.role = role
         self.text = text
         self.interrupted = interrupted
         self.streaming = streaming
         self.index = index
+        self.model = model
+        self.created = created
         self._stream: MarkdownStream | None = None
         self._code_cursor = 0
 
     def compose(self) -> ComposeResult:
-        yield Label(ROLE_NAMES.get(self.role, self.role), classes="role")
-        yield Markdown(self.text)
+        yield Label(role_line(self.role, self.model, self.created), classes="role",
+                    markup=False)
+        yield Markdown(self.text, parser_factory=chat_markdown_parser)
         yield Label(INTERRUPTED_MARK, classes="interrupted-mark")
 
     def on_mount(self) -> None:

@@ -293,7 +293,7 @@ async def test_help_lists_remapped_keys(make_app):
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         table = app.screen.query_one("DataTable")
         rows = [table.get_row_at(i) for i in range(table.row_count)]
-        assert ["ctrl+g", "Stop reply", "stop"] in [list(map(str, r)) for r in rows]
+        assert ["stop", "ctrl+g", "Stop reply"] in [list(map(str, r)) for r in rows]
 
 
 async def test_follows_the_reply_only_at_the_bottom(make_app):

@@ -2,10 +2,13 @@
 tests/app/tui/__snapshots__; regenerate them after an intended change with
 ``python -m pytest tests/app/tui/test_tui_snapshots.py --snapshot-update`` and review the diff.
 
-The fake engine's clock is deterministic (``StepClock``), so TTFT and tokens/s are fixed.
+The fake engine's clock is deterministic (``StepClock``), so TTFT and tokens/s are fixed;
+message times and sidebar dates are pinned (``fixed_times``).
 """
 
 from __future__ import annotations
+
+import pytest
 
 from localchat.app.tui.widgets.chat_log import ChatLog
 from localchat.app.tui.widgets.prompt_input import PromptInput
@@ -14,6 +17,13 @@ from tests.app.tui.conftest import wait_for
 from tests.app.tui.fake_async_engine import GatedEngine, StepClock
 
 SIZE = (100, 30)
+
+
+@pytest.fixture(autouse=True)
+def fixed_times(monkeypatch):
+    """Message times and sidebar dates read the wall clock: show fixed ones."""
+    monkeypatch.setattr("localchat.app.tui.widgets.message_view.when", lambda ts: "10:21")
+    monkeypatch.setattr("localchat.app.tui.widgets.sidebar.day", lambda ts: "Dec 01")
 
 
 async def settle(pilot) -> None:
