@@ -20,7 +20,7 @@ import typer
 
 from localchat.app import cli_io, interrupts, render
 from localchat.app.cli_io import CliUsageError
-from localchat.app.load_options import LoadOptions, check_load_options
+from localchat.app.load_options import LoadOptions, check_load_options, context_choice
 from localchat.app.report import answer_stats, format_stats_line
 
 # SamplingParams field -> the flag that sets it (used to name the flag in range errors).
@@ -42,6 +42,7 @@ class AskArgs:
     draft: str | None = None
     quant: str | None = None
     num_speculative_tokens: int | None = None
+    context: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams field -> flag value
     no_stream: bool = False
     no_stdin: bool = False
@@ -80,9 +81,11 @@ def run_ask(args: AskArgs) -> None:
     store, conv = _open_history(args)
     try:
         model = args.model or (conv.model if conv and conv.model else settings.default_model)
+        context, context_origin = context_choice(args.context, settings)
         options = LoadOptions(model=model, draft=args.draft or settings.draft,
                               quant=args.quant or settings.quant or "auto",
-                              num_speculative_tokens=args.num_speculative_tokens)
+                              num_speculative_tokens=args.num_speculative_tokens,
+                              context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
         engine = cli_io.guarded(lambda: load_engine(options))
@@ -227,6 +230,7 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         stats = answer_stats(last, len(prompt_ids), interrupted)
         _save_reply(store, conv_id, writer.text, interrupted, stats)
         if args.json:
+            stats["context"] = getattr(engine, "max_model_len", None)  # the value in use
             stats["memory"] = _memory(engine)
         _print_answer(writer, args, stats, model, conv_id)
     except BrokenPipeError:

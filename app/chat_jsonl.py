@@ -35,6 +35,7 @@ class JsonlArgs:
     seed: int | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    context: int | None = None
 
 
 def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | None = None
@@ -46,7 +47,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         LocalchatError: the model cannot be resolved or loaded (exit 1).
     """
     from localchat.app.ask_cmd import SAMPLING_FLAGS, fit_prompt, load_engine
-    from localchat.app.load_options import LoadOptions, check_load_options
+    from localchat.app.load_options import LoadOptions, check_load_options, context_choice
     from localchat.app.session import ChatSession
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
@@ -60,10 +61,12 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         sampling = SamplingParams(**knobs)
     except ValueError as e:
         raise cli_io.CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
+    context, context_origin = context_choice(args.context, settings)
     options = LoadOptions(model=args.model or settings.default_model,
                           draft=args.draft or settings.draft,
                           quant=settings.quant or "auto",
-                          num_speculative_tokens=args.num_speculative_tokens)
+                          num_speculative_tokens=args.num_speculative_tokens,
+                          context=context, context_origin=context_origin)
     check_load_options(options, from_flags={"draft": bool(args.draft)})
     engine = cli_io.guarded(lambda: load_engine(options))
     session = ChatSession(system=settings.system_prompt)

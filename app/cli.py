@@ -30,6 +30,12 @@ app = typer.Typer(
 DebugOpt = Annotated[
     bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
 ]
+ContextOpt = Annotated[
+    int | None,
+    typer.Option("-C", "--context", help="Context size in tokens (prompt + reply); sizes the "
+                 "KV cache.", show_default="config 'context', else the model's, at most 8192 "
+                 "on CPU"),
+]
 ThemeOpt = Annotated[
     str | None,
     typer.Option("--theme", help="TUI theme: dark, light, high-contrast (or a Textual theme).",
@@ -186,6 +192,7 @@ def ask(
         typer.Option("--quant", help="Weight format: auto|none|fp8|int8|int4.",
                      show_default="auto"),
     ] = None,
+    context: ContextOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Answer one prompt, streaming the reply to stdout; the turn is saved to the history."""
@@ -199,7 +206,7 @@ def ask(
     }
     run_ask(AskArgs(
         prompt=prompt, model=model, system=system, draft=draft, quant=quant, sampling=knobs,
-        num_speculative_tokens=num_speculative_tokens,
+        num_speculative_tokens=num_speculative_tokens, context=context,
         no_stream=no_stream, no_stdin=no_stdin, raw=raw, json=json_out, stats=stats,
         extract=extract, continue_=continue_, conversation=conversation, no_save=no_save,
     ))
@@ -246,6 +253,7 @@ def chat(
     num_speculative_tokens: Annotated[
         int | None, typer.Option("--num-speculative-tokens", show_default="4")
     ] = None,
+    context: ContextOpt = None,
     theme: ThemeOpt = None,
     debug: DebugOpt = False,
 ) -> None:
@@ -255,12 +263,14 @@ def chat(
             raise cli_io.CliUsageError("the chat TUI needs a terminal; use "
                                        "'localchat chat --jsonl' or 'localchat ask'")
         knobs = {"seed": seed, "temperature": temperature, "max_tokens": max_tokens}
-        _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None})
+        _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None},
+                  context=context)
         return
     from localchat.app.chat_jsonl import JsonlArgs, run_jsonl
 
     run_jsonl(JsonlArgs(model=model, draft=draft, num_speculative_tokens=num_speculative_tokens,
-                        seed=seed, temperature=temperature, max_tokens=max_tokens))
+                        seed=seed, temperature=temperature, max_tokens=max_tokens,
+                        context=context))
 
 
 app.add_typer(history_app)
@@ -277,11 +287,12 @@ def main(argv: list[str] | None = None) -> None:
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any]) -> None:
+def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],
+              context: int | None = None) -> None:
     """Run the chat TUI (``app/tui``) until the user quits."""
     from localchat.app.tui.app import run_tui
 
-    raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling))
+    raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context))
 
 
 def _resolve(spec: str) -> Any:

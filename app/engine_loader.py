@@ -43,13 +43,39 @@ def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
 
 
 def engine_config(options: LoadOptions, draft_path: Path | None) -> Any:
-    """``EngineConfig`` for ``options``: the weight format and speculative decoding."""
-    from localchat.engine.config import EngineConfig, QuantConfig, SpeculativeConfig
+    """``EngineConfig`` for ``options``: the weight format, speculative decoding and the
+    context (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it)."""
+    from localchat.engine.config import (
+        EngineConfig,
+        QuantConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+    )
 
     spec = SpeculativeConfig(
         draft_model=str(draft_path) if draft_path is not None else None,
         num_speculative_tokens=options.num_speculative_tokens or 4)
-    return EngineConfig(quant=QuantConfig(scheme=options.quant or "auto"), speculative=spec)
+    return EngineConfig(quant=QuantConfig(scheme=options.quant or "auto"), speculative=spec,
+                        scheduler=SchedulerConfig(max_model_len=options.context))
+
+
+def check_context(options: LoadOptions, source: Any) -> None:
+    """Refuse a context longer than the model was trained for, naming both numbers.
+
+    Raises:
+        CliUsageError: ``options.context`` exceeds the model's ``max_position_embeddings``.
+    """
+    if options.context is None:
+        return
+    from localchat.app.cli_io import CliUsageError
+    from localchat.app.settings import cache_dir
+    from localchat.engine.loader import load_model_config
+
+    trained = load_model_config(Path(source.path), cache_dir()).max_position_embeddings
+    if options.context > trained:
+        name = getattr(source, "alias", None) or options.model
+        raise CliUsageError(f"{options.context_origin} {options.context}: {name} was trained "
+                            f"for a context of at most {trained} tokens (use {trained} or less)")
 
 
 def load(options: LoadOptions, *, use_async: bool = False) -> Any:
@@ -63,6 +89,7 @@ def load(options: LoadOptions, *, use_async: bool = False) -> Any:
 
     source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                            progress=cli_io.stderr_progress)
+    check_context(options, source)
     draft = draft_spec(options, source.alias)
     draft_path = None
     if draft is not None:

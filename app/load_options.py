@@ -1,5 +1,5 @@
-"""Options for loading the engine that come from ``--draft``, ``--num-speculative-tokens``
-and ``--quant`` (or the settings), checked before any model is resolved or loaded.
+"""Options for loading the engine that come from ``--draft``, ``--num-speculative-tokens``,
+``--quant`` and ``--context`` (or the settings), checked before any model is resolved or loaded.
 
 ``engine_loader.load`` turns them into an ``EngineConfig``; ``check_load_options`` is the one
 place that refuses values the engine cannot take, with the flag (or config key) named.
@@ -22,12 +22,15 @@ class LoadOptions:
     """What to load: ``model`` (a model spec), ``draft`` (a draft model spec for speculative
     decoding, ``auto`` for the catalog's pairing, or None), ``num_speculative_tokens`` (k, the
     most draft tokens per step; None = 4) and ``quant`` (``auto|none|fp8|int8|int4``), as the
-    user gave them."""
+    user gave them; ``context`` the context size in tokens (prompt + reply; None: the model's,
+    at most 8192 on CPU) and ``context_origin`` where it came from (named in errors)."""
 
     model: str
     draft: str | None = None
     quant: str = "auto"
     num_speculative_tokens: int | None = None
+    context: int | None = None
+    context_origin: str = "--context"
 
 
 def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None = None) -> None:
@@ -37,8 +40,8 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
     so the message names where to change it.
 
     Raises:
-        CliUsageError: ``quant`` is not one of ``AVAILABLE_QUANT``, or
-            ``num_speculative_tokens`` is outside [1, 16] (exit 2).
+        CliUsageError: ``quant`` is not one of ``AVAILABLE_QUANT``,
+            ``num_speculative_tokens`` is outside [1, 16], or ``context`` is below 1 (exit 2).
     """
     from_flags = from_flags or {}
 
@@ -48,6 +51,20 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
     if options.quant not in AVAILABLE_QUANT:
         raise CliUsageError(f"{where('quant')} {options.quant}: unknown weight format "
                             f"(use {', '.join(AVAILABLE_QUANT)})")
+    if options.context is not None and options.context < 1:
+        raise CliUsageError(f"{options.context_origin} {options.context}: the context must be "
+                            "a positive number of tokens")
     k = options.num_speculative_tokens
     if k is not None and not 1 <= k <= 16:
         raise CliUsageError(f"--num-speculative-tokens {k}: must be between 1 and 16")
+
+
+def context_choice(flag: int | None, settings: object) -> tuple[int | None, str]:
+    """The context size to use and where it came from: ``--context`` > ``LOCALCHAT_CONTEXT``
+    > ``context`` in config.toml > None (the model's, at most 8192 on CPU)."""
+    if flag is not None:
+        return flag, "--context"
+    value = getattr(settings, "context", None)
+    source = getattr(settings, "sources", {}).get("context")
+    origin = ("LOCALCHAT_CONTEXT" if source == "env" else "context (config.toml)")
+    return value, origin

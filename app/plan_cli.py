@@ -24,8 +24,8 @@ def plan_command(
     model: Annotated[str, typer.Argument(help="Catalog alias, Hub repo id, HF folder or .gguf.")],
     context: Annotated[
         int | None,
-        typer.Option("--context", help="Tokens per conversation (prompt + reply).",
-                     show_default="the model's, at most 8192"),
+        typer.Option("-C", "--context", help="Tokens per conversation (prompt + reply).",
+                     show_default="config 'context', else the model's, at most 8192 on CPU"),
     ] = None,
     memory: Annotated[
         str | None,
@@ -53,8 +53,12 @@ def plan_command(
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
     from localchat.engine.memory.budget import parse_size
 
+    from localchat.app.load_options import context_choice
+    from localchat.app.settings import load_settings
+
+    context, context_origin = context_choice(context, load_settings())
     if context is not None and context <= 0:
-        raise CliUsageError(f"--context must be positive, got {context}")
+        raise CliUsageError(f"{context_origin} must be positive, got {context}")
     if max_num_seqs <= 0:
         raise CliUsageError(f"--max-num-seqs must be positive, got {max_num_seqs}")
     if quant not in ("auto", "none", "fp8", "int8", "int4"):
@@ -71,11 +75,17 @@ def plan_command(
     if not debug:  # huggingface_hub logs each retry; our one error line says it all
         hf_logging.set_verbosity_error()
     result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context, max_num_seqs,
-                                          quant))
+                                          quant, context_origin))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         _print_table(result)
+
+
+def default_context(trained: int, device_type: str) -> int:
+    """The context the engine uses when none is given: the model's trained context, at most
+    ``DEFAULT_MAX_CONTEXT`` on CPU (as ``LLMEngine.from_path``)."""
+    return min(trained, DEFAULT_MAX_CONTEXT) if device_type == "cpu" else trained
 
 
 def _device(name: str | None, has_budget: bool):
@@ -94,8 +104,12 @@ def _device(name: str | None, has_budget: bool):
 
 
 def _plan(model: str, draft: str | None, device, budget: int | None, context: int | None,
-          max_num_seqs: int, quant: str) -> dict[str, Any]:
-    """Describe the model (and draft), plan, and return the JSON-ready result."""
+          max_num_seqs: int, quant: str, context_origin: str = "--context") -> dict[str, Any]:
+    """Describe the model (and draft), plan, and return the JSON-ready result.
+
+    Raises:
+        CliUsageError: ``context`` is above the model's trained context (both named).
+    """
     from localchat.app.settings import cache_dir
     from localchat.engine.hub.describe import describe_model
     from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
@@ -110,10 +124,11 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     if budget is None:
         available = available_memory_bytes(device.type)
         budget = default_budget_bytes(device.type, available)
-    ctx = context or min(target.config.max_position_embeddings, DEFAULT_MAX_CONTEXT)
-    if ctx > target.config.max_position_embeddings:
-        cli_io.note(f"--context {ctx} is beyond the model's {target.config.max_position_embeddings}"
-                    " trained positions")
+    trained = target.config.max_position_embeddings
+    if context is not None and context > trained:
+        raise CliUsageError(f"{context_origin} {context}: {target.name} was trained for a "
+                            f"context of at most {trained} tokens (use {trained} or less)")
+    ctx = context or default_context(trained, device.type)
     plan = plan_memory(target.config, budget, ctx, max_num_seqs,
                        drafted.config if drafted else None, device, quant=quant,
                        int4_group_size=target.int4_group_size,

@@ -6,7 +6,8 @@ environment variable ``LOCALCHAT_HOME`` is set, all three live under it instead:
 function creates its folder on demand.
 
 The config file is ``config_dir()/config.toml``: ``default_model``, ``draft``, ``quant``,
-``theme``, ``system_prompt``, a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
+``context`` (tokens per conversation, prompt + reply; as llama.cpp's ``-c``), ``theme``,
+``system_prompt``, a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
 are listed in ``KEYS``) and a ``[keys]`` table of TUI key bindings (``stop = "escape,ctrl+c"``;
 names in ``localchat.app.tui.keymap``, checked by the TUI). Each key can also come from the environment (``LOCALCHAT_`` + the key's
 last part in capitals: ``LOCALCHAT_DEFAULT_MODEL``, ``LOCALCHAT_TEMPERATURE``). Precedence, as
@@ -106,6 +107,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("default_model", str, "model used when no --model is given"),
     Key("draft", str, "draft model for speculative decoding"),
     Key("quant", str, "weight format: " + "|".join(QUANT_CHOICES), QUANT_CHOICES),
+    Key("context", int, "context size in tokens (prompt + reply); default: the model's, "
+        "at most 8192 on CPU"),
     Key("theme", str, "TUI theme name"),
     Key("system_prompt", str, "system prompt used when no --system is given"),
     *(Key(f"{SAMPLING_TABLE}.{n}", t, h) for n, t, h in _SAMPLING_KEYS),
@@ -116,8 +119,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
 class Settings:
     """Resolved settings: config file, then environment over it (``load_settings``).
 
-    ``default_model`` is a model spec (alias, repo id, or path); ``draft``, ``quant``, ``theme``
-    and ``system_prompt`` are None when not set; ``sampling`` maps ``SamplingParams`` field
+    ``default_model`` is a model spec (alias, repo id, or path); ``draft``, ``quant``,
+    ``context`` (tokens), ``theme`` and ``system_prompt`` are None when not set; ``sampling`` maps ``SamplingParams`` field
     names to the values set. ``sources`` maps each set key name to ``"config"`` or ``"env"``;
     ``unknown_keys`` lists config-file keys that localchat does not know (they are ignored).
     """
@@ -125,6 +128,7 @@ class Settings:
     default_model: str = DEFAULT_MODEL
     draft: str | None = None
     quant: str | None = None
+    context: int | None = None
     theme: str | None = None
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +183,10 @@ def parse_value(key: Key, raw: Any) -> Any:
     except (TypeError, ValueError):
         kind = "an integer" if key.type is int else "a number"
         raise SettingError(f"{key.name} must be {kind}, got {raw!r}") from None
+    if key.table != SAMPLING_TABLE:  # context
+        if value < 1:
+            raise SettingError(f"{key.name} must be a positive number of tokens, got {value}")
+        return value
     from localchat.engine.sampling_params import SamplingParams
 
     try:

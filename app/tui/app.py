@@ -37,7 +37,10 @@ class ChatApp(App[None]):
         theme: theme name (``dark``/``light``/``high-contrast`` or any registered theme).
         settings: a ``Settings`` (default: ``load_settings()``).
         engine: an already loaded engine (tests); skips loading.
-        engine_loader: ``(spec, quant=, draft=, progress=) -> engine``, run on a thread.
+        engine_loader: ``(spec, quant=, draft=, progress=, context=) -> engine``, run on a
+            thread.
+        context: context size in tokens (``--context``; default: the settings' ``context``,
+            else the model's, at most 8192 on CPU).
         store: the history store (default: ``TuiStore()`` on the user's history file),
             wrapped in a ``HistoryGuard``: a corrupt or read-only file shows a banner and the
             chat goes on in memory.
@@ -51,7 +54,7 @@ class ChatApp(App[None]):
     def __init__(self, *, model: str | None = None, theme: str | None = None,
                  settings: Any = None, engine: Any = None,
                  engine_loader: Callable[..., Any] | None = None, store: Any = None,
-                 remember_theme: bool = True) -> None:
+                 remember_theme: bool = True, context: int | None = None) -> None:
         super().__init__()
         if settings is None:
             from localchat.app.settings import load_settings
@@ -68,6 +71,9 @@ class ChatApp(App[None]):
         self.model_name: str = model or settings.default_model
         self.draft: str | None = settings.draft
         self.quant: str | None = settings.quant
+        from localchat.app.load_options import context_choice
+
+        self.context, self.context_origin = context_choice(context, settings)
         self.default_system: str | None = settings.system_prompt
         self.default_sampling: dict[str, Any] = dict(settings.sampling)
         # The loaded model's recommended sampling (below the user's own settings).
@@ -123,8 +129,10 @@ class ChatApp(App[None]):
             self.call_from_thread(self._progress, model, line)
 
         try:
+            extra = {} if self.context is None else {"context": self.context,
+                                                     "context_origin": self.context_origin}
             engine = self._engine_loader(model, quant=self.quant, draft=draft,
-                                         progress=progress)
+                                         progress=progress, **extra)
         except BaseException as exc:
             logger.debug("loading %s failed", model, exc_info=True)
             self.post_message(EngineLoaded(model, error=describe_error(exc)))
@@ -217,7 +225,7 @@ def _shutdown(engine: Any) -> None:
 
 
 def run_tui(model: str | None = None, theme: str | None = None,
-            sampling: dict[str, Any] | None = None) -> int:
+            sampling: dict[str, Any] | None = None, context: int | None = None) -> int:
     """Run the TUI in this terminal until the user quits; returns the exit code (0).
 
     ``sampling`` holds ``SamplingParams`` fields from command-line flags; they override the
@@ -243,7 +251,12 @@ def run_tui(model: str | None = None, theme: str | None = None,
         settings = replace(settings, sampling=merged)
     from localchat.app.cli_io import debug_requested
 
-    app = ChatApp(model=model, theme=theme, settings=settings)
+    if context is not None and context < 1:
+        from localchat.app.cli_io import CliUsageError
+
+        raise CliUsageError(f"--context {context}: the context must be a positive number of "
+                            "tokens")
+    app = ChatApp(model=model, theme=theme, settings=settings, context=context)
     app.show_tracebacks = debug_requested(sys.argv[1:])
     app.run()
     if app._exception is not None and not app.show_tracebacks:

@@ -24,30 +24,41 @@ ENGINE_LOCK = threading.RLock()
 
 
 def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None = None,
-                      progress: Progress | None = None) -> Any:
+                      progress: Progress | None = None, context: int | None = None,
+                      context_origin: str = "--context") -> Any:
     """Resolve ``spec`` (downloading with ``progress`` lines) and load an ``AsyncLLMEngine``.
 
     ``quant`` is a weight format (None: ``auto``); ``draft`` a draft model spec for
-    speculative decoding (``auto``: the catalog's pairing; None/``none``: off). The same
+    speculative decoding (``auto``: the catalog's pairing; None/``none``: off); ``context``
+    the context size in tokens (None: the model's, at most 8192 on CPU). The same
     choices as ``app/engine_loader.py`` (``draft_spec``, ``engine_config``), but progress goes
     to the callback: the TUI owns the terminal, so nothing may be written to stderr.
 
     Raises:
         LocalchatError: unknown model, download or load failure, a bad draft (one line).
+        CliUsageError: ``context`` is above the model's trained context (both named).
     """
     with ENGINE_LOCK:
-        return _load(spec, quant, draft, progress)
+        return _load(spec, quant, draft, progress, context, context_origin)
 
 
-def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None) -> Any:
-    from localchat.app.engine_loader import DraftChoiceError, draft_spec, engine_config
+def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None,
+          context: int | None = None, context_origin: str = "--context") -> Any:
+    from localchat.app.engine_loader import (
+        DraftChoiceError,
+        check_context,
+        draft_spec,
+        engine_config,
+    )
     from localchat.app.load_options import LoadOptions
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
     from localchat.engine.hub.resolve import resolve_model
 
-    options = LoadOptions(model=spec, draft=draft, quant=quant or "auto")
+    options = LoadOptions(model=spec, draft=draft, quant=quant or "auto", context=context,
+                          context_origin=context_origin)
     source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)
+    check_context(options, source)
     draft_name = draft_spec(options, source.alias)
     draft_path = None
     if draft_name is not None:
@@ -65,7 +76,9 @@ def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | 
 
 def describe_error(exc: BaseException) -> str:
     """One line for a notification: a ``LocalchatError``'s message, else the type and text."""
-    if isinstance(exc, LocalchatError):
+    from localchat.app.cli_io import CliUsageError
+
+    if isinstance(exc, (LocalchatError, CliUsageError)):
         text = str(exc)
     elif isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
         text = f"out of memory: {exc}".rstrip(": ")

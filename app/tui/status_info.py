@@ -129,8 +129,8 @@ def format_status(info: StatusInfo, width: int = 200) -> Text:
     cached = "-" if info.cached_tokens is None else (
         f"{info.cached_tokens}/{info.prompt_tokens}" if info.prompt_tokens else
         str(info.cached_tokens))
-    ctx = "-" if info.context_used is None else (
-        f"{info.context_used}/{info.max_model_len or '?'}")
+    used = "-" if info.context_used is None else str(info.context_used)
+    ctx = f"{used}/{info.max_model_len}" if info.max_model_len else used
     usage = "" if info.kv_usage is None else f" {info.kv_usage:.0%}"
     parts = [  # (labelled form, short form, importance: higher is dropped/shortened first)
         (f"{model} {state}".strip(), f"{info.model} {state}".strip(), 0),

@@ -234,3 +234,25 @@ async def test_current_sampling_values_are_visible(make_app):
         await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
         assert chat(app).current.sampling == {"temperature": 0.5}
         assert prompt.border_subtitle == f"temp 0.5 · top-p 0.9 · max {default_max}"
+
+
+async def test_context_reaches_the_loader_and_the_status_bar(make_app, monkeypatch):
+    seen = []
+
+    def loader(spec, **kwargs):
+        seen.append(kwargs)
+        return GatedEngine(max_model_len=kwargs.get("context") or 4096)
+
+    monkeypatch.setenv("LOCALCHAT_CONTEXT", "3000")
+    from localchat.app.settings import load_settings
+
+    app = make_app(None, engine_loader=loader, settings=load_settings(), context=1234)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None, what="the load")
+        assert seen[0]["context"] == 1234 and seen[0]["context_origin"] == "--context"
+        bar = chat(app).query_one(StatusBar)
+        await wait_for(pilot, lambda: "ctx -/1234" in bar.plain, what="the context in use")
+    again = make_app(None, engine_loader=loader, settings=load_settings())
+    async with again.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: again.engine is not None, what="the load")
+        assert seen[1]["context"] == 3000 and seen[1]["context_origin"] == "LOCALCHAT_CONTEXT"

@@ -1,0 +1,117 @@
+"""``--context N`` / ``-C``, ``context`` in config.toml and ``LOCALCHAT_CONTEXT`` (issue 18).
+
+Precedence flag > environment > config file > default, as the other settings; the engine's KV
+pool is sized from it; a value above the model's trained context is a usage error naming both
+numbers; ``ask --json`` reports the value in use. The trained context is read independently
+from the model file (``load_model_config``), never hard-coded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localchat.app.cli_io import CliUsageError
+from localchat.app.engine_loader import check_context, engine_config
+from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+from localchat.app.settings import SettingError, load_settings
+from tests.app.test_cli import env, run  # noqa: F401 - the subprocess fixture
+
+GREEDY = ["--temperature", "0", "--max-tokens", "4"]
+
+
+def test_context_precedence_flag_env_config_default(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("context = 2048\n", encoding="utf-8")
+    assert context_choice(None, load_settings(cfg, environ={})) == (2048,
+                                                                   "context (config.toml)")
+    from_env = load_settings(cfg, environ={"LOCALCHAT_CONTEXT": "3072"})
+    assert context_choice(None, from_env) == (3072, "LOCALCHAT_CONTEXT")
+    assert context_choice(1024, from_env) == (1024, "--context")
+    assert context_choice(None, load_settings(tmp_path / "none.toml", environ={})) == (
+        None, "context (config.toml)")
+
+
+def test_bad_context_values_are_refused_with_where_they_came_from(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("context = 0\n", encoding="utf-8")
+    with pytest.raises(SettingError, match="context"):
+        load_settings(cfg, environ={})
+    with pytest.raises(SettingError, match="LOCALCHAT_CONTEXT"):
+        load_settings(tmp_path / "none.toml", environ={"LOCALCHAT_CONTEXT": "lots"})
+    with pytest.raises(CliUsageError, match="--context -5"):
+        check_load_options(LoadOptions("m", context=-5))
+
+
+def test_context_sizes_the_engine_config():
+    config = engine_config(LoadOptions("m", context=1536), None)
+    assert config.scheduler.max_model_len == 1536
+    assert engine_config(LoadOptions("m"), None).scheduler.max_model_len is None
+
+
+def test_context_above_the_trained_one_names_both_numbers(smollm2_gguf, cache_dir):
+    from localchat.engine.hub import resolve_model
+    from localchat.engine.loader import load_model_config
+
+    trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
+    source = resolve_model(str(smollm2_gguf), cache_dir=cache_dir, download=False)
+    check_context(LoadOptions(str(smollm2_gguf), context=trained), source)  # the limit is ok
+    with pytest.raises(CliUsageError) as info:
+        check_context(LoadOptions(str(smollm2_gguf), context=trained + 1,
+                                  context_origin="LOCALCHAT_CONTEXT"), source)
+    msg = str(info.value)
+    assert f"LOCALCHAT_CONTEXT {trained + 1}" in msg and f"{trained} tokens" in msg
+
+
+def test_engine_kv_pool_follows_the_context(smollm2_gguf, cache_dir):
+    from localchat.engine.llm_engine import LLMEngine
+
+    config = engine_config(LoadOptions(str(smollm2_gguf), quant="none", context=1024), None)
+    engine = LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+    try:
+        assert engine.max_model_len == 1024
+        pool = engine.num_blocks * engine.config.cache.block_size
+        # Sized for max_num_seqs contexts of 1024 tokens (or fewer, capped by memory), never
+        # less than one.
+        assert 1024 <= pool <= 1024 * engine.config.scheduler.max_num_seqs
+    finally:
+        shutdown = getattr(engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def test_ask_context_flag_env_and_refusal(env, smollm2_gguf, cache_dir):  # noqa: F811
+    from localchat.engine.loader import load_model_config
+
+    trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
+    model = ["-m", str(smollm2_gguf), "--no-save", *GREEDY]
+    r = run(env, "ask", *model, "-C", "768", "--json", "Hi")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["context"] == 768
+    r = run({**env, "LOCALCHAT_CONTEXT": "640"}, "ask", *model, "--json", "Hi")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["context"] == 640
+    r = run(env, "ask", *model, "--context", str(trained * 2), "Hi")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and r.stdout == b""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(trained * 2) in err and str(trained) in err.replace(str(trained * 2), "")
+
+
+def test_chat_jsonl_and_plan_take_the_context(env, smollm2_gguf, cache_dir):  # noqa: F811
+    from localchat.engine.loader import load_model_config
+
+    trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
+    r = run(env, "chat", "--jsonl", "-m", str(smollm2_gguf), "-C", str(trained + 1),
+            stdin=b'{"role": "user", "content": "hi"}\n')
+    assert r.returncode == 2 and str(trained + 1) in r.stderr.decode()
+    r = run(env, "plan", str(smollm2_gguf), "-C", str(trained + 1))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and str(trained + 1) in err and f"{trained} tokens" in err
+    r = run(env, "plan", str(smollm2_gguf), "-C", "1024", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["requested_context_len"] == 1024
+    r = run({**env, "LOCALCHAT_CONTEXT": "1536"}, "plan", str(smollm2_gguf), "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["requested_context_len"] == 1536
