@@ -1,6 +1,7 @@
 """What ``localchat ask`` does, between parsing (``cli.py``) and the engine.
 
-One turn: merge flags over settings (flag > environment > config file > default), compose the
+One turn: merge flags over settings (flag > environment > config file > the model's
+recommended sampling, ``model_defaults.py`` > default), compose the
 prompt (stdin, blank line, argument), load the engine, render the conversation (earlier turns
 with ``-c``/``--conversation``) into prompt token ids that fit the context, commit the user's
 message to the history, stream the reply through a writer (``render.py``), then commit the
@@ -30,6 +31,11 @@ SAMPLING_FLAGS = {
     "repetition_penalty": "--repetition-penalty", "presence_penalty": "--presence-penalty",
     "frequency_penalty": "--frequency-penalty", "stop": "--stop",
 }
+
+
+# The SamplingParams fields ``--json`` reports under "sampling" (the values in use).
+SAMPLING_SHOWN = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens",
+                  "seed")
 
 
 @dataclass
@@ -89,6 +95,7 @@ def run_ask(args: AskArgs) -> None:
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
         engine = cli_io.guarded(lambda: load_engine(options))
+        sampling = with_model_defaults(model, knobs, sampling)
 
         from localchat.app.session import ChatSession
 
@@ -110,6 +117,18 @@ def run_ask(args: AskArgs) -> None:
     finally:
         if store is not None:
             store.close()
+
+
+def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any:
+    """``SamplingParams`` of the model's recommended values (``model_defaults``) overlaid
+    with the user's ``knobs`` (settings and flags, already checked in ``sampling``)."""
+    from localchat.app.model_defaults import recommended_sampling
+    from localchat.engine.sampling_params import SamplingParams
+
+    recommended, _origin = recommended_sampling(model)
+    if not recommended:
+        return sampling
+    return SamplingParams(**{**recommended, **knobs})
 
 
 def load_engine(options: LoadOptions) -> Any:
@@ -231,6 +250,7 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         _save_reply(store, conv_id, writer.text, interrupted, stats)
         if args.json:
             stats["context"] = getattr(engine, "max_model_len", None)  # the value in use
+            stats["sampling"] = {k: getattr(sampling, k) for k in SAMPLING_SHOWN}
             stats["memory"] = _memory(engine)
         _print_answer(writer, args, stats, model, conv_id)
     except BrokenPipeError:

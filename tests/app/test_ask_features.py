@@ -187,8 +187,12 @@ def test_engine_options_reach_the_loader(ask):
 
 
 def test_precedence_flag_over_env_over_config_over_default(ask, monkeypatch):
+    from localchat.engine.hub.catalog import CATALOG
+
     _, _, _, engine, options = ask(["hi"])
-    assert engine.sampling_params.temperature == 0.7 and options.model == "smollm2-135m"
+    # No setting: the default model's recommendation (its catalog entry), not SamplingParams'.
+    recommended = dict(CATALOG["smollm2-135m"].sampling)["temperature"]
+    assert engine.sampling_params.temperature == recommended and options.model == "smollm2-135m"
     settings.set_value("temperature", "0.2")
     settings.set_value("default_model", "from-config")
     settings.set_value("system_prompt", "config system")
