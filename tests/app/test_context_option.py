@@ -51,7 +51,7 @@ def test_context_sizes_the_engine_config():
 
 
 def test_context_above_the_trained_one_names_both_numbers(smollm2_gguf, cache_dir):
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.loader import load_model_config
 
     trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
