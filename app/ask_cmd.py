@@ -263,15 +263,14 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
 
 
 def _memory(engine: Any) -> dict[str, Any] | None:
-    """``--json``'s ``memory``: the planner's prediction beside the measurement (bytes)."""
+    """``--json``'s ``memory``: the planner's prediction for the engine as loaded beside the
+    bytes allocated (``memory_figures.py``)."""
     try:
-        from localchat.engine.memory.report import memory_report
+        from localchat.app.memory_figures import memory_figures
 
-        report = memory_report(engine)
+        return memory_figures(engine)
     except (AttributeError, TypeError, ValueError, OSError):  # a fake engine in tests
         return None
-    return {"format": report.format, "predicted_bytes": report.predicted_bytes,
-            "measured_bytes": report.measured_bytes, "measured": report.measured_what}
 
 
 def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,

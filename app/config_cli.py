@@ -33,10 +33,9 @@ def path() -> None:
 def show() -> None:
     """Print every key: value in effect (TOML syntax) and its source, or its default."""
     from localchat.app import toml_edit
+    from localchat.app.model_defaults import recommended_sampling
     from localchat.app.settings import KEYS, load_settings
     from localchat.engine.sampling_params import SamplingParams
-
-    from localchat.app.model_defaults import recommended_sampling
 
     settings = load_settings()
     defaults = SamplingParams()

@@ -51,10 +51,9 @@ def plan_command(
                                         show_default=False)] = False,
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
-    from localchat.engine.memory.budget import parse_size
-
     from localchat.app.load_options import context_choice
     from localchat.app.settings import load_settings
+    from localchat.engine.memory.budget import parse_size
 
     context, context_origin = context_choice(context, load_settings())
     if context is not None and context <= 0:

@@ -87,17 +87,24 @@ def describe_error(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def plan_for(path: Any, context_len: int = 4096, cache_dir: Any = None) -> str | None:
+def plan_for(path: Any, context_len: int | None = None, cache_dir: Any = None) -> str | None:
     """The memory plan of a cached model as a short text, or None when the planner is not in
     this build. Reads only the model's config (GGUF metadata cached under ``cache_dir``,
     default the user's cache), never its weights. Waits for a model load in progress
-    (``ENGINE_LOCK``)."""
+    (``ENGINE_LOCK``).
+
+    The same plan as ``localchat plan`` and the engine: ``context_len`` (None: the engine's
+    default, the model's trained context, at most 8192 on CPU: ``plan_cli.default_context``),
+    the device the engine would use (CUDA when present, else CPU) and its default budget."""
     with ENGINE_LOCK:
         return _plan_text(path, context_len, cache_dir)
 
 
-def _plan_text(path: Any, context_len: int, cache_dir: Any) -> str | None:
+def _plan_text(path: Any, context_len: int | None, cache_dir: Any) -> str | None:
     try:
+        import torch
+
+        from localchat.app.plan_cli import default_context
         from localchat.app.settings import cache_dir as default_cache_dir
         from localchat.engine.loader import load_model_config
         from localchat.engine.memory.budget import DeviceSpec, default_budget_bytes
@@ -106,8 +113,10 @@ def _plan_text(path: Any, context_len: int, cache_dir: Any) -> str | None:
         return None
     try:
         config = load_model_config(path, cache_dir=cache_dir or default_cache_dir())
-        device = DeviceSpec.detect("cpu")
-        plan = plan_memory(config, default_budget_bytes("cpu"), context_len, device=device)
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+        device = DeviceSpec.detect(kind)
+        ctx = context_len or default_context(config.max_position_embeddings, kind)
+        plan = plan_memory(config, default_budget_bytes(kind), ctx, device=device)
     except Exception as exc:  # noqa: BLE001 - shown as text, never raised into the UI
         return f"no plan: {describe_error(exc)}"
     head = (f"format {plan.format} at {plan.context_len} tokens of context "

@@ -201,7 +201,8 @@ class ConversationActions:
             if alias and alias != self.app.model_name:
                 self.switch_model(alias, self.app.draft)
 
-        self.app.push_screen(ModelPickerScreen(self.app.model_name), done)
+        self.app.push_screen(ModelPickerScreen(self.app.model_name,
+                                               getattr(self.app, "context", None)), done)
 
     def switch_model(self, model: str, draft: str | None) -> None:
         """Load another model for this and later replies (running replies are stopped)."""

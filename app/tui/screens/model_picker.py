@@ -22,9 +22,10 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), Binding("p", "pull", "Pull")]
 
-    def __init__(self, current: str | None = None) -> None:
+    def __init__(self, current: str | None = None, context: int | None = None) -> None:
         super().__init__()
         self.current = current
+        self.context = context  # the session's --context / config value (None: default)
         self.rows: list = []
         self.pulling = False
 
@@ -81,7 +82,8 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     @work(thread=True, exclusive=True, group="plan")
     def show_plan(self, alias: str, path) -> None:
-        text = plan_for(path) or "memory plan unavailable (no planner in this build)"
+        text = (plan_for(path, self.context)
+                or "memory plan unavailable (no planner in this build)")
         self.app.call_from_thread(self.query_one("#plan", Static).update,
                                   f"{alias}: {text}")
 
