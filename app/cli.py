@@ -1,4 +1,5 @@
-"""The ``localchat`` command line: ``ask``, ``pull``, ``models``, ``history``, ``config``.
+"""The ``localchat`` command line: ``ask``, ``pull``, ``models``, ``history``, ``config``,
+``serve``.
 
 A thin shell over the engine (DESIGN.md section 2): parse flags and delegate (``ask_cmd``,
 ``history_cli``, ``config_cli``). torch and transformers are imported inside the commands, so
@@ -271,6 +272,48 @@ def chat(
     run_jsonl(JsonlArgs(model=model, draft=draft, num_speculative_tokens=num_speculative_tokens,
                         seed=seed, temperature=temperature, max_tokens=max_tokens,
                         context=context))
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str | None, typer.Option("-m", "--model", help="Model spec (as in ask).",
+                                 show_default="settings' default_model")
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; other than loopback "
+                                      "needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free one).")] = 8088,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY'.",
+                                 show_default=False)
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without "
+                           "a key (warned).")
+    ] = False,
+    draft: Annotated[
+        str | None, typer.Option("--draft", help="Draft model for speculative decoding.",
+                                 show_default=False)
+    ] = None,
+    quant: Annotated[
+        str | None, typer.Option("--quant", help="Weight format: auto|none|fp8|int8|int4.",
+                                 show_default="auto")
+    ] = None,
+    max_num_seqs: Annotated[
+        int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
+    ] = 16,
+    max_model_len: Annotated[
+        int | None, typer.Option("--max-model-len", help="Context size in tokens.",
+                                 show_default="the model's, capped by memory")
+    ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Serve one model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    from localchat.app.server.serve_cmd import ServeArgs, run_serve
+
+    run_serve(ServeArgs(model=model, host=host, port=port, api_key=api_key,
+                        insecure_no_auth=insecure_no_auth, draft=draft, quant=quant,
+                        max_num_seqs=max_num_seqs, max_model_len=max_model_len))
 
 
 app.add_typer(history_app)

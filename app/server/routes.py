@@ -1,0 +1,337 @@
+"""The FastAPI app: OpenAI-compatible routes over one ``AsyncLLMEngine``.
+
+``create_app(engine, ServerOptions(...))`` builds it. Every client's requests go to the same
+engine, so they share continuous batching and the prefix cache (a conversation's earlier turns
+are prefilled once). Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions``
+(server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /health``,
+``GET /metrics``. A client that disconnects aborts its request (its KV blocks are freed).
+Reference design: vLLM's OpenAI server (``serving_chat``), llama-cpp-python's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+import warnings
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from localchat.app.server import encode
+from localchat.app.server.errors import APIError, install_handlers
+from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, \
+    check_api_key
+from localchat.app.server.metrics import ServerMetrics, StatusCounter
+from localchat.app.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+
+DEFAULT_MAX_IN_FLIGHT = 64
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the app serves.
+
+    Attributes:
+        model_id: the id ``/v1/models`` lists and requests name (e.g. ``smollm2-135m``).
+        aliases: other names accepted in a request's ``model`` (the spec the user gave).
+        api_key: required bearer token, or None for no authentication.
+        max_body_bytes: larger request bodies get 413.
+        max_in_flight: admitted, unfinished requests beyond this get 429.
+        max_tokens_limit: the most ``max_tokens`` a request may ask for (None: the context).
+    """
+
+    model_id: str
+    aliases: tuple[str, ...] = ()
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_tokens_limit: int | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class _Server:
+    """State shared by the routes: the engine, the options, metrics, the in-flight count."""
+
+    def __init__(self, engine: Any, options: ServerOptions) -> None:
+        self.engine = engine
+        self.options = options
+        self.metrics = ServerMetrics()
+        self.in_flight = 0
+        self.max_model_len = int(engine.max_model_len)
+        self.max_tokens_limit = min(options.max_tokens_limit or self.max_model_len,
+                                    self.max_model_len)
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def authorize(self, request: Request) -> None:
+        check_api_key(request.headers.get("authorization"), self.options.api_key)
+
+    def check_model(self, name: str | None) -> None:
+        if name is None or name == self.options.model_id or name in self.options.aliases:
+            return
+        raise APIError(404, f"the model '{name}' does not exist; this server serves "
+                       f"'{self.options.model_id}'", param="model", code="model_not_found")
+
+    def admit(self) -> None:
+        if not getattr(self.engine, "is_running", True):
+            raise APIError(503, "the engine has stopped; restart the server",
+                           code="engine_dead")
+        if self.in_flight >= self.options.max_in_flight:
+            raise APIError(429, f"the server is busy: {self.in_flight} requests in flight "
+                           f"(limit {self.options.max_in_flight}); retry later",
+                           code="queue_full")
+
+    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str) -> int:
+        """The ``max_tokens`` to run with (capped to the room left in the context).
+
+        Raises:
+            APIError: 400 when the prompt leaves no room, or ``max_tokens`` is above the
+                server's limit (both numbers named).
+        """
+        if num_prompt >= self.max_model_len:
+            raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
+                           f"{self.max_model_len} tokens (prompt + reply)",
+                           param="messages" if param == "max_tokens" else "prompt",
+                           code="context_length_exceeded")
+        if max_tokens is not None and max_tokens > self.max_tokens_limit:
+            raise APIError(400, f"'{param}' is {max_tokens}; this server allows at most "
+                           f"{self.max_tokens_limit}", param=param, code="invalid_value")
+        room = self.max_model_len - num_prompt
+        return min(max_tokens or self.max_tokens_limit, room)
+
+
+def create_app(engine: Any, options: ServerOptions) -> FastAPI:
+    """The ASGI app serving ``engine`` (an ``AsyncLLMEngine`` or a stand-in with the same
+    ``generate`` / ``get_stats`` / ``tokenizer`` / ``max_model_len``)."""
+    server = _Server(engine, options)
+    app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = server
+    install_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes)
+    app.add_middleware(StatusCounter, metrics=server.metrics)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = getattr(engine, "is_running", True)
+        stats = engine.get_stats()
+        body = {"status": "ok" if alive else "engine_dead", "model": options.model_id,
+                "max_model_len": server.max_model_len, "auth": options.api_key is not None,
+                "running": stats.num_running, "waiting": stats.num_waiting,
+                "kv_cache_usage": stats.kv_cache_usage}
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> PlainTextResponse:
+        server.authorize(request)
+        text = server.metrics.render(engine.get_stats(), server.in_flight)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        server.authorize(request)
+        return JSONResponse({"object": "list", "data": [encode.model_card(
+            options.model_id, options.created, server.max_model_len)]})
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        server.authorize(request)
+        body = parse_body(await request.body(), ChatCompletionRequest)
+        server.check_model(body.model)
+        if body.top_logprobs is not None and not body.logprobs:
+            raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
+                           code="invalid_value")
+        prompt_ids = _render_chat(engine.tokenizer, body)
+        param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+        max_tokens = server.check_lengths(
+            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param)
+        logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        params = encode.sampling_params(body, max_tokens, logprobs)
+        return await _generate(server, request, "chat", prompt_ids, params, body)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        server.authorize(request)
+        body = parse_body(await request.body(), CompletionRequest)
+        server.check_model(body.model)
+        prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
+        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens")
+        params = encode.sampling_params(body, max_tokens, body.logprobs)
+        return await _generate(server, request, "text", prompt_ids, params, body)
+
+    return app
+
+
+# -- generation ---------------------------------------------------------------------------
+
+
+async def _generate(server: _Server, request: Request, kind: str, prompt_ids: list[int],
+                    params: Any, body: Any) -> Any:
+    """Admit the request, wait for its first output (errors get their status), then answer
+    as one JSON body or as server-sent events. A disconnect at any point aborts it."""
+    server.admit()
+    server.in_flight += 1
+    rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+    outputs = server.engine.generate(prompt_ids, params, request_id=rid)
+    shape = encode.ResponseShape(kind, rid, server.options.model_id, int(time.time()),
+                                 server.engine.tokenizer, params.logprobs)
+    handed_over = False
+    try:
+        first = await _until_disconnect(request, outputs.__anext__())
+        if first is None:  # the client left before the first token
+            await outputs.aclose()
+            server.metrics.record_finished(None, aborted=True)
+            return JSONResponse({}, status_code=499)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            handed_over = True
+            return StreamingResponse(
+                _sse(server, outputs, first, shape, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        collected = await _until_disconnect(request, _collect(outputs, first))
+        if collected is None:
+            await outputs.aclose()
+            server.metrics.record_finished(None, aborted=True)
+            return JSONResponse({}, status_code=499)
+        server.metrics.record_finished(collected[-1], aborted=False)
+        return JSONResponse(shape.whole(collected))
+    except StopAsyncIteration:
+        raise APIError(500, "the engine ended the request without output") from None
+    except Exception as exc:
+        await _close(outputs)
+        raise _as_api_error(exc) from None
+    finally:
+        if not handed_over:
+            server.in_flight -= 1
+
+
+async def _until_disconnect(request: Request, awaitable: Any) -> Any:
+    """Await ``awaitable``, or return None (cancelling it) when the client disconnects."""
+    work = asyncio.ensure_future(awaitable)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await work
+    return None
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _collect(outputs: AsyncIterator[Any], first: Any) -> list[Any]:
+    collected = [first]
+    if not first.finished:
+        async for out in outputs:
+            collected.append(out)
+            if out.finished:
+                break
+    return collected
+
+
+async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.ResponseShape,
+               include_usage: bool) -> AsyncIterator[bytes]:
+    """The event stream: a role chunk (chat), content chunks, the finish chunk, the usage
+    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted."""
+    last = None
+    finished = False
+    try:
+        for chunk in shape.opening():
+            yield encode.sse(chunk)
+        out = first
+        while True:
+            last = out
+            for chunk in shape.delta(out):
+                yield encode.sse(chunk)
+            if out.finished:
+                finished = True
+                break
+            out = await outputs.__anext__()
+        if include_usage:
+            yield encode.sse(shape.usage_chunk(last))
+        yield b"data: [DONE]\n\n"
+    except StopAsyncIteration:
+        yield b"data: [DONE]\n\n"
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the client gets an error event, never a trace
+        err = _as_api_error(exc)
+        yield encode.sse(err.body())
+    finally:
+        server.in_flight -= 1
+        server.metrics.record_finished(last, aborted=not finished)
+        await _close(outputs)
+
+
+async def _close(outputs: Any) -> None:
+    with contextlib.suppress(Exception):
+        await outputs.aclose()
+
+
+def _as_api_error(exc: BaseException) -> APIError:
+    from localchat.engine.errors import ContextLengthError
+
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ContextLengthError):
+        return APIError(400, str(exc), code="context_length_exceeded")
+    if isinstance(exc, ValueError):
+        return APIError(400, str(exc), code="invalid_value")
+    if type(exc).__name__ == "EngineDeadError":
+        return APIError(503, "the engine has stopped; restart the server", code="engine_dead")
+    import logging
+
+    logging.getLogger("localchat.server").error("generation failed: %s: %s",
+                                                type(exc).__name__, exc)
+    return APIError(500, f"generation failed ({type(exc).__name__})", code="internal_error")
+
+
+# -- prompts --------------------------------------------------------------------------------
+
+
+def _render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
+    """Prompt token ids of the request's messages, by the model's chat template."""
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in body.messages]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a folded system prompt is not the client's error
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except ValueError as exc:
+        raise APIError(400, f"the messages cannot be rendered: {exc}", param="messages",
+                       code="invalid_value") from None
+    return [int(t) for t in ids]
+
+
+def _encode_prompt(tokenizer: Any, prompt: Any) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        vocab = getattr(tokenizer, "vocab_size", None)
+        if vocab is not None and max(prompt) >= vocab:
+            raise APIError(400, f"token id {max(prompt)} is outside the vocabulary "
+                           f"(size {vocab})", param="prompt", code="invalid_value")
+        return list(prompt)
+    text = prompt[0] if isinstance(prompt, list) else prompt
+    if not text:
+        raise APIError(400, "'prompt' is empty", param="prompt", code="invalid_value")
+    ids = tokenizer.encode(text, add_special_tokens=True)
+    if not ids:
+        raise APIError(400, "'prompt' encodes to no tokens", param="prompt",
+                       code="invalid_value")
+    return ids

@@ -1,0 +1,180 @@
+"""``localchat serve``: load one model and serve it over the OpenAI-compatible API.
+
+Binds ``127.0.0.1`` by default. Any other host needs ``--api-key`` (or ``--insecure-no-auth``,
+which is printed as a warning): the API runs a model on this machine for whoever reaches it.
+Once listening, the server writes its state file (``state.py``) so ``ask``, ``chat --jsonl``
+and the TUI find it; it removes the file when it stops (Ctrl+C / SIGTERM). The API key is
+never printed or logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from localchat.app import cli_io
+from localchat.app.cli_io import CliUsageError
+from localchat.engine.errors import LocalchatError
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+class ServeError(LocalchatError):
+    """The server cannot start (the port is taken, the host cannot be bound)."""
+
+
+@dataclass
+class ServeArgs:
+    """``serve``'s command line (None: settings or defaults)."""
+
+    model: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8088
+    api_key: str | None = None
+    insecure_no_auth: bool = False
+    draft: str | None = None
+    quant: str | None = None
+    max_num_seqs: int = 16
+    max_model_len: int | None = None
+    max_in_flight: int = 64
+    max_tokens_limit: int | None = None
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(args: ServeArgs) -> None:
+    """Refuse a non-loopback host without ``--api-key`` or ``--insecure-no-auth``.
+
+    Raises:
+        CliUsageError: exit 2, naming both ways out.
+    """
+    if args.api_key is not None and not args.api_key.strip():
+        raise CliUsageError("--api-key: the key is empty")
+    if not 0 <= args.port <= 65535:
+        raise CliUsageError(f"--port {args.port}: must be between 0 and 65535")
+    if not 1 <= args.max_num_seqs <= 256:
+        raise CliUsageError(f"--max-num-seqs {args.max_num_seqs}: must be between 1 and 256")
+    if is_loopback(args.host) or args.api_key:
+        return
+    if not args.insecure_no_auth:
+        raise CliUsageError(f"--host {args.host} exposes the API beyond this machine: give "
+                            "--api-key KEY (or --insecure-no-auth to serve without one)")
+    cli_io.warn(f"serving on {args.host} WITHOUT authentication (--insecure-no-auth): "
+                "anyone who can reach this port can use the model")
+
+
+def run_serve(args: ServeArgs) -> None:
+    """Load the model, listen, serve until interrupted.
+
+    Raises:
+        CliUsageError: bad flags (exit 2).
+        LocalchatError: unknown model, load failure, the port cannot be bound (exit 1).
+    """
+    from localchat.app.load_options import LoadOptions, check_load_options
+    from localchat.app.settings import load_settings
+
+    check_exposure(args)
+    settings = load_settings()
+    options = LoadOptions(model=args.model or settings.default_model,
+                          draft=args.draft or settings.draft,
+                          quant=args.quant or settings.quant or "auto")
+    check_load_options(options, from_flags={"draft": bool(args.draft), "quant": bool(args.quant)})
+    sock = _bind(args.host, args.port)  # before loading: a taken port fails fast
+    try:
+        engine, model_id = cli_io.guarded(lambda: _load(options, args))
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        _serve(engine, model_id, options.model, args, sock)
+    finally:
+        engine.shutdown()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
+    """Resolve and load an ``AsyncLLMEngine``; returns it and the model id to serve."""
+    from pathlib import Path
+
+    from localchat.app import interrupts
+    from localchat.app.engine_loader import DraftChoiceError, draft_spec, engine_config
+    from localchat.app.settings import cache_dir
+    from localchat.engine.async_engine import AsyncLLMEngine
+    from localchat.engine.config import SchedulerConfig
+    from localchat.engine.hub import resolve_model
+
+    with interrupts.loading_interrupts():
+        source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
+                               progress=cli_io.stderr_progress)
+        draft = draft_spec(options, source.alias)
+        draft_path = None
+        if draft is not None:
+            draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+                                         progress=cli_io.stderr_progress)
+            if Path(draft_source.path) == Path(source.path):
+                raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
+            draft_path = draft_source.path
+        config = engine_config(options, draft_path)
+        config = dataclasses.replace(config, scheduler=SchedulerConfig(
+            max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len))
+        name = source.alias or options.model
+        cli_io.notice(f"loading {name} ...")
+        return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir()), name
+
+
+def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.socket
+           ) -> None:
+    import uvicorn
+
+    from localchat.app.server.routes import ServerOptions, create_app
+    from localchat.app.server.state import ServerInfo, remove_state, write_state
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    aliases = tuple(a for a in dict.fromkeys([spec]) if a != model_id)
+    app = create_app(engine, ServerOptions(
+        model_id=model_id, aliases=aliases, api_key=args.api_key,
+        max_in_flight=args.max_in_flight, max_tokens_limit=args.max_tokens_limit))
+    info = ServerInfo(url=url, model=model_id, aliases=aliases, auth=args.api_key is not None)
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                write_state(info)
+                print(f"localchat: serving {model_id} at {url}/v1 "
+                      f"(Ctrl+C stops)", file=sys.stderr, flush=True)
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)
+    try:
+        _Server(config).run(sockets=[sock])
+    finally:
+        remove_state()
+        sock.close()
