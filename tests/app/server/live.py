@@ -1,0 +1,39 @@
+"""A uvicorn server on 127.0.0.1 (a free port) in a background thread, for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+class ServerThread:
+    """Serve ``app`` on ``127.0.0.1:<free port>`` until :meth:`stop` (bounded waits)."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       daemon=True, name="test-uvicorn")
+
+    def start(self, timeout: float = 30.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
