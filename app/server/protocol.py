@@ -40,6 +40,16 @@ class ChatMessage(_Strict):
     content: str | list[TextPart] | None = None
     name: str | None = None
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                if isinstance(part, dict) and part.get("type") != "text":
+                    raise ValueError(f"content part type {part.get('type')!r} is not "
+                                     "supported (only 'text')")
+        return value
+
     def text(self) -> str:
         if self.content is None:
             return ""
