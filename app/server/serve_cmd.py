@@ -126,7 +126,7 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
     from localchat.engine.config import SchedulerConfig
-    from localchat.engine.hub import resolve_model
+    from localchat.engine.hub.resolve import resolve_model
 
     with interrupts.loading_interrupts():
         source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
