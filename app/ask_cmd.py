@@ -59,6 +59,8 @@ class AskArgs:
     continue_: bool = False
     conversation: str | None = None
     no_save: bool = False
+    local: bool = False  # never use a running server or an endpoint
+    endpoint: str | None = None  # an OpenAI-compatible server to answer instead
 
 
 def run_ask(args: AskArgs) -> None:
@@ -94,7 +96,8 @@ def run_ask(args: AskArgs) -> None:
                               context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
-        engine = cli_io.guarded(lambda: load_engine(options))
+        engine = remote_backend(args, settings, model) or cli_io.guarded(
+            lambda: load_engine(options))
         sampling = with_model_defaults(model, knobs, sampling)
 
         from localchat.app.session import ChatSession
@@ -103,8 +106,11 @@ def run_ask(args: AskArgs) -> None:
         session = ChatSession(system=system)
         for role, content in _alternating(conv.messages if conv else [], text):
             (session.add_user if role == "user" else session.add_assistant)(content)
-        prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
-                                sampling.max_tokens)
+        if getattr(engine, "remote", False):  # the server renders the messages itself
+            prompt_ids = session.to_messages()
+        else:
+            prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                                    sampling.max_tokens)
         conv_id = None
         if store is not None:
             if conv is None:
@@ -129,6 +135,18 @@ def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any
     if not recommended:
         return sampling
     return SamplingParams(**{**recommended, **knobs})
+
+
+def remote_backend(args: Any, settings: Any, model: str) -> Any:
+    """A ``RemoteEngine`` (``--endpoint`` or a running ``localchat serve``) or None for an
+    in-process engine (``app/server/backend.py``)."""
+    from localchat.app.server.backend import choose_backend
+
+    return choose_backend(model, explicit_model=bool(args.model), local=args.local,
+                          endpoint=args.endpoint, settings=settings,
+                          engine_flags=bool(getattr(args, "draft", None)
+                                            or getattr(args, "quant", None)
+                                            or getattr(args, "context", None)))
 
 
 def load_engine(options: LoadOptions) -> Any:

@@ -194,6 +194,15 @@ def ask(
                      show_default="auto"),
     ] = None,
     context: ContextOpt = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Load the model in this process even when a "
+                           "'localchat serve' is running.")
+    ] = False,
+    endpoint: Annotated[
+        str | None, typer.Option("--endpoint", help="OpenAI-compatible server URL to answer "
+                                 "(env LOCALCHAT_ENDPOINT, config 'endpoint').",
+                                 show_default=False)
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Answer one prompt, streaming the reply to stdout; the turn is saved to the history."""
@@ -210,6 +219,7 @@ def ask(
         num_speculative_tokens=num_speculative_tokens, context=context,
         no_stream=no_stream, no_stdin=no_stdin, raw=raw, json=json_out, stats=stats,
         extract=extract, continue_=continue_, conversation=conversation, no_save=no_save,
+        local=local, endpoint=endpoint,
     ))
 
 

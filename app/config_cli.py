@@ -42,6 +42,8 @@ def show() -> None:
     recommended, rec_origin = recommended_sampling(settings.default_model)
     for name, key in KEYS.items():
         value = settings.get(name)
+        if name == "api_key" and value:
+            value = "********"  # a secret: never printed
         source = settings.sources.get(name)
         if source:
             origin = "environment " + key.env if source == "env" else "config file"

@@ -111,6 +111,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "at most 8192 on CPU"),
     Key("theme", str, "TUI theme name"),
     Key("system_prompt", str, "system prompt used when no --system is given"),
+    Key("endpoint", str, "OpenAI-compatible server to use instead of a local engine"),
+    Key("api_key", str, "bearer key sent to the endpoint (or a keyed localchat serve)"),
     *(Key(f"{SAMPLING_TABLE}.{n}", t, h) for n, t, h in _SAMPLING_KEYS),
 )}
 
@@ -131,6 +133,8 @@ class Settings:
     context: int | None = None
     theme: str | None = None
     system_prompt: str | None = None
+    endpoint: str | None = None
+    api_key: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, compare=False)

@@ -1,0 +1,241 @@
+"""A streaming client for any OpenAI-compatible server, shaped like the engine.
+
+``RemoteEngine.generate(messages, sampling)`` yields ``RemoteOutput``s with the fields
+``ask`` and ``chat --jsonl`` read from a ``RequestOutput`` (``text_delta``, ``text``,
+``finished``, ``finish_reason``, token counts, ``metrics.ttft``), so the same writers, history
+and ``--json`` / ``--stats`` reports work over HTTP. The conversation stays the client's: each
+turn sends the whole history as ``messages`` (a ``localchat serve`` reuses the earlier turns
+from its prefix cache). Closing the iterator closes the connection, which aborts the request.
+Errors are ``BackendError`` (one line): unreachable server, an HTTP error (the server's own
+message), or a connection lost mid-reply.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from localchat.engine.errors import LocalchatError
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 600.0
+
+
+class BackendError(LocalchatError):
+    """The OpenAI-compatible backend failed (unreachable, refused, or gone mid-reply)."""
+
+
+@dataclass
+class RemoteMetrics:
+    """Client-side timings (``time.perf_counter`` seconds), read by ``report.answer_stats``."""
+
+    arrival_time: float
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    num_output_tokens: int = 0
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - \
+            self.arrival_time
+
+    @property
+    def decode_time(self) -> float | None:
+        if self.first_token_time is None or self.last_token_time is None:
+            return None
+        return self.last_token_time - self.first_token_time
+
+
+@dataclass
+class RemoteOutput:
+    """One streamed chunk, with the same names as ``engine.outputs.RequestOutput``."""
+
+    text_delta: str
+    text: str
+    finished: bool = False
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int | None = None
+    metrics: RemoteMetrics | None = None
+    new_token_ids: list[int] = field(default_factory=list)
+
+
+class RemoteEngine:
+    """An OpenAI-compatible server as the backend.
+
+    Args:
+        base_url: the server's root (``http://127.0.0.1:8088``) or its ``/v1`` URL.
+        api_key: bearer key, or None.
+        model: the model id to request; None asks ``/v1/models`` for the first one.
+        local_server: True for a ``localchat serve`` found through its state file.
+    """
+
+    remote = True
+
+    def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
+                 *, local_server: bool = False) -> None:
+        import httpx
+
+        url = base_url.rstrip("/")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.local_server = local_server
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(
+            READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        self.model = model or self._first_model()
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def list_models(self) -> list[str]:
+        """The ids ``/v1/models`` lists."""
+        doc = self._get_json("/models")
+        return [str(m.get("id")) for m in doc.get("data", []) if isinstance(m, dict)]
+
+    def _first_model(self) -> str:
+        ids = self.list_models()
+        if not ids:
+            raise BackendError(f"{self.base_url}/models lists no model; name one with -m")
+        return ids[0]
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        import httpx
+
+        try:
+            r = self._http.get(self.base_url + path)
+        except httpx.HTTPError as exc:
+            raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
+        _raise_for_status(r, self.base_url + path)
+        try:
+            return r.json()
+        except ValueError:
+            raise BackendError(f"{self.base_url}{path} did not answer JSON") from None
+
+    # -- generation -----------------------------------------------------------------------
+
+    def generate(self, messages: list[dict[str, str]], sampling: Any
+                 ) -> Iterator[RemoteOutput]:
+        """Stream one reply to ``messages`` (``[{"role", "content"}]``) decoded with
+        ``sampling`` (a ``SamplingParams``). Raises ``BackendError``."""
+        import httpx
+
+        body = {"model": self.model, "messages": messages, "stream": True,
+                "stream_options": {"include_usage": True}, **request_fields(sampling)}
+        metrics = RemoteMetrics(arrival_time=time.perf_counter())
+        url = self.base_url + "/chat/completions"
+        text: list[str] = []
+        reason: str | None = None
+        try:
+            with self._http.stream("POST", url, json=body) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    _raise_for_status(r, url)
+                for line in r.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = _chunk(data, url)
+                    usage = chunk.get("usage")
+                    delta, finish = _choice(chunk)
+                    now = time.perf_counter()
+                    if delta:
+                        if metrics.first_token_time is None:
+                            metrics.first_token_time = now
+                        metrics.last_token_time = now
+                        text.append(delta)
+                        yield RemoteOutput(delta, "".join(text), metrics=metrics)
+                    reason = finish or reason
+                    if usage:
+                        yield _final(text, reason, usage, metrics)
+                        return
+                if reason is None:
+                    raise BackendError(f"the server at {self.base_url} closed the stream "
+                                       "before the reply ended")
+                yield _final(text, reason, None, metrics)
+        except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.ConnectError):
+                raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
+            raise BackendError(f"the server at {self.base_url} stopped mid-reply: "
+                               f"{_reason(exc)}") from None
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def request_fields(sampling: Any) -> dict[str, Any]:
+    """OpenAI request fields for a ``SamplingParams`` (extensions only when not default)."""
+    fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    if sampling.max_tokens is not None:
+        fields["max_tokens"] = sampling.max_tokens
+    if sampling.seed is not None:
+        fields["seed"] = sampling.seed
+    if sampling.stop:
+        fields["stop"] = list(sampling.stop)
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(sampling, name):
+            fields[name] = getattr(sampling, name)
+    if sampling.top_k:
+        fields["top_k"] = sampling.top_k
+    if sampling.min_p:
+        fields["min_p"] = sampling.min_p
+    if sampling.repetition_penalty != 1.0:
+        fields["repetition_penalty"] = sampling.repetition_penalty
+    return fields
+
+
+def _final(text: list[str], reason: str | None, usage: dict | None,
+           metrics: RemoteMetrics) -> RemoteOutput:
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    out = RemoteOutput("", "".join(text), finished=True, finish_reason=reason or "stop",
+                       num_prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                       num_output_tokens=int(usage.get("completion_tokens") or 0),
+                       num_cached_tokens=details.get("cached_tokens"), metrics=metrics)
+    metrics.num_output_tokens = out.num_output_tokens
+    return out
+
+
+def _chunk(data: str, url: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise BackendError(f"{url} sent an event that is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise BackendError(f"{url} sent an event that is not a JSON object")
+    if "error" in chunk:
+        err = chunk["error"]
+        message = err.get("message") if isinstance(err, dict) else err
+        raise BackendError(f"the server failed mid-reply: {message}")
+    return chunk
+
+
+def _choice(chunk: dict[str, Any]) -> tuple[str, str | None]:
+    choices = chunk.get("choices") or []
+    if not choices:
+        return "", None
+    choice = choices[0]
+    delta = (choice.get("delta") or {}).get("content") or ""
+    return delta, choice.get("finish_reason")
+
+
+def _raise_for_status(r: Any, url: str) -> None:
+    if r.status_code < 400:
+        return
+    message = None
+    try:
+        err = r.json().get("error")
+        message = err.get("message") if isinstance(err, dict) else err
+    except (ValueError, AttributeError):
+        pass
+    raise BackendError(f"{url} answered {r.status_code}"
+                       + (f": {' '.join(str(message).split())}" if message else ""))
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

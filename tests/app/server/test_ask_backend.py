@@ -1,0 +1,216 @@
+"""``ask`` with a backend over HTTP: a fake OpenAI-compatible server on 127.0.0.1
+(``--endpoint``), a running ``localchat serve`` found through its state file, and servers
+that die mid-reply (``ask`` exits 1 with one line; the user's message stays in the history).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from tests.app.server.live import ServerThread
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """A fresh LOCALCHAT_HOME whose cache links to the shared model cache."""
+    from localchat.app import settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("LOCALCHAT_") and k not in ("FORCE_COLOR", "NO_COLOR")}
+    e["LOCALCHAT_HOME"] = str(home)
+    return e
+
+
+def ask(env, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def history(env) -> list[tuple[str, str]]:
+    proc = subprocess.run([sys.executable, "-c", (
+        "from localchat.app.store import Store; s = Store(); c = s.most_recent(); "
+        "import json; print(json.dumps([(m.role, m.content) for m in c.messages] if c else []))"
+    )], capture_output=True, env=env, timeout=120, check=True)
+    return [tuple(m) for m in json.loads(proc.stdout)]
+
+
+def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
+    """A minimal OpenAI-compatible server: lists ``fake-model``, streams "Hello" " world"
+    (and usage); with ``die_after``, it drops the connection after that many chunks."""
+    app = FastAPI()
+    seen: list[dict] = []
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
+                                                          "object": "model"}]})
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> StreamingResponse:
+        body = await request.json()
+        seen.append({"body": body, "auth": request.headers.get("authorization")})
+
+        async def events():
+            for i, piece in enumerate(["Hello", " world"]):
+                if die_after is not None and i >= die_after:
+                    raise RuntimeError("server killed")  # uvicorn drops the connection
+                chunk = {"choices": [{"index": 0, "delta": {"content": piece},
+                                      "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+            usage = {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13,
+                     "prompt_tokens_details": {"cached_tokens": 3}}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app, seen
+
+
+def test_ask_against_a_fake_openai_server(env):
+    app, seen = fake_openai()
+    server = ServerThread(app).start()
+    try:
+        env = {**env, "LOCALCHAT_API_KEY": "k-123"}
+        proc = ask(env, "--endpoint", server.url, "--json", "--temperature", "0",
+                   "--max-tokens", "9", QUESTION)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["content"] == "Hello world"
+    assert doc["usage"] == {"prompt_tokens": 11, "cached_tokens": 3, "completion_tokens": 2}
+    assert doc["finish_reason"] == "stop"
+    (req,) = seen
+    assert req["auth"] == "Bearer k-123"
+    body = req["body"]
+    assert body["model"] == "fake-model" and body["stream"] is True
+    assert body["messages"][-1] == {"role": "user", "content": QUESTION}
+    assert body["temperature"] == 0 and body["max_tokens"] == 9
+    assert history(env) == [("user", QUESTION), ("assistant", "Hello world")]
+
+
+def test_endpoint_dying_mid_reply_exits_1_and_keeps_the_question(env):
+    app, _ = fake_openai(die_after=1)
+    server = ServerThread(app).start()
+    try:
+        proc = ask({**env, "LOCALCHAT_ENDPOINT": server.url}, QUESTION)
+    finally:
+        server.stop()
+    assert proc.returncode == 1
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("localchat: error: "), lines
+    assert "mid-reply" in lines[0] or "closed the stream" in lines[0]
+    assert "Traceback" not in proc.stderr.decode()
+    assert history(env)[0] == ("user", QUESTION)
+
+
+def test_unreachable_endpoint_is_one_line(env):
+    proc = ask(env, "--endpoint", "http://127.0.0.1:9", QUESTION)
+    assert proc.returncode == 1
+    err = proc.stderr.decode().strip()
+    assert err.count("\n") == 0 and err.startswith("localchat: error: cannot reach")
+
+
+def test_ask_uses_a_running_server_through_its_state_file(env, live_server, smollm2_engine):
+    """The state file points at the live server: ``ask`` answers from it (its request count
+    grows), with the engine's greedy reply; ``ask -c`` reuses the cached prefix."""
+    from localchat.app.server import state
+    from localchat.engine.sampling_params import SamplingParams
+    from tests.app.server.conftest import MODEL_ID
+
+    old = os.environ.get("LOCALCHAT_HOME")
+    os.environ["LOCALCHAT_HOME"] = env["LOCALCHAT_HOME"]
+    try:
+        state.write_state(state.ServerInfo(url=live_server.url, model=MODEL_ID))
+        assert state.find_server(MODEL_ID) is not None
+        assert state.find_server("some-other-model") is None
+    finally:
+        if old is None:
+            del os.environ["LOCALCHAT_HOME"]
+        else:
+            os.environ["LOCALCHAT_HOME"] = old
+    metrics = live_server.server.config.app.state.server.metrics
+    before = metrics.requests[("/v1/chat/completions", 200)]
+    proc = ask(env, "--json", "--temperature", "0", "--max-tokens", "16", QUESTION)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    ids = smollm2_engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTION}], add_generation_prompt=True)
+    last = None
+    for last in smollm2_engine.generate(ids, SamplingParams(temperature=0.0, max_tokens=16)):
+        pass
+    assert doc["content"] == last.text
+    assert doc["usage"]["prompt_tokens"] == len(ids)
+    assert metrics.requests[("/v1/chat/completions", 200)] == before + 1
+    proc = ask(env, "-c", "--json", "--temperature", "0", "--max-tokens", "8", "And Italy?")
+    assert proc.returncode == 0, proc.stderr
+    doc2 = json.loads(proc.stdout)
+    assert doc2["usage"]["cached_tokens"] >= len(ids) // 16 * 16 > 0
+    assert metrics.requests[("/v1/chat/completions", 200)] == before + 2
+    assert [r for r, _ in history(env)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_serve_refuses_an_exposed_host_without_a_key(env):
+    proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--host",
+                           "0.0.0.0"], capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.decode().strip()
+    assert err.count("\n") == 0 and "--api-key" in err and "--insecure-no-auth" in err
+
+
+def test_localchat_serve_killed_mid_reply(env, tmp_path):
+    """A real ``localchat serve`` (port 0), ``ask`` streaming from it, the server killed:
+    ``ask`` exits 1 with one line and the question is in the history."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
+         "--max-model-len", "2048"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env=env)
+    try:
+        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
+        deadline = time.monotonic() + 240
+        while not state_file.exists():
+            assert serve.poll() is None, serve.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        url = json.loads(state_file.read_text())["url"]
+        assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+        client = subprocess.Popen(
+            [sys.executable, "-m", "localchat.app.cli", "ask", "--temperature", "0",
+             "--max-tokens", "1500", "Write a very long story about a lighthouse keeper."],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            assert client.stdout.read(1)  # the reply has started streaming
+            serve.send_signal(signal.SIGKILL)
+            serve.wait(30)
+            _, err = client.communicate(timeout=120)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        assert client.returncode == 1
+        lines = err.decode().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("localchat: error: "), lines
+        assert history(env)[0][0] == "user"
+        assert "lighthouse" in history(env)[0][1]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
