@@ -36,6 +36,8 @@ class JsonlArgs:
     temperature: float | None = None
     max_tokens: int | None = None
     context: int | None = None
+    local: bool = False  # never use a running server or an endpoint
+    endpoint: str | None = None  # an OpenAI-compatible server to answer instead
 
 
 def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | None = None
@@ -73,7 +75,10 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
                           num_speculative_tokens=args.num_speculative_tokens,
                           context=context, context_origin=context_origin)
     check_load_options(options, from_flags={"draft": bool(args.draft)})
-    engine = cli_io.guarded(lambda: load_engine(options))
+    from localchat.app.ask_cmd import remote_backend
+
+    engine = remote_backend(args, settings, options.model) or cli_io.guarded(
+        lambda: load_engine(options))
     sampling = with_model_defaults(options.model, knobs, sampling)
     session = ChatSession(system=settings.system_prompt)
 
@@ -98,8 +103,9 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         else:
             session.add_user(msg["content"])
             try:
-                ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
-                                 sampling.max_tokens)
+                ids = session.to_messages() if getattr(engine, "remote", False) else \
+                    fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                               sampling.max_tokens)
             except (ContextLengthError, ValueError) as e:  # unanswerable: say so, go on
                 session.messages.pop()
                 emit({"error": cli_io.one_line(str(e))})

@@ -266,6 +266,14 @@ def chat(
     ] = None,
     context: ContextOpt = None,
     theme: ThemeOpt = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="With --jsonl: load the model in this process "
+                           "even when a 'localchat serve' is running.")
+    ] = False,
+    endpoint: Annotated[
+        str | None, typer.Option("--endpoint", help="With --jsonl: OpenAI-compatible server "
+                                 "URL to answer.", show_default=False)
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Chat in the TUI; with --jsonl: one conversation over JSON lines (see README)."""
@@ -281,7 +289,7 @@ def chat(
 
     run_jsonl(JsonlArgs(model=model, draft=draft, num_speculative_tokens=num_speculative_tokens,
                         seed=seed, temperature=temperature, max_tokens=max_tokens,
-                        context=context))
+                        context=context, local=local, endpoint=endpoint))
 
 
 @app.command()

@@ -214,3 +214,22 @@ def test_localchat_serve_killed_mid_reply(env, tmp_path):
         if serve.poll() is None:
             serve.kill()
             serve.wait(30)
+
+
+def test_chat_jsonl_against_an_endpoint_keeps_the_history_client_side(env):
+    app, seen = fake_openai()
+    server = ServerThread(app).start()
+    lines = "\n".join(json.dumps({"role": "user", "content": c}) for c in ("One?", "Two?"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "localchat.app.cli", "chat", "--jsonl", "--endpoint",
+             server.url], input=(lines + "\n").encode(), capture_output=True, env=env,
+            timeout=300)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    replies = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [r["content"] for r in replies] == ["Hello world", "Hello world"]
+    assert replies[1]["usage"]["cached_tokens"] == 3
+    assert [m["content"] for m in seen[1]["body"]["messages"] if m["role"] != "system"] == \
+        ["One?", "Hello world", "Two?"]
