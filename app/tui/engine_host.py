@@ -38,8 +38,33 @@ def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None 
         LocalchatError: unknown model, download or load failure, a bad draft (one line).
         CliUsageError: ``context`` is above the model's trained context (both named).
     """
+    remote = _remote(spec, quant, draft, context)
+    if remote is not None:
+        return remote
     with ENGINE_LOCK:
         return _load(spec, quant, draft, progress, context, context_origin)
+
+
+def _remote(spec: str, quant: str | None, draft: str | None, context: int | None) -> Any:
+    """An ``AsyncRemoteEngine`` when an endpoint is configured (``LOCALCHAT_ENDPOINT`` or
+    ``endpoint`` in config.toml) or a ``localchat serve`` for ``spec`` runs (and no weight
+    format, draft or context was asked for: the server's own would apply); else None."""
+    from localchat.app.server.async_client import connect
+    from localchat.app.server.state import find_server
+    from localchat.app.settings import load_settings
+
+    settings = load_settings()
+    if settings.endpoint:
+        return connect(settings.endpoint, settings.api_key, spec)
+    if quant not in (None, "auto") or draft not in (None, "", "none", "off") or context:
+        return None
+    info = find_server(spec)
+    if info is None or (info.auth and not settings.api_key):
+        return None
+    try:
+        return connect(info.url, settings.api_key, info.model)
+    except LocalchatError:
+        return None
 
 
 def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None,

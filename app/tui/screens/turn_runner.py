@@ -49,8 +49,11 @@ class TurnRunner:
         try:
             sampling = SamplingParams(**{**app.sampling_defaults(), **state.sampling})
             session = state.session()
-            ids, notes = fit_prompt(session, engine.tokenizer, engine.max_model_len,
-                                    sampling.max_tokens)
+            if getattr(engine, "remote", False):  # the server renders the messages
+                ids, notes = session.to_messages(), []
+            else:
+                ids, notes = fit_prompt(session, engine.tokenizer, engine.max_model_len,
+                                        sampling.max_tokens)
         except Exception as exc:  # noqa: BLE001 - bad settings, prompt too long
             self.notify(describe_error(exc), severity="error", title="Cannot send")
             return
