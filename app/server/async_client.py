@@ -15,8 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from localchat.app.server.client import (
-    CONNECT_TIMEOUT_S, READ_TIMEOUT_S, BackendError, RemoteMetrics, RemoteOutput, _chunk,
-    _choice, _final, _raise_for_status, _reason, request_fields)
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    BackendError,
+    RemoteMetrics,
+    RemoteOutput,
+    _choice,
+    _chunk,
+    _final,
+    _raise_for_status,
+    _reason,
+    request_fields,
+)
 
 
 @dataclass

@@ -24,8 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from localchat.app.server import encode
 from localchat.app.server.errors import APIError, install_handlers
-from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, \
-    check_api_key
+from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, check_api_key
 from localchat.app.server.metrics import ServerMetrics, StatusCounter
 from localchat.app.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 
@@ -202,7 +201,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
         return JSONResponse(shape.whole(collected))
     except StopAsyncIteration:
         raise APIError(500, "the engine ended the request without output") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - mapped to an OpenAI error, never a trace
         await _close(outputs)
         raise _as_api_error(exc) from None
     finally:

@@ -171,7 +171,7 @@ def test_ask_uses_a_running_server_through_its_state_file(env, live_server, smol
 
 def test_serve_refuses_an_exposed_host_without_a_key(env):
     proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--host",
-                           "0.0.0.0"], capture_output=True, env=env, timeout=120)
+                           "0.0.0.0"], capture_output=True, env=env, timeout=120, check=False)
     assert proc.returncode == 2
     err = proc.stderr.decode().strip()
     assert err.count("\n") == 0 and "--api-key" in err and "--insecure-no-auth" in err
@@ -224,7 +224,7 @@ def test_chat_jsonl_against_an_endpoint_keeps_the_history_client_side(env):
         proc = subprocess.run(
             [sys.executable, "-m", "localchat.app.cli", "chat", "--jsonl", "--endpoint",
              server.url], input=(lines + "\n").encode(), capture_output=True, env=env,
-            timeout=300)
+            timeout=300, check=False)
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr

@@ -99,13 +99,13 @@ def test_disconnects_mid_stream_free_their_blocks(live_server, async_engine, ref
     aborted_before = live_server.server.config.app.state.server.metrics.aborted
 
     async def leaver(i: int) -> None:
-        async with httpx.AsyncClient(base_url=live_server.url, timeout=120) as c:
-            async with c.stream("POST", "/v1/chat/completions",
-                                json=body(PROMPTS[i % 4] + f" ({i})", max_tokens=400)) as r:
-                assert r.status_code == 200
-                async for line in r.aiter_lines():
-                    if '"content": "' in line and '"role"' not in line:
-                        break  # first content chunk: hang up
+        async with (httpx.AsyncClient(base_url=live_server.url, timeout=120) as c,
+                    c.stream("POST", "/v1/chat/completions",
+                             json=body(PROMPTS[i % 4] + f" ({i})", max_tokens=400)) as r):
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if '"content": "' in line and '"role"' not in line:
+                    break  # first content chunk: hang up
 
     async def main():
         await asyncio.wait_for(asyncio.gather(*(leaver(i) for i in range(24))), timeout=300)
@@ -158,17 +158,17 @@ def test_full_queue_answers_429(async_engine):
     server = serve(async_engine, max_in_flight=1)
     state = server.server.config.app.state.server
     try:
-        with httpx.Client(base_url=server.url, timeout=120) as c:
-            with c.stream("POST", "/v1/chat/completions",
-                          json=body("Count to a hundred.", max_tokens=300)) as held:
-                assert held.status_code == 200
-                lines = held.iter_lines()
-                next(lines)  # admitted and streaming
-                assert state.in_flight == 1
-                r = c.post("/v1/chat/completions", json=body("Hi.", stream=False))
-                assert r.status_code == 429
-                err = r.json()["error"]
-                assert err["type"] == "rate_limit_error" and err["code"] == "queue_full"
+        with (httpx.Client(base_url=server.url, timeout=120) as c,
+              c.stream("POST", "/v1/chat/completions",
+                       json=body("Count to a hundred.", max_tokens=300)) as held):
+            assert held.status_code == 200
+            lines = held.iter_lines()
+            next(lines)  # admitted and streaming
+            assert state.in_flight == 1
+            r = c.post("/v1/chat/completions", json=body("Hi.", stream=False))
+            assert r.status_code == 429
+            err = r.json()["error"]
+            assert err["type"] == "rate_limit_error" and err["code"] == "queue_full"
         wait_idle(async_engine)
         r = httpx.post(server.url + "/v1/chat/completions", json=body("Hi.", stream=False),
                        timeout=120)
