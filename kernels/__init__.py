@@ -1,9 +1,13 @@
-"""Data-plane ops: Triton kernels on CUDA, PyTorch references (``reference.py``) elsewhere.
+"""Data-plane ops: Triton kernels on CUDA, C++ kernels on CPU (``cpu/``), PyTorch references
+(``reference.py``) elsewhere.
 
 Call the ops through this module so the dispatch stays in one place: a call whose first tensor
-lives on a CUDA device runs the Triton launcher (``triton_*.py``, imported on first use);
-anything else runs the reference. ``LOCALCHAT_KERNELS=reference`` forces the references
-everywhere (feature-off baselines, debugging). The Triton modules are imported lazily so that
+lives on a CUDA device runs the Triton launcher (``triton_*.py``, imported on first use); a CPU
+call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` for
+``M <= CPU_MAX_ROWS`` rows) runs the C++ kernel, built on first use (one stderr line; if it
+cannot be built, one line says so and the reference runs); anything else runs the reference.
+``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
+debugging) and never builds the C++ kernels. The Triton modules are imported lazily so that
 CPU-only installs never import Triton, and so that tests can import them under
 ``TRITON_INTERPRET=1`` themselves.
 
@@ -49,6 +53,18 @@ def triton_available() -> bool:
 
 def _use_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and triton_available()
+
+
+# Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
+CPU_MAX_ROWS = 16
+
+
+def _use_cpu(x: torch.Tensor) -> bool:
+    if x.device.type != "cpu" or x.dim() != 2 or x.shape[0] > CPU_MAX_ROWS:
+        return False
+    from . import cpu
+
+    return cpu.available()
 
 
 @functools.cache
@@ -112,6 +128,14 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     None = ``K // scales.shape[1]``)."""
     if _use_triton(x):
         return _triton("triton_quant").int8_matmul(x, qweight, scales, mins, group_size)
+    if qweight.dtype == torch.int8 and qweight.dim() == 2 and x.shape[-1] == qweight.shape[1] \
+            and scales.dim() in (1, 2) and scales.shape[0] == qweight.shape[0] \
+            and (group_size is None or group_size == x.shape[-1] // (
+                scales.shape[1] if scales.dim() == 2 else 1)) and _use_cpu(x):
+        from . import cpu
+
+        return cpu.int8_matmul(x, qweight, scales.float(),
+                               None if mins is None else mins.float(), group_size)
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
 
 
@@ -119,4 +143,11 @@ def int4_matmul(x, qweight, scales, mins, group_size: int):
     """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise)."""
     if _use_triton(x):
         return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
+    if qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0 \
+            and x.shape[-1] == 2 * qweight.shape[1] and x.shape[-1] % group_size == 0 \
+            and scales.shape == mins.shape == (qweight.shape[0], x.shape[-1] // group_size) \
+            and _use_cpu(x):
+        from . import cpu
+
+        return cpu.int4_matmul(x, qweight, scales.float(), mins.float(), group_size)
     return reference.int4_matmul(x, qweight, scales, mins, group_size)

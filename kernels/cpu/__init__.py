@@ -1,0 +1,128 @@
+"""localchat's C++ CPU kernels (``torch.ops.localchat_cpu``), built on first use.
+
+The sources in this folder are compiled with ``torch.utils.cpp_extension`` into the user cache
+(``$LOCALCHAT_HOME/cache/kernels/...`` or platformdirs' ``user_cache_dir("localchat")``) the
+first time an op is needed, with a one-line note on stderr; later processes load the built
+library. Each ISA path is its own translation unit compiled for that ISA (``#pragma GCC
+target``): AVX-512 (F/BW/VL/DQ), AVX2 + FMA, and portable scalar code, chosen per call from the
+CPU's flags. ``LOCALCHAT_CPU_ISA`` (``avx512``, ``avx2`` or ``scalar``) caps the choice, e.g.
+to run the AVX2 path on an AVX-512 machine; a request above what the CPU has is clamped.
+
+Without a compiler (or ninja), or when the build fails, :func:`available` is False after one
+line on stderr saying so, and ``localchat.kernels`` runs the PyTorch references instead.
+``LOCALCHAT_KERNELS=reference`` skips the build entirely.
+
+Ops (shapes and contracts as in ``localchat.kernels.reference``):
+``int4_matmul(x, qweight, scales, mins, group_size, isa)`` and
+``int8_matmul(x, qweight, scales, mins, group_size, isa)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+ISA_ENV = "LOCALCHAT_CPU_ISA"
+ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
+SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp")
+_NAME = "localchat_cpu_kernels"
+
+
+def build_dir() -> Path:
+    """Where the extension is built: one folder per torch version and Python ABI."""
+    home = os.environ.get("LOCALCHAT_HOME")
+    if home:
+        root = Path(home).expanduser() / "cache"
+    else:
+        import platformdirs
+
+        root = Path(platformdirs.user_cache_dir("localchat"))
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for name in sorted(p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")):
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    tag = (f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info[0]}"
+           f"{sys.version_info[1]}-{digest.hexdigest()[:10]}")
+    path = root / "kernels" / f"cpu-{tag}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def available() -> bool:
+    """Build (first time) and load the extension; False, after one stderr line, if it cannot
+    be built or ``LOCALCHAT_KERNELS=reference`` is set."""
+    if os.environ.get("LOCALCHAT_KERNELS", "").lower() == "reference":
+        return False
+    try:
+        here = Path(__file__).resolve().parent
+        out = build_dir()
+        if not (out / f"{_NAME}.so").exists():
+            print("localchat: building the CPU kernels (once, about a minute)...",
+                  file=sys.stderr, flush=True)
+        with warnings.catch_warnings():  # setuptools' pkg_resources notes on import
+            warnings.simplefilter("ignore")
+            from torch.utils import cpp_extension  # noqa: F811
+        cpp_extension.load(
+            name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(out),
+            extra_cflags=["-O3", "-std=c++17"], is_python_module=False, verbose=False)
+        torch.ops.localchat_cpu.best_isa()
+    except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say so once
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        print(f"localchat: CPU kernels unavailable ({reason}); using the PyTorch reference",
+              file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+@functools.cache
+def best_isa() -> int:
+    """The widest ISA path this CPU runs (0 scalar, 1 AVX2, 2 AVX-512)."""
+    return int(_ops().best_isa())
+
+
+def active_isa() -> int:
+    """The ISA path a call takes now: :func:`best_isa`, capped by ``LOCALCHAT_CPU_ISA``.
+
+    Raises ``ValueError`` for an unknown ``LOCALCHAT_CPU_ISA`` value."""
+    want = os.environ.get(ISA_ENV, "").strip().lower()
+    if not want:
+        return best_isa()
+    if want not in ISAS:
+        raise ValueError(f"{ISA_ENV}={want!r}: expected one of {', '.join(ISAS)}")
+    return min(ISAS[want], best_isa())
+
+
+def isa_name(isa: int | None = None) -> str:
+    """``"avx512"`` / ``"avx2"`` / ``"scalar"`` for ``isa`` (default: :func:`active_isa`)."""
+    isa = active_isa() if isa is None else isa
+    return {v: k for k, v in ISAS.items()}[isa]
+
+
+def _ops():
+    if not available():
+        raise RuntimeError("localchat CPU kernels are not built (see the note above)")
+    return torch.ops.localchat_cpu
+
+
+def int4_matmul(x, qweight, scales, mins, group_size: int, isa: int | None = None):
+    """``x [M, K]`` fp32/bf16/fp16 @ int4 group-wise weights -> ``[M, N]`` in ``x.dtype``
+    (``reference.int4_matmul``'s contract; ``group_size`` a multiple of 32)."""
+    return _ops().int4_matmul(
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
+def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
+                isa: int | None = None):
+    """``x [M, K]`` @ int8 group-wise weights -> ``[M, N]`` in ``x.dtype``
+    (``reference.int8_matmul``'s contract; 1-D ``scales`` = per channel)."""
+    if group_size is None:
+        group_size = x.shape[-1] // (scales.shape[1] if scales.dim() == 2 else 1)
+    return _ops().int8_matmul(
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
