@@ -12,6 +12,8 @@ typedef __m256 VF;
 constexpr int W = 8;
 constexpr int NT = 2;
 constexpr int MT = 4;
+constexpr int NT_WIDE = 1;
+constexpr int MT_WIDE = 8;
 
 inline VF vzero() { return _mm256_setzero_ps(); }
 inline VF vset1(float f) { return _mm256_set1_ps(f); }

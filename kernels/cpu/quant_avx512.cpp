@@ -13,6 +13,8 @@ typedef __m512 VF;
 constexpr int W = 16;
 constexpr int NT = 4;
 constexpr int MT = 4;
+constexpr int NT_WIDE = 2;
+constexpr int MT_WIDE = 8;
 
 inline VF vzero() { return _mm512_setzero_ps(); }
 inline VF vset1(float f) { return _mm512_set1_ps(f); }

@@ -86,17 +86,21 @@ inline void int8_tile(const QuantArgs& a, int64_t n, int64_t m0) {
     for (int r = 0; r < mt; ++r) a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]) + tail[t][r];
 }
 
-// All M rows for output columns [n, n + nt): full MT-row tiles, then the remainder.
-template <int nt, class Tile>
-inline void rows_for(const QuantArgs& a, int64_t n, Tile) {
-  int64_t m0 = 0;
-  for (; m0 + MT <= a.M; m0 += MT) Tile::template run<nt, MT>(a, n, m0);
-  switch (a.M - m0) {
-    case 1: Tile::template run<nt, 1>(a, n, m0); break;
-    case 2: if constexpr (MT > 2) Tile::template run<nt, 2>(a, n, m0); break;
-    case 3: if constexpr (MT > 3) Tile::template run<nt, 3>(a, n, m0); break;
-    default: break;
+// The remainder tile of exactly `left` (< mt) rows.
+template <int nt, int mt, class Tile>
+inline void rest_rows(const QuantArgs& a, int64_t n, int64_t m0, int64_t left) {
+  if constexpr (mt >= 1) {
+    if (left == mt) Tile::template run<nt, mt>(a, n, m0);
+    else rest_rows<nt, mt - 1, Tile>(a, n, m0, left);
   }
+}
+
+// All M rows for output columns [n, n + nt): full mt-row tiles, then the remainder.
+template <int nt, int mt, class Tile>
+inline void rows_for(const QuantArgs& a, int64_t n) {
+  int64_t m0 = 0;
+  for (; m0 + mt <= a.M; m0 += mt) Tile::template run<nt, mt>(a, n, m0);
+  if (a.M > m0) rest_rows<nt, mt - 1, Tile>(a, n, m0, a.M - m0);
 }
 
 struct Int4Tile {
@@ -111,9 +115,16 @@ struct Int8Tile {
   }
 };
 
+// Few rows (decode): NT output columns per tile for independent FMA chains. More rows
+// (verification, small batches): NT_WIDE columns by MT_WIDE rows, so a weight tile is
+// dequantized once for up to MT_WIDE rows. The tiling never changes a result.
 template <class Tile>
 inline void all_rows(const QuantArgs& a, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NT <= n1; n += NT) rows_for<NT>(a, n, Tile{});
-  for (; n < n1; ++n) rows_for<1>(a, n, Tile{});
+  if (a.M <= MT) {
+    for (; n + NT <= n1; n += NT) rows_for<NT, MT, Tile>(a, n);
+  } else {
+    for (; n + NT_WIDE <= n1; n += NT_WIDE) rows_for<NT_WIDE, MT_WIDE, Tile>(a, n);
+  }
+  for (; n < n1; ++n) rows_for<1, MT_WIDE, Tile>(a, n);
 }
