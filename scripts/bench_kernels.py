@@ -15,8 +15,11 @@ the FLOPs it must do:
 - ``int8_matmul`` / ``int4_matmul`` at M = 1 (GEMV: the packed weight + scales/zeros read
   once) and M = 512 (TFLOP/s), against ``F.linear`` on the bf16 weight.
 
+``--cpu-quant`` runs ``scripts/bench_cpu_quant.py`` instead: the C++ CPU int4/int8 kernels
+against PyTorch's CPU kernels and ``F.linear`` at M = 1, 5, 16.
+
 Usage: ``python scripts/bench_kernels.py [--device cuda] [--dtype bfloat16] [--quick]
-[--out DIR]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
+[--out DIR] [--cpu-quant]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
 """
 
 from __future__ import annotations
@@ -182,7 +185,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="default: bfloat16 on CUDA, float32 on CPU")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller shapes")
     ap.add_argument("--out", type=Path, default=None, help="write kernels.json/.md here")
+    ap.add_argument("--cpu-quant", action="store_true",
+                    help="only the CPU quantized matmuls vs torch's (scripts/bench_cpu_quant.py)")
     args = ap.parse_args(argv)
+    if args.cpu_quant:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_cpu_quant
+
+        return bench_cpu_quant.main(["--quick"] if args.quick else [])
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench_kernels: error: --device cuda but CUDA is not available", file=sys.stderr)
