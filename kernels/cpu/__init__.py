@@ -68,13 +68,14 @@ def available() -> bool:
                   file=sys.stderr, flush=True)
         with warnings.catch_warnings():  # setuptools' pkg_resources notes on import
             warnings.simplefilter("ignore")
-            from torch.utils import cpp_extension  # noqa: F811
+            from torch.utils import cpp_extension
         cpp_extension.load(
             name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(out),
             extra_cflags=["-O3", "-std=c++17"], is_python_module=False, verbose=False)
         torch.ops.localchat_cpu.best_isa()
-    except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say so once
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001  (no compiler / ninja, a failed build: fall back)
+        text = str(exc).strip()
+        reason = text.splitlines()[0][:160] if text else type(exc).__name__
         print(f"localchat: CPU kernels unavailable ({reason}); using the PyTorch reference",
               file=sys.stderr, flush=True)
         return False
