@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -60,7 +62,15 @@ def available() -> bool:
     be built or ``LOCALCHAT_KERNELS=reference`` is set."""
     if os.environ.get("LOCALCHAT_KERNELS", "").lower() == "reference":
         return False
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        print(f"localchat: CPU kernels unavailable (no C++ compiler: {compiler}); using the "
+              "PyTorch reference", file=sys.stderr, flush=True)
+        return False
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
     try:
+        log.setLevel(logging.ERROR)  # its ABI / compiler-version warnings, not ours to show
         here = Path(__file__).resolve().parent
         out = build_dir()
         if not (out / f"{_NAME}.so").exists():
@@ -79,6 +89,8 @@ def available() -> bool:
         print(f"localchat: CPU kernels unavailable ({reason}); using the PyTorch reference",
               file=sys.stderr, flush=True)
         return False
+    finally:
+        log.setLevel(level)
     return True
 
 
