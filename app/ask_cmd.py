@@ -113,12 +113,10 @@ def run_ask(args: AskArgs) -> None:
                                     sampling.max_tokens)
         conv_id = None
         if store is not None:
-            if conv is None:
-                conv = store.create_conversation(model, system, _explicit(args.sampling))
-            elif args.system and args.system != conv.system_prompt:
-                store.update_conversation(conv.id, system_prompt=args.system)
-            conv_id = conv.id
-            store.add_message(conv_id, "user", text)  # committed before generation starts
+            conv_id = _save_user(store, conv, args, model, system, text)
+            if conv_id is None:  # the history failed (said once): answer without saving
+                store.close()
+                store = None
         _answer(engine, prompt_ids, sampling, args, store, conv_id, model)
     finally:
         if store is not None:
@@ -188,7 +186,7 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
     except LocalchatError as exc:
         if continuing:
             raise
-        cli_io.warn(f"{exc}; this turn is not saved")  # answering matters more than saving
+        _not_saved(exc)  # answering matters more than saving
         return None, None
     try:
         conv = None
@@ -205,6 +203,34 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
         store.close()
         return None, conv
     return store, conv
+
+
+def _not_saved(exc: Exception) -> None:
+    """The one stderr line saying this turn is not in the history, and why (the file, the
+    reason and what to do: ``HistoryUnavailable``'s message)."""
+    cli_io.warn(f"this turn is not saved: {exc}")
+
+
+def _save_user(store: Any, conv: Any, args: AskArgs, model: str, system: str | None,
+               text: str) -> str | None:
+    """Create (or update) the conversation and commit the user's message before generation
+    starts; its id, or None when the history cannot be written (said on stderr)."""
+    from localchat.app.store import HistoryUnavailable
+
+    created = None
+    try:
+        if conv is None:
+            conv = created = store.create_conversation(model, system, _explicit(args.sampling))
+        elif args.system and args.system != conv.system_prompt:
+            store.update_conversation(conv.id, system_prompt=args.system)
+        store.add_message(conv.id, "user", text)
+    except HistoryUnavailable as exc:
+        _not_saved(exc)
+        if created is not None:  # leave no empty conversation behind when possible
+            with contextlib.suppress(Exception):
+                store.delete_conversation(created.id)
+        return None
+    return conv.id
 
 
 def _alternating(stored: list[Any], text: str) -> list[tuple[str, str]]:
@@ -321,7 +347,12 @@ def _save_reply(store: Any, conv_id: str | None, text: str, interrupted: bool,
                 stats: dict[str, Any] | None) -> None:
     if store is None or conv_id is None:
         return
-    store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats)
+    from localchat.app.store import HistoryUnavailable
+
+    try:
+        store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats)
+    except HistoryUnavailable as exc:  # the user's message is saved; the reply is not
+        cli_io.warn(f"the reply is not saved: {exc}")
 
 
 def _close_quietly(outputs: Any) -> None:

@@ -126,7 +126,7 @@ def test_exports(db):
 def test_not_a_database(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(store_mod.LocalchatError, match="cannot open the history database"):
+    with pytest.raises(store_mod.HistoryUnavailable, match="cannot be used .*not a database"):
         Store(bad)
 
 
