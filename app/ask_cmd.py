@@ -74,6 +74,9 @@ def run_ask(args: AskArgs) -> None:
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
 
+    if args.conversation is not None and not args.conversation.strip():
+        raise CliUsageError("--conversation needs a conversation id (see 'localchat history "
+                            "list'); use -c to continue the most recent one")
     if args.continue_ and args.conversation:
         raise CliUsageError("use either -c/--continue or --conversation ID, not both")
     settings = load_settings()
@@ -84,7 +87,8 @@ def run_ask(args: AskArgs) -> None:
         sampling = SamplingParams(**knobs)
     except ValueError as e:
         raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
-    text = cli_io.build_prompt(args.prompt, "" if args.no_stdin else cli_io.read_stdin())
+    prompt = cli_io.valid_utf8(args.prompt, "the PROMPT argument")
+    text = cli_io.build_prompt(prompt, "" if args.no_stdin else cli_io.read_stdin())
 
     store, conv = _open_history(args)
     try:
@@ -322,8 +326,8 @@ def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
     text = writer.text
     if args.extract:
         blocks = render.extract_code_blocks(text)
-        if not blocks and text.strip():
-            cli_io.note("the answer has no fenced code block; printing it whole")
+        if not blocks and text.strip() and not args.json:  # --json says it in "content"
+            cli_io.note("the answer has no complete fenced code block; printing it whole")
         text = "\n\n".join(blocks) if blocks else text
     if args.json:
         doc = {"content": text, "model": model, "conversation_id": conv_id, **stats}

@@ -90,6 +90,24 @@ def read_stdin() -> str:
         return data.decode("utf-8", errors="replace")
 
 
+def valid_utf8(text: str | None, what: str) -> str | None:
+    """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once.
+
+    Command-line arguments reach Python with such bytes as lone surrogates
+    (``surrogateescape``: ``caf\\xe9`` arrives as ``'caf\\udce9'``), which no tokenizer takes;
+    stdin gets the same treatment in ``read_stdin``.
+    """
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
+            .encode("utf-8", "replace").decode("utf-8")
+
+
 def build_prompt(argument: str | None, stdin_text: str) -> str:
     """Join stdin text and the prompt argument: stdin first, then a blank line, then the argument.
 
