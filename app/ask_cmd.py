@@ -268,8 +268,9 @@ def _make_writer(args: AskArgs) -> Any:
 
 def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, store: Any,
             conv_id: str | None, model: str) -> None:
-    """Generate and show the reply, then save it and report; Ctrl+C keeps the partial reply
-    (shown, saved as interrupted) and exits 130; a closed stdout exits 141."""
+    """Generate and show the reply, then save it and report; Ctrl+C, SIGTERM and SIGHUP keep
+    the partial reply (shown, saved as interrupted) and exit 128 + the signal (130, 143, 129);
+    a closed stdout exits 141."""
     writer = _make_writer(args)
     outputs: Any = None
     last: Any = None
@@ -292,7 +293,8 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         cli_io.silence_stdout()
         _save_reply(store, conv_id, writer.text, True, None)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish saving and printing
+    # Finish saving and printing whatever arrives now.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}
     try:
         stats = answer_stats(last, len(prompt_ids), interrupted)
         _save_reply(store, conv_id, writer.text, interrupted, stats)
@@ -305,9 +307,10 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         cli_io.silence_stdout()
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if interrupted:
-        raise typer.Exit(cli_io.EXIT_INTERRUPTED)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if interrupted:  # 130 after Ctrl+C, 143 after SIGTERM, 129 after SIGHUP
+        raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
 
 
 def _memory(engine: Any) -> dict[str, Any] | None:

@@ -114,16 +114,18 @@ def test_continue_across_processes_and_history_commands(env):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
-def test_sigint_during_generation_exits_130_and_saves_the_partial_reply(env):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129)])
+def test_stop_signal_during_generation_saves_the_partial_reply_as_interrupted(env, sig, code):
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), "ask", "Tell a long story"], stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
         env={**env, "FAKE_REPLY": "Once upon a time " * 50, "FAKE_DELAY": "0.05"})
     first = proc.stdout.read(8)  # the answer is streaming
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest, err = proc.communicate(timeout=60)
     out = (first + rest).decode()
-    assert proc.returncode == 130, err.decode()
+    assert proc.returncode == code, err.decode()
     assert err == b"" and out.endswith("\n") and len(out) < len("Once upon a time " * 50)
     with db(env) as store:
         msgs = store.most_recent().messages
