@@ -209,6 +209,18 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
     return store, conv
 
 
+def stored_model(spec: str) -> str:
+    """The model spec as the history keeps it: a local file or folder as its absolute, resolved
+    path (so ``-c`` works from any folder); a catalog alias or Hub repo id as given."""
+    from pathlib import Path
+
+    path = Path(spec).expanduser()
+    try:
+        return str(path.resolve()) if path.exists() else spec
+    except (OSError, RuntimeError):  # an unreadable path or a symlink loop: keep it as given
+        return spec
+
+
 def _not_saved(exc: Exception) -> None:
     """The one stderr line saying this turn is not in the history, and why (the file, the
     reason and what to do: ``HistoryUnavailable``'s message)."""
@@ -224,7 +236,8 @@ def _save_user(store: Any, conv: Any, args: AskArgs, model: str, system: str | N
     created = None
     try:
         if conv is None:
-            conv = created = store.create_conversation(model, system, _explicit(args.sampling))
+            conv = created = store.create_conversation(stored_model(model), system,
+                                                       _explicit(args.sampling))
         elif args.system and args.system != conv.system_prompt:
             store.update_conversation(conv.id, system_prompt=args.system)
         store.add_message(conv.id, "user", text)

@@ -149,3 +149,21 @@ def test_second_ctrl_c_while_loading_exits_at_once(env):
     assert code in (130, -signal.SIGINT) and proc.stdout.read() == b""
     with db(env) as store:
         assert store.list_conversations() == []  # nothing was asked yet
+
+
+def test_history_stores_a_local_model_as_its_absolute_path(env, tmp_path):
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    (work / "models" / "x.gguf").write_bytes(b"GGUF")
+    proc = subprocess.run([sys.executable, str(FAKE_CLI), "ask", "-m", "./models/x.gguf", "hi"],
+                          cwd=work, stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert fake(env, "ask", "-m", "smollm2-135m", "hi").returncode == 0
+    with db(env) as store:
+        convs = store.list_conversations()
+    models = [c.model for c in convs]
+    assert models == ["smollm2-135m", str((work / "models" / "x.gguf").resolve())]
+    proc = fake(env, "ask", "--conversation", convs[1].id, "again")
+    assert proc.returncode == 0  # from another folder, -c loads the same file
+    assert json.loads(Path(env["FAKE_LOG"]).read_text())["options"]["model"] == models[1]
