@@ -115,13 +115,13 @@ def run_ask(args: AskArgs) -> None:
         else:
             prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
                                     sampling.max_tokens)
-        conv_id = None
+        conv_id = parent_id = None
         if store is not None:
-            conv_id = _save_user(store, conv, args, model, system, text)
+            conv_id, parent_id = _save_user(store, conv, args, model, system, text)
             if conv_id is None:  # the history failed (said once): answer without saving
                 store.close()
                 store = None
-        _answer(engine, prompt_ids, sampling, args, store, conv_id, model)
+        _answer(engine, prompt_ids, sampling, args, store, conv_id, model, parent_id)
     finally:
         if store is not None:
             store.close()
@@ -228,9 +228,10 @@ def _not_saved(exc: Exception) -> None:
 
 
 def _save_user(store: Any, conv: Any, args: AskArgs, model: str, system: str | None,
-               text: str) -> str | None:
+               text: str) -> tuple[str | None, int | None]:
     """Create (or update) the conversation and commit the user's message before generation
-    starts; its id, or None when the history cannot be written (said on stderr)."""
+    starts; ``(conversation id, message id)``, or Nones when the history cannot be written
+    (said on stderr)."""
     from localchat.app.store import HistoryUnavailable
 
     created = None
@@ -240,14 +241,14 @@ def _save_user(store: Any, conv: Any, args: AskArgs, model: str, system: str | N
                                                        _explicit(args.sampling))
         elif args.system and args.system != conv.system_prompt:
             store.update_conversation(conv.id, system_prompt=args.system)
-        store.add_message(conv.id, "user", text)
+        message = store.add_message(conv.id, "user", text)
     except HistoryUnavailable as exc:
         _not_saved(exc)
         if created is not None:  # leave no empty conversation behind when possible
             with contextlib.suppress(Exception):
                 store.delete_conversation(created.id)
-        return None
-    return conv.id
+        return None, None
+    return conv.id, message.id
 
 
 def _alternating(stored: list[Any], text: str) -> list[tuple[str, str]]:
@@ -280,7 +281,7 @@ def _make_writer(args: AskArgs) -> Any:
 
 
 def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, store: Any,
-            conv_id: str | None, model: str) -> None:
+            conv_id: str | None, model: str, parent_id: int | None = None) -> None:
     """Generate and show the reply, then save it and report; Ctrl+C, SIGTERM and SIGHUP keep
     the partial reply (shown, saved as interrupted) and exit 128 + the signal (130, 143, 129);
     a closed stdout exits 141."""
@@ -304,13 +305,13 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
     except BrokenPipeError:  # the reader went away (`| head`): stop generating, quietly
         _close_quietly(outputs)
         cli_io.silence_stdout()
-        _save_reply(store, conv_id, writer.text, True, None)
+        _save_reply(store, conv_id, writer.text, True, None, parent_id)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
     # Finish saving and printing whatever arrives now.
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}
     try:
         stats = answer_stats(last, len(prompt_ids), interrupted)
-        _save_reply(store, conv_id, writer.text, interrupted, stats)
+        _save_reply(store, conv_id, writer.text, interrupted, stats, parent_id)
         if args.json:
             stats["context"] = getattr(engine, "max_model_len", None)  # the value in use
             stats["sampling"] = {k: getattr(sampling, k) for k in SAMPLING_SHOWN}
@@ -364,13 +365,14 @@ def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
 
 
 def _save_reply(store: Any, conv_id: str | None, text: str, interrupted: bool,
-                stats: dict[str, Any] | None) -> None:
+                stats: dict[str, Any] | None, parent_id: int | None = None) -> None:
     if store is None or conv_id is None:
         return
     from localchat.app.store import HistoryUnavailable
 
     try:
-        store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats)
+        store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats,
+                          parent_id=parent_id)
     except HistoryUnavailable as exc:  # the user's message is saved; the reply is not
         cli_io.warn(f"the reply is not saved: {exc}")
 

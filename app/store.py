@@ -40,6 +40,8 @@ from typing import Any, TypeVar
 
 from localchat.app.store_schema import (
     FTS_SCHEMA,
+    MESSAGE_ORDER,
+    MIGRATIONS,
     SCHEMA,
     Conversation,
     Message,
@@ -155,6 +157,7 @@ class Store:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._script(SCHEMA)
+            self._migrate()
             self.fts = self._init_fts()
             # A corrupt file can open and still fail on its first read: find out now.
             self._db.execute("SELECT COUNT(*) FROM conversations").fetchone()
@@ -289,7 +292,8 @@ class Store:
         conv = conversation_from_row(row)
         if with_messages:
             rows = self._db.execute(
-                "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (cid,))
+                f"SELECT * FROM messages WHERE conversation_id = ? ORDER BY {MESSAGE_ORDER}",
+                (cid,))
             conv.messages = [message_from_row(r) for r in rows]
         return conv
 
@@ -297,8 +301,12 @@ class Store:
 
     @_history_errors
     def add_message(self, conversation_id: str, role: str, content: str, *,
-                    interrupted: bool = False, stats: dict[str, Any] | None = None) -> Message:
+                    interrupted: bool = False, stats: dict[str, Any] | None = None,
+                    parent_id: int | None = None) -> Message:
         """Append a message and commit it at once; the first user message sets an empty title.
+
+        ``parent_id``: for a reply, the id of the user message it answers, so the reply is read
+        back right after it even when another process added a turn in between.
 
         Raises:
             ValueError: ``role`` is not system, user or assistant.
@@ -312,8 +320,9 @@ class Store:
             with self._write():
                 cur = self._db.execute(
                     "INSERT INTO messages (conversation_id, role, content, created, interrupted,"
-                    " stats) VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, role, content, now, int(interrupted), stats_json))
+                    " stats, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (conversation_id, role, content, now, int(interrupted), stats_json,
+                     parent_id))
                 title = make_title(content) if role == "user" else ""
                 self._db.execute(
                     "UPDATE conversations SET updated = ?, title = CASE WHEN title = '' "
@@ -321,7 +330,7 @@ class Store:
         except sqlite3.IntegrityError:
             raise ConversationNotFoundError(f"no conversation '{conversation_id}'") from None
         return Message(int(cur.lastrowid), conversation_id, role, content, now,
-                       interrupted, stats)
+                       interrupted, stats, parent_id)
 
     @_history_errors
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
@@ -384,6 +393,14 @@ class Store:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+
+    def _migrate(self) -> None:
+        """Add the columns a file written by an older localchat lacks."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
+        for column, ddl in MIGRATIONS.items():
+            if column not in have:
+                with self._write():
+                    self._db.execute(ddl)
 
     def _init_fts(self) -> bool:
         try:

@@ -6,7 +6,7 @@
 ``FAKE_DELAY`` (seconds before each delta), ``FAKE_LOG`` (a file that receives, as JSON, the
 load options, the prompt token ids decoded to text and the sampling params), and
 ``FAKE_LOAD_SECONDS`` (the load sleeps that long, twice over if interrupted: a stubborn load).
-``FAKE_DB=readonly`` opens the history read-only (SQLite's ``mode=ro``, as in a read-only
+``FAKE_WAIT_FILE`` (the reply starts only once that file exists), ``FAKE_DB=readonly`` opens the history read-only (SQLite's ``mode=ro``, as in a read-only
 folder: tests run as root, where permission bits do not bind) and ``FAKE_DB=full`` caps the
 file at its current size (``PRAGMA max_page_count``: SQLite's "database or disk is full").
 """
@@ -40,6 +40,9 @@ class LoggingEngine(FakeEngine):
                 "prompt": decode_ids(prompt_token_ids),
                 "sampling": dataclasses.asdict(sampling_params),
             }))
+        wait = os.environ.get("FAKE_WAIT_FILE")
+        while wait and not Path(wait).exists():  # hold the reply until the test says go
+            time.sleep(0.02)
         yield from super().generate(prompt_token_ids, sampling_params, request_id)
 
 

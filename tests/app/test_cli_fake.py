@@ -167,3 +167,34 @@ def test_history_stores_a_local_model_as_its_absolute_path(env, tmp_path):
     proc = fake(env, "ask", "--conversation", convs[1].id, "again")
     assert proc.returncode == 0  # from another folder, -c loads the same file
     assert json.loads(Path(env["FAKE_LOG"]).read_text())["options"]["model"] == models[1]
+
+
+def test_two_concurrent_continues_store_each_reply_after_its_own_message(env, tmp_path):
+    assert fake(env, "ask", "Start", FAKE_REPLY="Started.").returncode == 0
+    go = tmp_path / "go"
+    slow = subprocess.Popen([sys.executable, str(FAKE_CLI), "ask", "-c", "Question A"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            env={**env, "FAKE_REPLY": "Answer A", "FAKE_WAIT_FILE": str(go)})
+    try:
+        for _ in range(3000):  # until A's question is committed (A then waits for `go`)
+            with db(env) as store:
+                if store.most_recent().message_count == 3:
+                    break
+            time.sleep(0.02)
+        fast = fake(env, "ask", "-c", "Question B", FAKE_REPLY="Answer B")
+        assert fast.returncode == 0, fast.stderr
+    finally:
+        go.touch()
+        out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0 and out == b"Answer A\n", err
+    with db(env) as store:
+        msgs = store.most_recent().messages
+    assert [m.content for m in msgs] == ["Start", "Started.", "Question A", "Answer A",
+                                         "Question B", "Answer B"]
+    assert msgs[3].parent_id == msgs[2].id and msgs[5].parent_id == msgs[4].id
+    assert fake(env, "ask", "-c", "Next").returncode == 0
+    assert seen_prompt(env) == ("user:Start|assistant:Started.|user:Question A|assistant:"
+                                "Answer A|user:Question B|assistant:Answer B|user:Next|assistant:")
+    shown = fake(env, "history", "show", msgs[0].conversation_id).stdout.decode()
+    assert shown.index("Answer A") < shown.index("Question B") < shown.index("Answer B")
