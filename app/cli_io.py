@@ -36,6 +36,20 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control characters made visible as ``\\xNN`` escapes: C0 (but the ones
+    in ``keep``, e.g. ``"\\n\\t"``), DEL and C1, so stored text cannot drive the terminal
+    (``ESC[2J`` clearing the screen, OSC sequences retitling the window)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if (code < 0x20 or 0x7F <= code <= 0x9F) and ch not in keep:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def error(message: str) -> None:
     """Print ``localchat: error: <message>`` as one line on stderr."""
     _err_write(f"{PROG}: error: {one_line(message)}\n")

@@ -4,7 +4,8 @@ A typer sub-application over ``store.Store`` (the same database ``ask -c`` and t
 ``check`` and ``repair`` (``store_repair``) deal with a damaged file. A history that cannot be
 used is one ``localchat: error:`` line naming the file and what to do (exit 1).
 Plain text when stdout is not a terminal (tables as aligned columns, no ANSI); Rich on a
-terminal. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
+terminal. ``list``, ``show`` and ``search`` print stored control characters as ``\\xNN``
+escapes (text from a model or a paste must not drive the terminal); ``export`` keeps them. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def list_(
 
     with _store() as store:
         convs = store.list_conversations(limit=limit)
-    rows = [(c.id, local_time(c.updated), str(c.message_count), c.model or "—", c.title or "—")
-            for c in convs]
+    rows = [(c.id, local_time(c.updated), str(c.message_count),
+             cli_io.printable(c.model or "—"), cli_io.printable(c.title or "—")) for c in convs]
     print_table(("ID", "UPDATED", "MSGS", "MODEL", "TITLE"), rows)
 
 
@@ -51,7 +52,7 @@ def list_(
 def show(conversation: IdArg, debug: DebugOpt = False) -> None:
     """Print a conversation (Markdown; rendered on a terminal)."""
     with _store() as store:
-        text = store.export_markdown(conversation)
+        text = cli_io.printable(store.export_markdown(conversation), keep="\n\t")
     if cli_io.stream_isatty(sys.stdout):
         from rich.console import Console
         from rich.markdown import Markdown
@@ -81,7 +82,7 @@ def search(
     tty = cli_io.stream_isatty(sys.stdout)
     rows = []
     for hit in hits:
-        snippet = cli_io.one_line(hit.snippet)
+        snippet = cli_io.printable(cli_io.one_line(hit.snippet), keep="\x02\x03")
         if not tty:
             snippet = snippet.replace("\x02", "").replace("\x03", "")
         rows.append((hit.conversation_id, hit.role, snippet))

@@ -70,3 +70,23 @@ def test_fp8_without_a_capable_gpu_is_a_usage_error_before_loading(env):
     err = proc.stderr.decode()
     assert err.count("\n") == 1 and "loading" not in err
     assert err.startswith("localchat: error: --quant fp8: needs a CUDA GPU")
+
+
+def test_history_prints_control_characters_escaped_and_export_json_keeps_them(env):
+    from .test_cli_fake import db
+
+    evil = "Title \x1b]0;pwned\x07 here"
+    reply = "clear \x1b[2J screen\x9b and\ttab"
+    assert fake(env, "ask", evil, FAKE_REPLY=reply).returncode == 0
+    with db(env) as store:
+        cid = store.most_recent().id
+    for args in (["history", "list"], ["history", "show", cid], ["history", "search", "clear"]):
+        proc = fake(env, *args)
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout.decode()
+        assert not any(c in out for c in "\x1b\x07\x9b"), args
+    shown = fake(env, "history", "show", cid).stdout.decode()
+    assert "clear \\x1b[2J screen\\x9b and\ttab" in shown and "\\x1b]0;pwned\\x07" in shown
+    assert "Title \\x1b]0;pwned\\x07 here" in fake(env, "history", "list").stdout.decode()
+    exported = json.loads(fake(env, "history", "export", cid, "--format", "json").stdout)
+    assert [m["content"] for m in exported["messages"]] == [evil, reply]
