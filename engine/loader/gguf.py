@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -22,6 +23,7 @@ import torch
 
 from ..errors import ModelLoadError
 
+logger = logging.getLogger(__name__)
 _GGUF_MAGIC = b"GGUF"
 _MIB = 1 << 20
 
@@ -113,11 +115,19 @@ def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
 
 
 def _write_atomically(target: Path, name: str, text: str) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target, prefix=f".{name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, target / name)
+    """Write the cache file ``target/name`` via a temp file and a rename. The cache is
+    optional: a failed write (full disk, read-only folder) is logged and never fails a load."""
+    tmp = None
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target / name)
+    except OSError as exc:
+        logger.warning("could not write the metadata cache %s: %s", target / name, exc)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
