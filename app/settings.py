@@ -32,12 +32,29 @@ HOME_ENV = "LOCALCHAT_HOME"
 
 
 def _dir(kind: str) -> Path:
+    """The ``kind`` folder (cache, data, config), created if missing.
+
+    Raises:
+        SettingError: it cannot be created or is not a folder (``LOCALCHAT_HOME`` names a
+            file, a read-only place); the message names the path and the problem.
+    """
     home = os.environ.get(HOME_ENV)
     if home:
         path = Path(home).expanduser() / kind
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME))
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"{HOME_ENV}={home}: " if home else ""
+        blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            problem = f"{blocker} is a file, not a folder"
+        else:
+            problem = f"cannot create the folder {path}: {exc.strerror or exc}"
+        raise SettingError(f"{where}{problem}") from None
+    if not path.is_dir():
+        raise SettingError(f"{path} is not a folder")
     return path
 
 
@@ -251,7 +268,8 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     key). Other lines and comments of the file are kept. Returns the key and parsed value.
 
     Raises:
-        SettingError: unknown key, bad value, or the current file is not valid TOML.
+        SettingError: unknown key, bad value, the current file is not valid TOML, or it
+            cannot be written (read-only, disk full); names the file.
     """
     from localchat.app import toml_edit
 
@@ -259,7 +277,10 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     value = None if raw is None else parse_value(key, raw)
     path = config_path() if path is None else Path(path)
     _read_toml(path)  # refuse to edit a file that does not parse
-    toml_edit.set_key(path, key.table, key.field, value)
+    try:
+        toml_edit.set_key(path, key.table, key.field, value)
+    except OSError as exc:  # a read-only file or folder, a full disk
+        raise SettingError(f"cannot write config file {path}: {exc.strerror or exc}") from None
     return key, value
 
 
