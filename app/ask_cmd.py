@@ -100,8 +100,9 @@ def run_ask(args: AskArgs) -> None:
                               context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
-        engine = remote_backend(args, settings, model) or cli_io.guarded(
-            lambda: load_engine(options))
+        from_setting = not args.model and not (conv and conv.model)
+        engine = remote_backend(args, settings, model) or _load_naming_the_setting(
+            options, settings, from_setting)
         sampling = with_model_defaults(model, knobs, sampling)
 
         from localchat.app.session import ChatSession
@@ -158,6 +159,23 @@ def load_engine(options: LoadOptions) -> Any:
 
     with interrupts.loading_interrupts():
         return engine_loader.load(options)
+
+
+def _load_naming_the_setting(options: LoadOptions, settings: Any, from_setting: bool) -> Any:
+    """``load_engine``; when the model came from the ``default_model`` setting and cannot be
+    found, the error says where that setting lives (config.toml or the environment)."""
+    from localchat.app.settings import KEYS, config_path
+    from localchat.engine.errors import ModelNotFoundError
+
+    try:
+        return cli_io.guarded(lambda: load_engine(options))
+    except ModelNotFoundError as exc:
+        source = settings.sources.get("default_model")
+        if not from_setting or source is None:
+            raise
+        where = f"config file {config_path()}" if source == "config" else \
+            f"environment variable {KEYS['default_model'].env}"
+        raise ModelNotFoundError(f"default_model (from {where}): {exc}") from None
 
 
 def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None

@@ -220,6 +220,37 @@ def parse_value(key: Key, raw: Any) -> Any:
     return value
 
 
+def check_setting(key: Key, value: Any) -> None:
+    """Refuse a value that parses but names nothing, before ``config set`` writes it:
+    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``) or an existing
+    file or folder; ``theme`` one of localchat's themes or Textual's built-in ones.
+
+    Raises:
+        SettingError: the value names no model or theme; names the key and ``config.toml``.
+    """
+    reason = None
+    if key.name == "default_model":
+        from localchat.engine.hub.catalog import resolve_alias
+        from localchat.engine.hub.resolve import parse_repo_spec
+
+        if not (resolve_alias(value) or parse_repo_spec(value) or Path(value).expanduser().exists()):
+            reason = ("not a catalog alias, a Hub repo id (org/name) or an existing file or "
+                      "folder (see 'localchat models')")
+    elif key.name == "theme":
+        from localchat.themes import THEMES, resolve_theme_name
+
+        names = [t.name for t in THEMES]
+        try:
+            from textual.theme import BUILTIN_THEMES
+        except ImportError:  # pragma: no cover - textual is a dependency
+            BUILTIN_THEMES = {}
+        if resolve_theme_name(value) not in {*names, *BUILTIN_THEMES}:
+            short = [n.removeprefix("localchat-") for n in names]
+            reason = f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+    if reason:
+        raise SettingError(f"{key.name} = {value!r} not written to {config_path()}: {reason}")
+
+
 def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None
                   ) -> Settings:
     """Read ``path`` (default ``config_path()``), then apply ``environ`` (default
