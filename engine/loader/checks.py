@@ -35,3 +35,29 @@ def checked(weights: Iterable[tuple[str, torch.Tensor]], path: Path
     for name, tensor in weights:
         check_finite(name, tensor, path)
         yield name, tensor
+
+
+# A tokenizer transformers can build: tokenizer.json (no extra packages), tokenizer.model
+# (sentencepiece), tiktoken files, or a BPE vocabulary (vocab.json with merges.txt).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer.tiktoken", "vocab.json")
+
+
+def check_model_folder(path: Path) -> None:
+    """Refuse an HF model folder that cannot be loaded, before anything loads, saying what it
+    lacks: weights (``*.safetensors``; a pickle checkpoint is named and refused) and a
+    tokenizer (``TOKENIZER_FILES``).
+
+    Raises:
+        ModelLoadError: one line naming the folder and every missing part.
+    """
+    names = {p.name for p in Path(path).iterdir()}
+    missing = []
+    if not any(n.endswith(".safetensors") for n in names):
+        pickles = sorted(n for n in names if n.endswith((".bin", ".pt", ".pth")))
+        why = f"; {pickles[0]} is a pickle checkpoint, never loaded" if pickles else ""
+        missing.append(f"weights (no *.safetensors file{why})")
+    if not names & set(TOKENIZER_FILES):
+        missing.append("a tokenizer (no tokenizer.json or tokenizer.model)")
+    if missing:
+        raise ModelLoadError(f"model folder {path} is incomplete: it lacks "
+                             + " and ".join(missing))

@@ -89,7 +89,8 @@ def open_gguf(path: Path):
         return gguf.GGUFReader(str(path))
     except Exception as exc:  # gguf raises ValueError/IndexError/struct errors on bad data
         raise ModelLoadError(
-            f"cannot read GGUF file {path}: truncated or corrupt ({type(exc).__name__}: {exc})"
+            f"cannot read GGUF file {path}: truncated, or its header or metadata is corrupt "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
 
 
@@ -148,9 +149,14 @@ def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
     try:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as exc:
+        # transformers reports a metadata it cannot parse as "config file ... is not a valid
+        # JSON file"; our reader names the real problem (ModelLoadError) when the file is bad.
+        open_gguf(path)
+        detail = f"{type(exc).__name__}: {exc}"
+        if "not a valid JSON file" in detail:
+            detail = "transformers cannot parse its metadata"
         raise ModelLoadError(
-            f"cannot read GGUF file {path}: truncated, corrupt or unsupported "
-            f"({type(exc).__name__}: {exc})"
+            f"cannot read GGUF file {path}: its metadata is corrupt or unsupported ({detail})"
         ) from exc
     if meta is not None:
         _write_atomically(meta, "config.json", config.to_json_string())
