@@ -66,3 +66,26 @@ def test_gguf_with_random_tensor_data_is_one_error_line(smollm2_gguf, tmp_path):
     assert proc.returncode == 1 and proc.stdout == b"", err
     assert err.count("\n") == 1 and err.startswith(f"localchat: error: {damaged}: tensor ")
     assert "NaN/Inf" in err
+
+
+def test_an_all_nan_first_forward_is_one_clear_error(smollm2_engine, monkeypatch):
+    import dataclasses
+
+    from localchat.engine.config import CacheConfig
+    from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.sampling_params import SamplingParams
+
+    base = smollm2_engine
+    model = base.runner.model
+
+    def fresh():
+        config = dataclasses.replace(base.config, cache=CacheConfig())
+        return LLMEngine(model, base.model_config, base.tokenizer, config, base.max_model_len)
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=3)
+    ids = base.tokenizer.encode("Hello")
+    assert len(list(fresh().generate(ids, greedy))) >= 1  # the same model, finite: answers
+    real = model.compute_logits
+    monkeypatch.setattr(model, "compute_logits", lambda h: real(h) * float("nan"))
+    with pytest.raises(ModelLoadError, match="first forward pass gave NaN/Inf logits"):
+        list(fresh().generate(ids, greedy))
