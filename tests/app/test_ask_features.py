@@ -82,7 +82,7 @@ def test_extract_prints_only_the_code(ask):
     assert (code, err) == (0, "")
     assert out == "print('hi')\n\nls -l\n"
     code, out, err, _, _ = ask(["hi", "--extract"], ["no code here"])
-    assert out == "no code here\n" and "no fenced code block" in err
+    assert out == "no code here\n" and "no complete fenced code block" in err
     code, out, _, _, _ = ask(["hi", "-x", "--json"], CODE_REPLY)
     assert json.loads(out)["content"] == "print('hi')\n\nls -l"
 
