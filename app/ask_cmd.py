@@ -74,6 +74,9 @@ def run_ask(args: AskArgs) -> None:
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
 
+    if args.conversation is not None and not args.conversation.strip():
+        raise CliUsageError("--conversation needs a conversation id (see 'localchat history "
+                            "list'); use -c to continue the most recent one")
     if args.continue_ and args.conversation:
         raise CliUsageError("use either -c/--continue or --conversation ID, not both")
     settings = load_settings()
@@ -84,7 +87,8 @@ def run_ask(args: AskArgs) -> None:
         sampling = SamplingParams(**knobs)
     except ValueError as e:
         raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
-    text = cli_io.build_prompt(args.prompt, "" if args.no_stdin else cli_io.read_stdin())
+    prompt = cli_io.valid_utf8(args.prompt, "the PROMPT argument")
+    text = cli_io.build_prompt(prompt, "" if args.no_stdin else cli_io.read_stdin())
 
     store, conv = _open_history(args)
     try:
@@ -96,8 +100,9 @@ def run_ask(args: AskArgs) -> None:
                               context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
-        engine = remote_backend(args, settings, model) or cli_io.guarded(
-            lambda: load_engine(options))
+        from_setting = not args.model and not (conv and conv.model)
+        engine = remote_backend(args, settings, model) or _load_naming_the_setting(
+            options, settings, from_setting)
         sampling = with_model_defaults(model, knobs, sampling)
 
         from localchat.app.session import ChatSession
@@ -111,15 +116,13 @@ def run_ask(args: AskArgs) -> None:
         else:
             prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
                                     sampling.max_tokens)
-        conv_id = None
+        conv_id = parent_id = None
         if store is not None:
-            if conv is None:
-                conv = store.create_conversation(model, system, _explicit(args.sampling))
-            elif args.system and args.system != conv.system_prompt:
-                store.update_conversation(conv.id, system_prompt=args.system)
-            conv_id = conv.id
-            store.add_message(conv_id, "user", text)  # committed before generation starts
-        _answer(engine, prompt_ids, sampling, args, store, conv_id, model)
+            conv_id, parent_id = _save_user(store, conv, args, model, system, text)
+            if conv_id is None:  # the history failed (said once): answer without saving
+                store.close()
+                store = None
+        _answer(engine, prompt_ids, sampling, args, store, conv_id, model, parent_id)
     finally:
         if store is not None:
             store.close()
@@ -158,6 +161,23 @@ def load_engine(options: LoadOptions) -> Any:
         return engine_loader.load(options)
 
 
+def _load_naming_the_setting(options: LoadOptions, settings: Any, from_setting: bool) -> Any:
+    """``load_engine``; when the model came from the ``default_model`` setting and cannot be
+    found, the error says where that setting lives (config.toml or the environment)."""
+    from localchat.app.settings import KEYS, config_path
+    from localchat.engine.errors import ModelNotFoundError
+
+    try:
+        return cli_io.guarded(lambda: load_engine(options))
+    except ModelNotFoundError as exc:
+        source = settings.sources.get("default_model")
+        if not from_setting or source is None:
+            raise
+        where = f"config file {config_path()}" if source == "config" else \
+            f"environment variable {KEYS['default_model'].env}"
+        raise ModelNotFoundError(f"default_model (from {where}): {exc}") from None
+
+
 def fit_prompt(session: Any, tokenizer: Any, max_model_len: int, max_tokens: int | None
                ) -> list[int]:
     """``session.fit_prompt``, its notices printed as ``localchat: note:`` lines on stderr.
@@ -188,7 +208,7 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
     except LocalchatError as exc:
         if continuing:
             raise
-        cli_io.warn(f"{exc}; this turn is not saved")  # answering matters more than saving
+        _not_saved(exc)  # answering matters more than saving
         return None, None
     try:
         conv = None
@@ -205,6 +225,48 @@ def _open_history(args: AskArgs) -> tuple[Any, Any]:
         store.close()
         return None, conv
     return store, conv
+
+
+def stored_model(spec: str) -> str:
+    """The model spec as the history keeps it: a local file or folder as its absolute, resolved
+    path (so ``-c`` works from any folder); a catalog alias or Hub repo id as given."""
+    from pathlib import Path
+
+    path = Path(spec).expanduser()
+    try:
+        return str(path.resolve()) if path.exists() else spec
+    except (OSError, RuntimeError):  # an unreadable path or a symlink loop: keep it as given
+        return spec
+
+
+def _not_saved(exc: Exception) -> None:
+    """The one stderr line saying this turn is not in the history, and why (the file, the
+    reason and what to do: ``HistoryUnavailable``'s message)."""
+    cli_io.warn(f"this turn is not saved: {exc}")
+
+
+def _save_user(store: Any, conv: Any, args: AskArgs, model: str, system: str | None,
+               text: str) -> tuple[str | None, int | None]:
+    """Create (or update) the conversation and commit the user's message before generation
+    starts; ``(conversation id, message id)``, or Nones when the history cannot be written
+    (said on stderr)."""
+    from localchat.app.store import HistoryUnavailable
+
+    created = None
+    try:
+        if conv is None:
+            conv = created = store.create_conversation(stored_model(model), system,
+                                                       _explicit(args.sampling))
+        elif args.system and args.system != conv.system_prompt:
+            store.update_conversation(conv.id, system_prompt=args.system)
+        message = store.add_message(conv.id, "user", text)
+    except HistoryUnavailable as exc:
+        _not_saved(exc)
+        if created is not None:  # leave no empty conversation behind when possible
+            with contextlib.suppress(Exception):
+                store.delete_conversation(created.id)
+        return None, None
+    return conv.id, message.id
 
 
 def _alternating(stored: list[Any], text: str) -> list[tuple[str, str]]:
@@ -237,9 +299,10 @@ def _make_writer(args: AskArgs) -> Any:
 
 
 def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, store: Any,
-            conv_id: str | None, model: str) -> None:
-    """Generate and show the reply, then save it and report; Ctrl+C keeps the partial reply
-    (shown, saved as interrupted) and exits 130; a closed stdout exits 141."""
+            conv_id: str | None, model: str, parent_id: int | None = None) -> None:
+    """Generate and show the reply, then save it and report; Ctrl+C, SIGTERM and SIGHUP keep
+    the partial reply (shown, saved as interrupted) and exit 128 + the signal (130, 143, 129);
+    a closed stdout exits 141."""
     writer = _make_writer(args)
     outputs: Any = None
     last: Any = None
@@ -260,12 +323,13 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
     except BrokenPipeError:  # the reader went away (`| head`): stop generating, quietly
         _close_quietly(outputs)
         cli_io.silence_stdout()
-        _save_reply(store, conv_id, writer.text, True, None)
+        _save_reply(store, conv_id, writer.text, True, None, parent_id)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish saving and printing
+    # Finish saving and printing whatever arrives now.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}
     try:
         stats = answer_stats(last, len(prompt_ids), interrupted)
-        _save_reply(store, conv_id, writer.text, interrupted, stats)
+        _save_reply(store, conv_id, writer.text, interrupted, stats, parent_id)
         if args.json:
             stats["context"] = getattr(engine, "max_model_len", None)  # the value in use
             stats["sampling"] = {k: getattr(sampling, k) for k in SAMPLING_SHOWN}
@@ -275,9 +339,10 @@ def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, st
         cli_io.silence_stdout()
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if interrupted:
-        raise typer.Exit(cli_io.EXIT_INTERRUPTED)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if interrupted:  # 130 after Ctrl+C, 143 after SIGTERM, 129 after SIGHUP
+        raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
 
 
 def _memory(engine: Any) -> dict[str, Any] | None:
@@ -296,8 +361,8 @@ def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
     text = writer.text
     if args.extract:
         blocks = render.extract_code_blocks(text)
-        if not blocks and text.strip():
-            cli_io.note("the answer has no fenced code block; printing it whole")
+        if not blocks and text.strip() and not args.json:  # --json says it in "content"
+            cli_io.note("the answer has no complete fenced code block; printing it whole")
         text = "\n\n".join(blocks) if blocks else text
     if args.json:
         doc = {"content": text, "model": model, "conversation_id": conv_id, **stats}
@@ -318,10 +383,16 @@ def _print_answer(writer: Any, args: AskArgs, stats: dict[str, Any], model: str,
 
 
 def _save_reply(store: Any, conv_id: str | None, text: str, interrupted: bool,
-                stats: dict[str, Any] | None) -> None:
+                stats: dict[str, Any] | None, parent_id: int | None = None) -> None:
     if store is None or conv_id is None:
         return
-    store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats)
+    from localchat.app.store import HistoryUnavailable
+
+    try:
+        store.add_message(conv_id, "assistant", text, interrupted=interrupted, stats=stats,
+                          parent_id=parent_id)
+    except HistoryUnavailable as exc:  # the user's message is saved; the reply is not
+        cli_io.warn(f"the reply is not saved: {exc}")
 
 
 def _close_quietly(outputs: Any) -> None:

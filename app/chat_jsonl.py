@@ -60,6 +60,12 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
     from localchat.engine.sampling_params import SamplingParams
 
     stdin = stdin or sys.stdin
+    reconfigure = getattr(stdin, "reconfigure", None)
+    if reconfigure is not None:  # an invalid UTF-8 line reaches _parse (and its error line)
+        try:
+            reconfigure(errors="surrogateescape")
+        except (ValueError, OSError):
+            pass
     stdout = stdout or sys.stdout
     settings = load_settings()
     flags = {"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens}
@@ -131,6 +137,12 @@ def _parse(line: str) -> dict[str, Any]:
                          "or {\"command\": \"reset\"}")
     if not isinstance(msg.get("content"), str):
         raise TypeError("'content' must be a string")
+    try:
+        msg["content"].encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ("\ud800") or bytes that were not UTF-8
+        bad = msg["content"][e.start]
+        raise ValueError(f"'content' is not valid Unicode text: lone surrogate "
+                         f"U+{ord(bad):04X} at character {e.start}") from None
     if role == "user" and not msg["content"].strip():
         raise ValueError("'content' is empty")
     return msg

@@ -36,6 +36,20 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control characters made visible as ``\\xNN`` escapes: C0 (but the ones
+    in ``keep``, e.g. ``"\\n\\t"``), DEL and C1, so stored text cannot drive the terminal
+    (``ESC[2J`` clearing the screen, OSC sequences retitling the window)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if (code < 0x20 or 0x7F <= code <= 0x9F) and ch not in keep:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def error(message: str) -> None:
     """Print ``localchat: error: <message>`` as one line on stderr."""
     _err_write(f"{PROG}: error: {one_line(message)}\n")
@@ -88,6 +102,24 @@ def read_stdin() -> str:
     except UnicodeDecodeError:
         warn("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
         return data.decode("utf-8", errors="replace")
+
+
+def valid_utf8(text: str | None, what: str) -> str | None:
+    """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once.
+
+    Command-line arguments reach Python with such bytes as lone surrogates
+    (``surrogateescape``: ``caf\\xe9`` arrives as ``'caf\\udce9'``), which no tokenizer takes;
+    stdin gets the same treatment in ``read_stdin``.
+    """
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
+            .encode("utf-8", "replace").decode("utf-8")
 
 
 def build_prompt(argument: str | None, stdin_text: str) -> str:

@@ -79,7 +79,7 @@ def _write(name: str, value: str | None) -> None:
     try:  # an unknown key or a bad value is a usage error (exit 2) ...
         key = settings.lookup_key(name)
         if value is not None:
-            settings.parse_value(key, value)
+            settings.check_setting(key, settings.parse_value(key, value))
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
     key, parsed = settings.set_value(name, value)  # ... an unreadable file a runtime error (1)

@@ -1,8 +1,11 @@
 """``localchat history``: list, show, search, export and delete stored conversations.
 
-A typer sub-application over ``store.Store`` (the same database ``ask -c`` and the TUI use).
+A typer sub-application over ``store.Store`` (the same database ``ask -c`` and the TUI use);
+``check`` and ``repair`` (``store_repair``) deal with a damaged file. A history that cannot be
+used is one ``localchat: error:`` line naming the file and what to do (exit 1).
 Plain text when stdout is not a terminal (tables as aligned columns, no ANSI); Rich on a
-terminal. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
+terminal. ``list``, ``show`` and ``search`` print stored control characters as ``\\xNN``
+escapes (text from a model or a paste must not drive the terminal); ``export`` keeps them. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ def list_(
 
     with _store() as store:
         convs = store.list_conversations(limit=limit)
-    rows = [(c.id, local_time(c.updated), str(c.message_count), c.model or "—", c.title or "—")
-            for c in convs]
+    rows = [(c.id, local_time(c.updated), str(c.message_count),
+             cli_io.printable(c.model or "—"), cli_io.printable(c.title or "—")) for c in convs]
     print_table(("ID", "UPDATED", "MSGS", "MODEL", "TITLE"), rows)
 
 
@@ -49,7 +52,7 @@ def list_(
 def show(conversation: IdArg, debug: DebugOpt = False) -> None:
     """Print a conversation (Markdown; rendered on a terminal)."""
     with _store() as store:
-        text = store.export_markdown(conversation)
+        text = cli_io.printable(store.export_markdown(conversation), keep="\n\t")
     if cli_io.stream_isatty(sys.stdout):
         from rich.console import Console
         from rich.markdown import Markdown
@@ -79,7 +82,7 @@ def search(
     tty = cli_io.stream_isatty(sys.stdout)
     rows = []
     for hit in hits:
-        snippet = cli_io.one_line(hit.snippet)
+        snippet = cli_io.printable(cli_io.one_line(hit.snippet), keep="\x02\x03")
         if not tty:
             snippet = snippet.replace("\x02", "").replace("\x03", "")
         rows.append((hit.conversation_id, hit.role, snippet))
@@ -120,6 +123,42 @@ def rm(conversations: Annotated[list[str], typer.Argument(help="Conversation ids
         for cid in dict.fromkeys(ids):
             store.delete_conversation(cid)
             cli_io.note(f"deleted conversation {cid}")
+
+
+@history_app.command()
+def check(debug: DebugOpt = False) -> None:
+    """Run SQLite's integrity check on the history file: 'ok', or the problems (exit 1)."""
+    from localchat.app import store_repair
+    from localchat.app.store import default_path
+
+    path = default_path()
+    problems = store_repair.check(path)
+    if not problems:
+        typer.echo(f"{path}: ok")
+        return
+    for problem in problems:
+        typer.echo(f"{path}: {cli_io.one_line(problem)}")
+    cli_io.note("run 'localchat history repair' to salvage what is readable into a new file")
+    raise typer.Exit(cli_io.EXIT_RUNTIME)
+
+
+@history_app.command()
+def repair(debug: DebugOpt = False) -> None:
+    """Copy every readable conversation into a new history file and put it in place; the
+    damaged file is kept beside it as history.db.corrupt-<time>."""
+    from localchat.app import store_repair
+    from localchat.app.store import default_path
+
+    path = default_path()
+    if not path.is_file():
+        raise cli_io.CliUsageError(f"there is no history file at {path}")
+    result = store_repair.repair(path)
+    lost = ""
+    if result.lost_conversations or result.lost_messages:
+        lost = (f"; lost {result.lost_conversations} conversation and "
+                f"{result.lost_messages} message row(s)")
+    cli_io.note(f"salvaged {result.conversations} conversations and {result.messages} messages "
+                f"into {result.new_path}{lost}; the old file is {result.moved_aside}")
 
 
 def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -1,7 +1,7 @@
 """Ctrl+C while ``ask`` loads a model and while it streams a reply.
 
 ``loading_interrupts``: the first Ctrl+C cancels the load, a second one ends the process at
-once. ``InterruptGuard``: Ctrl+C stops generation at once, except while a delta is being
+once. ``InterruptGuard``: Ctrl+C (and SIGTERM, SIGHUP) stops generation at once, except while a delta is being
 printed and recorded, so the saved partial reply is exactly what was printed. Both only act in
 the main thread (Python delivers signals there).
 """
@@ -37,10 +37,19 @@ def loading_interrupts() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
+# Signals that end a reply the way Ctrl+C does: the terminal closing (SIGHUP) and a polite
+# kill (SIGTERM, also what service managers and `timeout` send). The process then exits with
+# 128 + the signal's number, as a shell reports it.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
 class InterruptGuard:
-    """A SIGINT handler that raises ``KeyboardInterrupt`` at once, except inside ``critical()``
-    sections, where it is held until the section ends. ``ask`` prints and records each text
-    delta in one section, so the saved partial reply is exactly what was printed.
+    """A handler for SIGINT, SIGTERM and SIGHUP (``STOP_SIGNALS``) that raises
+    ``KeyboardInterrupt`` at once, except inside ``critical()`` sections, where it is held
+    until the section ends. ``ask`` prints and records each text delta in one section, so the
+    saved partial reply is exactly what was printed. ``signum`` is the signal that arrived
+    first (None until one does).
 
     Use ``with guard.installed(): ... with guard.critical(): ...`` in the main thread.
     """
@@ -48,8 +57,11 @@ class InterruptGuard:
     def __init__(self) -> None:
         self._depth = 0
         self._pending = False
+        self.signum: int | None = None
 
     def _handler(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
         if self._depth:
             self._pending = True
         else:
@@ -61,11 +73,12 @@ class InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = signal.signal(signal.SIGINT, self._handler)
+        previous = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:

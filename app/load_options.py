@@ -40,7 +40,8 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
     so the message names where to change it.
 
     Raises:
-        CliUsageError: ``quant`` is not one of ``AVAILABLE_QUANT``,
+        CliUsageError: ``quant`` is not one of ``AVAILABLE_QUANT``, ``fp8`` without a CUDA
+            GPU of compute capability >= 8.9 (checked before any model loads),
             ``num_speculative_tokens`` is outside [1, 16], or ``context`` is below 1 (exit 2).
     """
     from_flags = from_flags or {}
@@ -54,6 +55,12 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
     if options.context is not None and options.context < 1:
         raise CliUsageError(f"{options.context_origin} {options.context}: the context must be "
                             "a positive number of tokens")
+    if options.quant == "fp8":
+        from localchat.engine.quant.schemes import fp8_supported
+
+        if not fp8_supported("cuda"):
+            raise CliUsageError(f"{where('quant')} fp8: needs a CUDA GPU of compute capability "
+                                "8.9 or newer, and none is available (use int8 or int4)")
     k = options.num_speculative_tokens
     if k is not None and not 1 <= k <= 16:
         raise CliUsageError(f"--num-speculative-tokens {k}: must be between 1 and 16")

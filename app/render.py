@@ -19,8 +19,10 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
 
 def extract_code_blocks(text: str) -> list[str]:
     """The bodies of the fenced code blocks (CommonMark ``` and ~~~ fences) in ``text``, in
-    order. A closing fence uses the opening fence's character, at least as many times; a block
-    left open at the end (an interrupted reply) runs to the end of the text."""
+    order. A closing fence uses the opening fence's character, at least as many times. Only
+    blocks with both fences count: a fence left open at the end (an interrupted reply, or an
+    answer whose opening fence is missing, so the closing one looks like an opening) gives no
+    block, never the prose after it."""
     blocks: list[str] = []
     fence: str | None = None
     body: list[str] = []
@@ -35,8 +37,6 @@ def extract_code_blocks(text: str) -> list[str]:
             fence = None
         else:
             body.append(line)
-    if fence is not None:
-        blocks.append("\n".join(body))
     return blocks
 
 

@@ -32,12 +32,29 @@ HOME_ENV = "LOCALCHAT_HOME"
 
 
 def _dir(kind: str) -> Path:
+    """The ``kind`` folder (cache, data, config), created if missing.
+
+    Raises:
+        SettingError: it cannot be created or is not a folder (``LOCALCHAT_HOME`` names a
+            file, a read-only place); the message names the path and the problem.
+    """
     home = os.environ.get(HOME_ENV)
     if home:
         path = Path(home).expanduser() / kind
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME))
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"{HOME_ENV}={home}: " if home else ""
+        blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            problem = f"{blocker} is a file, not a folder"
+        else:
+            problem = f"cannot create the folder {path}: {exc.strerror or exc}"
+        raise SettingError(f"{where}{problem}") from None
+    if not path.is_dir():
+        raise SettingError(f"{path} is not a folder")
     return path
 
 
@@ -203,6 +220,37 @@ def parse_value(key: Key, raw: Any) -> Any:
     return value
 
 
+def check_setting(key: Key, value: Any) -> None:
+    """Refuse a value that parses but names nothing, before ``config set`` writes it:
+    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``) or an existing
+    file or folder; ``theme`` one of localchat's themes or Textual's built-in ones.
+
+    Raises:
+        SettingError: the value names no model or theme; names the key and ``config.toml``.
+    """
+    reason = None
+    if key.name == "default_model":
+        from localchat.engine.hub.catalog import resolve_alias
+        from localchat.engine.hub.resolve import parse_repo_spec
+
+        if not (resolve_alias(value) or parse_repo_spec(value) or Path(value).expanduser().exists()):
+            reason = ("not a catalog alias, a Hub repo id (org/name) or an existing file or "
+                      "folder (see 'localchat models')")
+    elif key.name == "theme":
+        from localchat.themes import THEMES, resolve_theme_name
+
+        names = [t.name for t in THEMES]
+        try:
+            from textual.theme import BUILTIN_THEMES
+        except ImportError:  # pragma: no cover - textual is a dependency
+            BUILTIN_THEMES = {}
+        if resolve_theme_name(value) not in {*names, *BUILTIN_THEMES}:
+            short = [n.removeprefix("localchat-") for n in names]
+            reason = f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+    if reason:
+        raise SettingError(f"{key.name} = {value!r} not written to {config_path()}: {reason}")
+
+
 def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None
                   ) -> Settings:
     """Read ``path`` (default ``config_path()``), then apply ``environ`` (default
@@ -251,7 +299,8 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     key). Other lines and comments of the file are kept. Returns the key and parsed value.
 
     Raises:
-        SettingError: unknown key, bad value, or the current file is not valid TOML.
+        SettingError: unknown key, bad value, the current file is not valid TOML, or it
+            cannot be written (read-only, disk full); names the file.
     """
     from localchat.app import toml_edit
 
@@ -259,7 +308,10 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     value = None if raw is None else parse_value(key, raw)
     path = config_path() if path is None else Path(path)
     _read_toml(path)  # refuse to edit a file that does not parse
-    toml_edit.set_key(path, key.table, key.field, value)
+    try:
+        toml_edit.set_key(path, key.table, key.field, value)
+    except OSError as exc:  # a read-only file or folder, a full disk
+        raise SettingError(f"cannot write config file {path}: {exc.strerror or exc}") from None
     return key, value
 
 

@@ -15,20 +15,33 @@ Schema (timestamps are Unix seconds, ``time.time()``)::
 When this SQLite build has no FTS5, search falls back to ``LIKE`` (``Store.fts`` is False and
 ``search`` warns once). DESIGN.md section 4: a crash or cancel mid-reply never loses the user's
 message; callers commit it before generation starts (``add_message`` commits at once).
+
+The history must never take the app down. Every ``Store`` method (and the constructor) turns a
+SQLite or OS failure (a corrupt file, a read-only folder, a full disk, a lock held too long)
+into ``HistoryUnavailable(path, reason)``; nothing else escapes. Callers that can go on without
+saving (``ask``, the TUI) catch it, say once that the turn is not saved (``str(exc)`` names
+the file and what to do), and keep the conversation in memory: ``open_store()`` returns a
+working in-memory ``Store`` plus the error when the file cannot be opened, so a UI keeps one
+code path (and can still export). ``localchat history check`` / ``repair`` (``store_repair``)
+run SQLite's integrity check and salvage what is readable into a new file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from localchat.app.store_schema import (
     FTS_SCHEMA,
+    MESSAGE_ORDER,
+    MIGRATIONS,
     SCHEMA,
     Conversation,
     Message,
@@ -39,7 +52,8 @@ from localchat.app.store_schema import (
 )
 from localchat.engine.errors import LocalchatError
 
-__all__ = ["Conversation", "ConversationNotFoundError", "Message", "SearchHit", "Store"]
+__all__ = ["Conversation", "ConversationNotFoundError", "HistoryUnavailable", "Message",
+           "SearchHit", "Store", "open_store"]
 
 DB_NAME = "history.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -48,6 +62,41 @@ ROLES = ("system", "user", "assistant")
 
 class ConversationNotFoundError(LocalchatError):
     """No conversation has this id (or id prefix), or the prefix names several."""
+
+
+class HistoryUnavailable(LocalchatError):
+    """The history file cannot be read or written: corrupt, read-only, disk full, locked.
+
+    Attributes:
+        path: the database file (``Path``; ``":memory:"`` for an in-memory store).
+        reason: SQLite's or the OS's words, e.g. ``database disk image is malformed``.
+
+    ``str(exc)`` is one line for users: the file, the reason and what to do about it.
+    """
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = path if str(path) == ":memory:" else Path(path)
+        self.reason = reason
+        super().__init__(
+            f"history {self.path} cannot be used ({reason}); move the file aside, or run "
+            "'localchat history check' and 'localchat history repair'")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _history_errors(method: _F) -> _F:
+    """Turn ``sqlite3.Error`` and ``OSError`` raised by a ``Store`` method into
+    ``HistoryUnavailable`` (``ConversationNotFoundError`` and ``ValueError`` pass through)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            raise HistoryUnavailable(self.path, str(exc) or type(exc).__name__) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 def default_path() -> Path:
@@ -63,6 +112,21 @@ def make_title(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+def open_store(path: str | Path | None = None) -> tuple[Store, HistoryUnavailable | None]:
+    """The history store to use, and why it is not the file when it cannot be.
+
+    Returns ``(Store(path), None)`` when the file opens; otherwise ``(Store(":memory:"),
+    error)``: an empty in-memory store with the same API (conversations live as long as the
+    process; exports work), and the ``HistoryUnavailable`` to show the user once. A method of
+    either store can still raise ``HistoryUnavailable`` later (the disk fills up mid-session):
+    catch it at the write, tell the user, keep the message in memory.
+    """
+    try:
+        return Store(path), None
+    except HistoryUnavailable as exc:
+        return Store(":memory:"), exc
+
+
 class Store:
     """The history database. Use as a context manager or call ``close``.
 
@@ -71,12 +135,18 @@ class Store:
         busy_timeout_ms: how long a write waits for another process's lock, milliseconds.
 
     Raises:
-        LocalchatError: the file cannot be opened or is not a SQLite database.
+        HistoryUnavailable: the file cannot be opened, is not a SQLite database, is corrupt
+            or read-only (also raised by every method when a read or write fails later).
     """
 
     def __init__(self, path: str | Path | None = None, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
                  ) -> None:
-        self.path = default_path() if path is None else path
+        self._db: sqlite3.Connection | None = None
+        try:
+            self.path = default_path() if path is None else path
+        except OSError as exc:  # the data folder cannot be created
+            where = getattr(exc, "filename", None) or "the data folder"
+            raise HistoryUnavailable(where, exc.strerror or str(exc)) from exc
         try:
             # Autocommit mode: transactions are explicit (``_write``), never implicit.
             self._db = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
@@ -87,15 +157,23 @@ class Store:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._script(SCHEMA)
+            self._migrate()
             self.fts = self._init_fts()
-        except sqlite3.DatabaseError as exc:
-            raise LocalchatError(f"cannot open the history database {self.path}: {exc}") from None
+            # A corrupt file can open and still fail on its first read: find out now.
+            self._db.execute("SELECT COUNT(*) FROM conversations").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            self.close()
+            raise HistoryUnavailable(self.path, str(exc) or type(exc).__name__) from None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
-        self._db.close()
+        """Close the connection (idempotent; never raises)."""
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
 
     def __enter__(self):
         return self
@@ -105,6 +183,7 @@ class Store:
 
     # -- conversations -------------------------------------------------------------------------
 
+    @_history_errors
     def create_conversation(self, model: str | None = None, system_prompt: str | None = None,
                             sampling: dict[str, Any] | None = None, title: str = ""
                             ) -> Conversation:
@@ -123,6 +202,7 @@ class Store:
                 continue
         return self.get_conversation(cid, with_messages=False)
 
+    @_history_errors
     def update_conversation(self, conversation_id: str, *, title: str | None = None,
                             model: str | None = None, system_prompt: str | None = None,
                             sampling: dict[str, Any] | None = None) -> None:
@@ -146,6 +226,7 @@ class Store:
         """Set the title (see ``update_conversation``)."""
         self.update_conversation(conversation_id, title=title)
 
+    @_history_errors
     def delete_conversation(self, conversation_id: str) -> None:
         """Delete a conversation and its messages.
 
@@ -158,6 +239,7 @@ class Store:
         if cur.rowcount == 0:
             raise ConversationNotFoundError(f"no conversation '{conversation_id}'")
 
+    @_history_errors
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
         """Conversations, most recently updated first (messages not loaded)."""
         rows = self._db.execute(
@@ -166,11 +248,13 @@ class Store:
             (-1 if limit is None else int(limit),)).fetchall()
         return [conversation_from_row(r) for r in rows]
 
+    @_history_errors
     def most_recent(self) -> Conversation | None:
         """The most recently updated conversation with its messages, or None when empty."""
         recent = self.list_conversations(limit=1)
         return self.get_conversation(recent[0].id) if recent else None
 
+    @_history_errors
     def resolve_id(self, prefix: str) -> str:
         """The full id of the conversation whose id is ``prefix`` or starts with it.
 
@@ -193,6 +277,7 @@ class Store:
                                             "give more characters")
         return ids[0]
 
+    @_history_errors
     def get_conversation(self, conversation_id: str, *, with_messages: bool = True
                          ) -> Conversation:
         """A conversation by id or unique id prefix, with its messages oldest first.
@@ -207,15 +292,21 @@ class Store:
         conv = conversation_from_row(row)
         if with_messages:
             rows = self._db.execute(
-                "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (cid,))
+                f"SELECT * FROM messages WHERE conversation_id = ? ORDER BY {MESSAGE_ORDER}",
+                (cid,))
             conv.messages = [message_from_row(r) for r in rows]
         return conv
 
     # -- messages ------------------------------------------------------------------------------
 
+    @_history_errors
     def add_message(self, conversation_id: str, role: str, content: str, *,
-                    interrupted: bool = False, stats: dict[str, Any] | None = None) -> Message:
+                    interrupted: bool = False, stats: dict[str, Any] | None = None,
+                    parent_id: int | None = None) -> Message:
         """Append a message and commit it at once; the first user message sets an empty title.
+
+        ``parent_id``: for a reply, the id of the user message it answers, so the reply is read
+        back right after it even when another process added a turn in between.
 
         Raises:
             ValueError: ``role`` is not system, user or assistant.
@@ -229,8 +320,9 @@ class Store:
             with self._write():
                 cur = self._db.execute(
                     "INSERT INTO messages (conversation_id, role, content, created, interrupted,"
-                    " stats) VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, role, content, now, int(interrupted), stats_json))
+                    " stats, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (conversation_id, role, content, now, int(interrupted), stats_json,
+                     parent_id))
                 title = make_title(content) if role == "user" else ""
                 self._db.execute(
                     "UPDATE conversations SET updated = ?, title = CASE WHEN title = '' "
@@ -238,8 +330,9 @@ class Store:
         except sqlite3.IntegrityError:
             raise ConversationNotFoundError(f"no conversation '{conversation_id}'") from None
         return Message(int(cur.lastrowid), conversation_id, role, content, now,
-                       interrupted, stats)
+                       interrupted, stats, parent_id)
 
+    @_history_errors
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         """Messages whose text contains every word of ``query``, newest first.
 
@@ -300,6 +393,14 @@ class Store:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+
+    def _migrate(self) -> None:
+        """Add the columns a file written by an older localchat lacks."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
+        for column, ddl in MIGRATIONS.items():
+            if column not in have:
+                with self._write():
+                    self._db.execute(ddl)
 
     def _init_fts(self) -> bool:
         try:

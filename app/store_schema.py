@@ -1,6 +1,11 @@
 """The history database's schema, row types and write transaction (used by ``store.py``).
 
 Timestamps are Unix seconds (``time.time()``); ``sampling`` and ``stats`` are JSON text.
+``messages.parent_id`` is the user message an assistant reply answers (NULL otherwise, and in
+files written before it existed: ``MIGRATIONS`` adds the column). Messages are read in
+``MESSAGE_ORDER``: by their turn (the parent's id for a reply, else their own), then by id, so
+two processes answering one conversation at once store A, A's reply, B, B's reply whatever
+order the replies finished in.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     created REAL NOT NULL,
     interrupted INTEGER NOT NULL DEFAULT 0,
-    stats TEXT
+    stats TEXT,
+    parent_id INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_conversation ON messages(conversation_id, id);
 """
+MIGRATIONS = {"parent_id": "ALTER TABLE messages ADD COLUMN parent_id INTEGER"}
+MESSAGE_ORDER = "COALESCE(parent_id, id), id"
 FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     content, content='messages', content_rowid='id',
@@ -61,6 +69,7 @@ class Message:
     created: float
     interrupted: bool = False
     stats: dict[str, Any] | None = None
+    parent_id: int | None = None  # a reply's user message (replies sort right after it)
 
 
 @dataclass
@@ -114,4 +123,5 @@ def conversation_from_row(row: sqlite3.Row) -> Conversation:
 def message_from_row(row: sqlite3.Row) -> Message:
     return Message(row["id"], row["conversation_id"], row["role"], row["content"],
                    row["created"], bool(row["interrupted"]),
-                   json.loads(row["stats"]) if row["stats"] else None)
+                   json.loads(row["stats"]) if row["stats"] else None,
+                   row["parent_id"] if "parent_id" in row.keys() else None)

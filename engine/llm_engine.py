@@ -113,6 +113,10 @@ class LLMEngine:
         """
         config = config or EngineConfig()
         device, dtype = config.resolved_device(), config.resolved_dtype()
+        if Path(path).is_dir():  # say what an incomplete folder lacks, before any loading
+            from .loader.checks import check_model_folder
+
+            check_model_folder(Path(path))
         model_config = load_model_config(path, cache_dir)
         max_model_len = config.scheduler.max_model_len or model_config.max_position_embeddings
         if device.type == "cpu" and config.scheduler.max_model_len is None:

@@ -71,6 +71,18 @@ def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device
             torch.tensor(positions, dtype=torch.int64, device=device), meta, row_groups)
 
 
+def check_first_logits(logits: torch.Tensor) -> None:
+    """Raise ``ModelLoadError`` when a row of the first forward's logits ``[num_rows, vocab]``
+    has no finite value: the model cannot answer (weights that overflow, a broken kernel), and
+    sampling would emit token 0 forever. One device sync, on the first step only."""
+    if not bool(torch.isfinite(logits).any(dim=-1).all()):
+        from .errors import ModelLoadError
+
+        raise ModelLoadError("the model's first forward pass gave NaN/Inf logits for every "
+                             "token: its weights or this device's kernels are broken (try "
+                             "--quant none, or check the model file)")
+
+
 class ModelRunner:
     """Owns the model, its per-layer KV cache tensors and the per-request RNGs.
 
@@ -85,6 +97,7 @@ class ModelRunner:
         self.device = device
         self.sampler = Sampler()
         self.rejection_sampler = RejectionSampler()
+        self.first_logits_checked = False  # check_first_logits runs on the first step only
         # CUDA graphs for decode batches (engine/cuda_graphs.py), captured by
         # ``capture_cuda_graphs``; None on CPU or before capture.
         self.graphs = None
@@ -171,6 +184,9 @@ class ModelRunner:
         result: dict[str, list[int]] = {}
         if rows:
             logits = self.model.compute_logits(hidden[rows])
+            if not self.first_logits_checked:
+                check_first_logits(logits)
+                self.first_logits_checked = True
             metadata = self.sampling_metadata(samplers)
             sampled = self.sampler.forward(logits, metadata)
             for req, lp in zip(samplers, sampled.logprobs):

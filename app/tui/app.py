@@ -86,10 +86,11 @@ class ChatApp(App[None]):
         self._remember_theme = remember_theme
         self.keymap: dict[str, str] = {}
         self._keymap_error: str | None = None
-        try:
-            self.keymap = keys.keymap_from_config(getattr(settings, "keys", None) or {})
-        except keys.KeymapError as exc:
-            self._keymap_error = str(exc)
+        from localchat.app.settings import config_path
+
+        self.keymap, problems = keys.parse_keymap(getattr(settings, "keys", None) or {},
+                                                  config_path())
+        self._keymap_error = "; ".join(problems) or None  # the valid bindings still apply
         for t in THEMES:
             self.register_theme(t)
         self._theme_warning: str | None = None

@@ -70,6 +70,22 @@ def keymap_from_config(keys: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def parse_keymap(keys: Mapping[str, str], source: object = "the config file"
+                 ) -> tuple[dict[str, str], list[str]]:
+    """Like ``keymap_from_config``, but a bad entry is skipped, not fatal: returns the keymap
+    of the valid entries and one message per bad one, naming ``source`` (the config file's
+    path) and the entry. The messages hold no ``[...]``, which Textual would read as markup."""
+    out: dict[str, str] = {}
+    problems: list[str] = []
+    for name, value in keys.items():
+        try:
+            out.update(keymap_from_config({name: value}))
+        except KeymapError as exc:
+            problems.append(f"{source}: keys.{name} ignored: {exc}".replace("[keys]",
+                                                                            "the keys table"))
+    return out, problems
+
+
 def effective_keys(keymap: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """``(name, keys, description)`` for the help screen: defaults overridden by ``keymap``."""
     return [(name, keymap.get(PREFIX + name, keys), desc)

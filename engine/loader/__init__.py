@@ -16,6 +16,7 @@ from ..config import ModelConfig, QuantConfig
 from ..errors import ModelLoadError
 from ..models import get_model_class
 from ..quant.schemes import resolve_scheme
+from .checks import checked
 from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
 from .quantized import load_quantized_model
 from .safetensors import iter_safetensors
@@ -129,10 +130,14 @@ def default_group_size(path: Path, requested: int | None = None) -> int:
 
 
 def _iter_weights(path: Path, config: ModelConfig, dtype: torch.dtype, cache_dir: Path | None):
-    """``(hf_name, tensor in dtype)`` pairs of a GGUF file or an HF folder, one at a time."""
+    """``(hf_name, tensor in dtype)`` pairs of a GGUF file or an HF folder, one at a time,
+    each checked for NaN/Inf (``checks.check_finite``: ``ModelLoadError`` names the tensor)."""
     if is_gguf(path):
-        return iter_gguf_tensors(path, config.num_heads, config.num_kv_heads, dtype, cache_dir)
-    return iter_safetensors(path, dtype)
+        weights = iter_gguf_tensors(path, config.num_heads, config.num_kv_heads, dtype,
+                                    cache_dir)
+    else:
+        weights = iter_safetensors(path, dtype)
+    return checked(weights, path)
 
 
 def _init_buffers(model: nn.Module, config: ModelConfig, max_position: int | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -22,6 +23,7 @@ import torch
 
 from ..errors import ModelLoadError
 
+logger = logging.getLogger(__name__)
 _GGUF_MAGIC = b"GGUF"
 _MIB = 1 << 20
 
@@ -87,7 +89,8 @@ def open_gguf(path: Path):
         return gguf.GGUFReader(str(path))
     except Exception as exc:  # gguf raises ValueError/IndexError/struct errors on bad data
         raise ModelLoadError(
-            f"cannot read GGUF file {path}: truncated or corrupt ({type(exc).__name__}: {exc})"
+            f"cannot read GGUF file {path}: truncated, or its header or metadata is corrupt "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
 
 
@@ -113,11 +116,19 @@ def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
 
 
 def _write_atomically(target: Path, name: str, text: str) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target, prefix=f".{name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, target / name)
+    """Write the cache file ``target/name`` via a temp file and a rename. The cache is
+    optional: a failed write (full disk, read-only folder) is logged and never fails a load."""
+    tmp = None
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target, prefix=f".{name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target / name)
+    except OSError as exc:
+        logger.warning("could not write the metadata cache %s: %s", target / name, exc)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
@@ -138,9 +149,14 @@ def load_gguf_hf_config(path: Path, cache_dir: Path | None = None):
     try:
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as exc:
+        # transformers reports a metadata it cannot parse as "config file ... is not a valid
+        # JSON file"; our reader names the real problem (ModelLoadError) when the file is bad.
+        open_gguf(path)
+        detail = f"{type(exc).__name__}: {exc}"
+        if "not a valid JSON file" in detail:
+            detail = "transformers cannot parse its metadata"
         raise ModelLoadError(
-            f"cannot read GGUF file {path}: truncated, corrupt or unsupported "
-            f"({type(exc).__name__}: {exc})"
+            f"cannot read GGUF file {path}: its metadata is corrupt or unsupported ({detail})"
         ) from exc
     if meta is not None:
         _write_atomically(meta, "config.json", config.to_json_string())

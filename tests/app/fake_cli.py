@@ -6,6 +6,9 @@
 ``FAKE_DELAY`` (seconds before each delta), ``FAKE_LOG`` (a file that receives, as JSON, the
 load options, the prompt token ids decoded to text and the sampling params), and
 ``FAKE_LOAD_SECONDS`` (the load sleeps that long, twice over if interrupted: a stubborn load).
+``FAKE_WAIT_FILE`` (the reply starts only once that file exists), ``FAKE_DB=readonly`` opens the history read-only (SQLite's ``mode=ro``, as in a read-only
+folder: tests run as root, where permission bits do not bind) and ``FAKE_DB=full`` caps the
+file at its current size (``PRAGMA max_page_count``: SQLite's "database or disk is full").
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class LoggingEngine(FakeEngine):
                 "prompt": decode_ids(prompt_token_ids),
                 "sampling": dataclasses.asdict(sampling_params),
             }))
+        wait = os.environ.get("FAKE_WAIT_FILE")
+        while wait and not Path(wait).exists():  # hold the reply until the test says go
+            time.sleep(0.02)
         yield from super().generate(prompt_token_ids, sampling_params, request_id)
 
 
@@ -61,6 +67,29 @@ def fake_load_engine(options):
     return LoggingEngine(options, deltas, delay=float(os.environ.get("FAKE_DELAY", "0")))
 
 
+def patch_history_db(mode: str) -> None:
+    import sqlite3
+
+    from localchat.app import store
+
+    real = sqlite3.connect
+
+    def connect(path, *args, **kwargs):
+        if mode == "readonly" and path != ":memory:":
+            return real(f"file:{path}?mode=ro", *args, uri=True, **kwargs)
+        db = real(path, *args, **kwargs)
+        if mode == "full":
+            pages = db.execute("PRAGMA page_count").fetchone()[0]
+            db.execute(f"PRAGMA max_page_count = {max(pages, 1)}")
+        return db
+
+    import types
+
+    store.sqlite3 = types.SimpleNamespace(**{**vars(sqlite3), "connect": connect})
+
+
 if __name__ == "__main__":
+    if os.environ.get("FAKE_DB"):
+        patch_history_db(os.environ["FAKE_DB"])
     ask_cmd.load_engine = fake_load_engine
     cli.main(sys.argv[1:])

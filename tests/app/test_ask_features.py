@@ -82,7 +82,7 @@ def test_extract_prints_only_the_code(ask):
     assert (code, err) == (0, "")
     assert out == "print('hi')\n\nls -l\n"
     code, out, err, _, _ = ask(["hi", "--extract"], ["no code here"])
-    assert out == "no code here\n" and "no fenced code block" in err
+    assert out == "no code here\n" and "no complete fenced code block" in err
     code, out, _, _, _ = ask(["hi", "-x", "--json"], CODE_REPLY)
     assert json.loads(out)["content"] == "print('hi')\n\nls -l"
 
@@ -260,7 +260,7 @@ def test_unreadable_history_warns_and_still_answers(ask, home):
     (home / "data" / "history.db").write_bytes(b"not a database" * 100)
     code, out, err, _, _ = ask(["hi"], ["fine"])
     assert (code, out) == (0, "fine\n")
-    assert err.startswith("localchat: warning: cannot open the history database")
-    assert err.rstrip().endswith("this turn is not saved") and err.count("\n") == 1
+    assert err.startswith("localchat: warning: this turn is not saved: history ")
+    assert "history repair" in err and err.count("\n") == 1
     code, out, err, _, _ = ask(["hi", "-c"], ["fine"])  # continuing needs the history
-    assert code == 1 and out == "" and err.startswith("localchat: error: cannot open")
+    assert code == 1 and out == "" and err.startswith("localchat: error: history ")

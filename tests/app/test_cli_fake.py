@@ -114,16 +114,18 @@ def test_continue_across_processes_and_history_commands(env):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
-def test_sigint_during_generation_exits_130_and_saves_the_partial_reply(env):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129)])
+def test_stop_signal_during_generation_saves_the_partial_reply_as_interrupted(env, sig, code):
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), "ask", "Tell a long story"], stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
         env={**env, "FAKE_REPLY": "Once upon a time " * 50, "FAKE_DELAY": "0.05"})
     first = proc.stdout.read(8)  # the answer is streaming
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest, err = proc.communicate(timeout=60)
     out = (first + rest).decode()
-    assert proc.returncode == 130, err.decode()
+    assert proc.returncode == code, err.decode()
     assert err == b"" and out.endswith("\n") and len(out) < len("Once upon a time " * 50)
     with db(env) as store:
         msgs = store.most_recent().messages
@@ -147,3 +149,52 @@ def test_second_ctrl_c_while_loading_exits_at_once(env):
     assert code in (130, -signal.SIGINT) and proc.stdout.read() == b""
     with db(env) as store:
         assert store.list_conversations() == []  # nothing was asked yet
+
+
+def test_history_stores_a_local_model_as_its_absolute_path(env, tmp_path):
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    (work / "models" / "x.gguf").write_bytes(b"GGUF")
+    proc = subprocess.run([sys.executable, str(FAKE_CLI), "ask", "-m", "./models/x.gguf", "hi"],
+                          cwd=work, stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert fake(env, "ask", "-m", "smollm2-135m", "hi").returncode == 0
+    with db(env) as store:
+        convs = store.list_conversations()
+    models = [c.model for c in convs]
+    assert models == ["smollm2-135m", str((work / "models" / "x.gguf").resolve())]
+    proc = fake(env, "ask", "--conversation", convs[1].id, "again")
+    assert proc.returncode == 0  # from another folder, -c loads the same file
+    assert json.loads(Path(env["FAKE_LOG"]).read_text())["options"]["model"] == models[1]
+
+
+def test_two_concurrent_continues_store_each_reply_after_its_own_message(env, tmp_path):
+    assert fake(env, "ask", "Start", FAKE_REPLY="Started.").returncode == 0
+    go = tmp_path / "go"
+    slow = subprocess.Popen([sys.executable, str(FAKE_CLI), "ask", "-c", "Question A"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            env={**env, "FAKE_REPLY": "Answer A", "FAKE_WAIT_FILE": str(go)})
+    try:
+        for _ in range(3000):  # until A's question is committed (A then waits for `go`)
+            with db(env) as store:
+                if store.most_recent().message_count == 3:
+                    break
+            time.sleep(0.02)
+        fast = fake(env, "ask", "-c", "Question B", FAKE_REPLY="Answer B")
+        assert fast.returncode == 0, fast.stderr
+    finally:
+        go.touch()
+        out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0 and out == b"Answer A\n", err
+    with db(env) as store:
+        msgs = store.most_recent().messages
+    assert [m.content for m in msgs] == ["Start", "Started.", "Question A", "Answer A",
+                                         "Question B", "Answer B"]
+    assert msgs[3].parent_id == msgs[2].id and msgs[5].parent_id == msgs[4].id
+    assert fake(env, "ask", "-c", "Next").returncode == 0
+    assert seen_prompt(env) == ("user:Start|assistant:Started.|user:Question A|assistant:"
+                                "Answer A|user:Question B|assistant:Answer B|user:Next|assistant:")
+    shown = fake(env, "history", "show", msgs[0].conversation_id).stdout.decode()
+    assert shown.index("Answer A") < shown.index("Question B") < shown.index("Answer B")

@@ -150,3 +150,38 @@ def test_broken_config_file_is_a_runtime_error(run):
     code, out, err = run("config", "set", "temperature", "0.1")
     assert code == 1 and out == "" and "is not valid TOML" in err and err.count("\n") == 1
     assert settings.config_path().read_text() == "default_model = \n"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["config", "set", "default_model", "nosuchmodel"], "not a catalog alias"),
+    (["config", "set", "theme", "nosuchtheme"], "no such theme"),
+])
+def test_config_set_refuses_a_model_or_theme_that_names_nothing(run, args, needle):
+    code, out, err = run(*args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err
+    assert str(settings.config_path()) in err and not settings.config_path().exists()
+
+
+@pytest.mark.parametrize("value", ["smollm2-135m", "Qwen/Qwen2.5-0.5B-Instruct", "light",
+                                   "high-contrast", "nord"])
+def test_config_set_accepts_aliases_repo_ids_and_themes(run, value):
+    key = "default_model" if "-" in value and value[0] in "sQ" else "theme"
+    code, _, err = run("config", "set", key, value)
+    assert code == 0, err
+
+
+def test_bad_default_model_from_the_config_file_is_named_at_ask_time(home):
+    import os
+    import subprocess
+    import sys
+
+    settings.config_path().write_text('default_model = "nosuchmodel"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", "hi"],
+                          stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=120,
+                          check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and proc.stdout == b"" and err.count("\n") == 1
+    assert err.startswith(f"localchat: error: default_model (from config file "
+                          f"{settings.config_path()}): 'nosuchmodel' is not a model alias")

@@ -100,7 +100,9 @@ def test_interrupted_line_is_rendered_by_finish():
     ("x\n```py\na = 1\n```\ny\n~~~\nb\n```\n~~~\n", ["a = 1", "b\n```"]),
     ("````\n```\ninner\n```\n````", ["```\ninner\n```"]),
     ("no code", []),
-    ("```\nunclosed\nstill", ["unclosed\nstill"]),
+    ("```\nunclosed\nstill", []),
+    ("echo hi\n```\nThat prints hi.", []),  # the opening fence is missing
+    ("```sh\nls\n```\nthen\n```\nopen", ["ls"]),
     ("  ```sh\n  ls\n  ```", ["  ls"]),
     ("```\n```", [""]),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -61,3 +62,53 @@ def test_bad_config(tmp_path, text, words):
         settings.load_settings(cfg)
     assert words in str(err.value) and str(cfg) in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_localchat_home_naming_a_file_is_one_line_naming_it(tmp_path):
+    import subprocess
+    import sys
+
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(home)
+    for args in (["ask", "hi"], ["history", "list"], ["config", "show"],
+                 ["config", "set", "temperature", "0.5"], ["models"]):
+        proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                              timeout=120, check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and proc.stdout == b"", (args, err)
+        assert err == f"localchat: error: LOCALCHAT_HOME={home}: {home} is a file, not a " \
+                      "folder\n", args
+
+
+def test_read_only_home_and_read_only_config_file_name_the_path(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+    from pathlib import Path
+
+    from localchat.app import settings
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "mkdir", read_only)
+        with pytest.raises(settings.SettingError) as info:
+            settings.data_dir()
+    assert str(info.value) == (f"LOCALCHAT_HOME={tmp_path / 'home'}: cannot create the folder "
+                               f"{tmp_path / 'home' / 'data'}: Read-only file system")
+
+    def no_temp_file(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    path = settings.config_path()
+    path.write_text('theme = "dark"\n')
+    monkeypatch.setattr(tempfile, "mkstemp", no_temp_file)
+    with pytest.raises(settings.SettingError) as info:
+        settings.set_value("temperature", "0.5")
+    assert str(info.value) == f"cannot write config file {path}: Read-only file system"
+    assert path.read_text() == 'theme = "dark"\n'

@@ -126,7 +126,7 @@ def test_exports(db):
 def test_not_a_database(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(store_mod.LocalchatError, match="cannot open the history database"):
+    with pytest.raises(store_mod.HistoryUnavailable, match="cannot be used .*not a database"):
         Store(bad)
 
 
@@ -179,3 +179,22 @@ def test_history_search_without_fts5_warns_once_on_stderr(tmp_path, monkeypatch,
     out = capsys.readouterr()
     assert code == 0 and out.out == f"{conv.id}  assistant  Paris is the capital\n"
     assert out.err == "localchat: warning: this SQLite has no FTS5; searching by substring\n"
+
+
+def test_a_file_without_parent_id_is_migrated_and_keeps_its_messages(tmp_path):
+    import sqlite3
+
+    from localchat.app.store_schema import SCHEMA
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA.replace(",\n    parent_id INTEGER", ""))
+    old.execute("INSERT INTO conversations VALUES ('c1', 't', NULL, NULL, '{}', 1, 1)")
+    old.execute("INSERT INTO messages (conversation_id, role, content, created) "
+                "VALUES ('c1', 'user', 'old question', 1)")
+    old.commit()
+    old.close()
+    with Store(path) as store:
+        store.add_message("c1", "assistant", "new answer", parent_id=1)
+        msgs = store.get_conversation("c1").messages
+    assert [(m.content, m.parent_id) for m in msgs] == [("old question", None), ("new answer", 1)]

@@ -61,3 +61,15 @@ def test_tui_on_a_pty_reports_a_bad_model_and_quits_cleanly(isolated_home):
     assert b"Traceback" not in seen
     # The theme flag applied: the light theme's background (#fafafa) was drawn.
     assert b"250;250;250" in seen or b"48;5;231" in seen
+
+
+def test_one_bad_keys_entry_keeps_the_valid_bindings_and_names_the_file(make_app):
+    from localchat.app.settings import Settings, config_path
+    from localchat.app.tui.keymap import PREFIX
+
+    settings = Settings(keys={"stop": "escape", "nosuch": "ctrl+x", "help": " , "})
+    app = make_app(settings=settings)
+    assert app.keymap == {PREFIX + "stop": "escape"}
+    error = app._keymap_error
+    assert str(config_path()) in error and "keys.nosuch ignored" in error
+    assert "keys.help ignored" in error and "[" not in error.split("known:")[0]

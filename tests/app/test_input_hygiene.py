@@ -1,0 +1,92 @@
+"""Input and output hygiene of ``ask`` and ``chat --jsonl`` (issue 18), in subprocesses on the
+fake engine (``fake_cli.py``): invalid UTF-8 arguments and lines, ``-x`` with and without both
+fences, usage errors found before any model loads. stdout and stderr are checked apart."""
+
+from __future__ import annotations
+
+import json
+
+from .test_cli_fake import env, fake, seen_prompt  # noqa: F401 - env is a fixture
+
+
+def test_invalid_utf8_prompt_argument_is_replaced_with_a_warning_before_loading(env):
+    proc = fake(env, "ask", b"caf\xe9 ok", FAKE_LOAD_SECONDS="0.01")
+    assert proc.returncode == 0 and proc.stdout == b"Hello world\n"
+    err = proc.stderr.decode().splitlines()
+    assert err == ["localchat: warning: the PROMPT argument is not valid UTF-8; invalid bytes "
+                   "were replaced with U+FFFD", "loading"]  # warned before the model loads
+    assert seen_prompt(env) == "user:caf\ufffd ok|assistant:"
+    piped = fake(env, "ask", stdin=b"caf\xe9 ok")  # the same words as for stdin
+    assert piped.stderr.decode().rstrip().split("stdin")[1] == err[0].split("the PROMPT argument")[1]
+
+
+def test_jsonl_lone_surrogate_and_invalid_utf8_lines_get_an_error_and_the_session_goes_on(env):
+    script = b"\n".join([
+        b'{"role": "user", "content": "bad \\ud800 text"}',
+        b'{"role": "user", "content": "caf\xe9"}',
+        json.dumps({"role": "user", "content": "fine"}).encode(),
+    ]) + b"\n"
+    proc = fake(env, "chat", "--jsonl", stdin=script, FAKE_REPLY="Reply.")
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert len(out) == 3
+    assert "U+D800" in out[0]["error"] and "not valid Unicode" in out[0]["error"]
+    assert "not valid Unicode" in out[1]["error"]
+    assert out[2]["content"] == "Reply." and seen_prompt(env) == "user:fine|assistant:"
+
+
+def test_extract_needs_both_fences_else_the_note(env):
+    reply = "echo hi\n```\nThat prints hi."  # the opening fence is missing
+    proc = fake(env, "ask", "-x", "script", FAKE_REPLY=reply)
+    assert proc.returncode == 0
+    assert proc.stdout.decode() == reply + "\n"  # the answer whole, never a false "block"
+    assert proc.stderr.decode() == ("localchat: note: the answer has no complete fenced code "
+                                    "block; printing it whole\n")
+    proc = fake(env, "ask", "-x", "script", FAKE_REPLY="Run:\n```sh\nls -l\n```\nDone.")
+    assert proc.stdout == b"ls -l\n" and proc.stderr == b""
+
+
+def test_extract_with_json_prints_no_note(env):
+    proc = fake(env, "ask", "-x", "--json", "q", FAKE_REPLY="no code here")
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert json.loads(proc.stdout)["content"] == "no code here"
+
+
+def test_empty_conversation_id_is_a_usage_error(env):
+    proc = fake(env, "ask", "--conversation", "", "hi", FAKE_LOAD_SECONDS="0.01")
+    assert proc.returncode == 2 and proc.stdout == b""
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and err.startswith("localchat: error: --conversation needs")
+
+
+def test_fp8_without_a_capable_gpu_is_a_usage_error_before_loading(env):
+    from localchat.engine.quant.schemes import fp8_supported
+
+    proc = fake(env, "ask", "--quant", "fp8", "hi", FAKE_LOAD_SECONDS="0.01")
+    if fp8_supported("cuda"):  # a GPU of compute capability >= 8.9 takes it
+        assert proc.returncode == 0
+        return
+    assert proc.returncode == 2 and proc.stdout == b""
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "loading" not in err
+    assert err.startswith("localchat: error: --quant fp8: needs a CUDA GPU")
+
+
+def test_history_prints_control_characters_escaped_and_export_json_keeps_them(env):
+    from .test_cli_fake import db
+
+    evil = "Title \x1b]0;pwned\x07 here"
+    reply = "clear \x1b[2J screen\x9b and\ttab"
+    assert fake(env, "ask", evil, FAKE_REPLY=reply).returncode == 0
+    with db(env) as store:
+        cid = store.most_recent().id
+    for args in (["history", "list"], ["history", "show", cid], ["history", "search", "clear"]):
+        proc = fake(env, *args)
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout.decode()
+        assert not any(c in out for c in "\x1b\x07\x9b"), args
+    shown = fake(env, "history", "show", cid).stdout.decode()
+    assert "clear \\x1b[2J screen\\x9b and\ttab" in shown and "\\x1b]0;pwned\\x07" in shown
+    assert "Title \\x1b]0;pwned\\x07 here" in fake(env, "history", "list").stdout.decode()
+    exported = json.loads(fake(env, "history", "export", cid, "--format", "json").stdout)
+    assert [m["content"] for m in exported["messages"]] == [evil, reply]

@@ -1,0 +1,49 @@
+"""What is wrong with a model file or folder, said in one line before anything loads (issue
+18): corrupt GGUF metadata (never transformers' "not a valid JSON file"), a folder holding only
+config.json (never a sentencepiece/tiktoken hint). Real entry point in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.engine.tiny_models import save_tiny_model
+
+
+def ask(tmp_path, model):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(tmp_path / "home")
+    return subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", "-m", str(model),
+                           "--no-save", "hi"], stdin=subprocess.DEVNULL, capture_output=True,
+                          env=env, timeout=600, check=False)
+
+
+@pytest.mark.parametrize("offset", [8, 60, 1000])  # tensor count, first key, a vocab string
+def test_corrupt_gguf_metadata_says_the_metadata_is_corrupt(smollm2_gguf, tmp_path, offset):
+    bad = tmp_path / "bad.gguf"
+    shutil.copyfile(smollm2_gguf, bad)
+    with open(bad, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff" * 16)
+    proc = ask(tmp_path, bad)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and proc.stdout == b"" and err.count("\n") == 1, err
+    assert err.startswith(f"localchat: error: cannot read GGUF file {bad}: ")
+    assert "metadata is corrupt" in err and "JSON" not in err
+
+
+def test_folder_with_only_config_json_says_what_it_lacks(tmp_path):
+    folder = tmp_path / "model"
+    save_tiny_model("llama", folder)
+    for f in folder.iterdir():
+        if f.name != "config.json":
+            f.unlink()
+    proc = ask(tmp_path, folder)
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.stderr.decode() == (
+        f"localchat: error: model folder {folder} is incomplete: it lacks weights (no "
+        "*.safetensors file) and a tokenizer (no tokenizer.json or tokenizer.model)\n")
