@@ -100,8 +100,11 @@ class MemoryPlan:
 
 
 def unquantized_format(device: DeviceSpec) -> str:
-    """``bf16`` on CUDA and on CPUs with native bf16 arithmetic, else ``fp32``."""
-    return "bf16" if device.native_bf16 else "fp32"
+    """``bf16`` on CUDA sm_80+ and on CPUs with native bf16 arithmetic; else ``fp16`` on
+    CUDA (pre-sm_80) and ``fp32`` on CPU."""
+    if device.native_bf16:
+        return "bf16"
+    return "fp16" if device.type == "cuda" else "fp32"
 
 
 def available_formats(device: DeviceSpec) -> tuple[str, ...]:
