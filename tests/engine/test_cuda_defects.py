@@ -212,3 +212,66 @@ def test_draft_loop_reads_the_device_once_per_step(monkeypatch, temperature):
                 got.append(t)
                 tokens.append(t)
             assert r.spec_token_ids == got
+
+
+def _llama_like(layers, kv_heads, head_dim, hidden, vocab=128256):
+    return ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=vocab, hidden_size=hidden,
+        intermediate_size=4 * hidden, num_hidden_layers=layers,
+        num_attention_heads=hidden // head_dim, num_key_value_heads=kv_heads,
+        head_dim=head_dim, rms_norm_eps=1e-5, rope_theta=5e5, max_position_embeddings=131072)
+
+
+def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkeypatch):
+    """8B-like target + 1B-like draft on a GPU with 12 GiB free after both weights. The old
+    sizing gave the target 90% of free memory, then the draft's pool of as many tokens did not
+    fit; the plan fits target pool + draft pool + measured activations + graph pool +
+    margin into the free bytes, with the same tokens in both pools."""
+    from localchat.engine import kv_plan
+    from localchat.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
+    from localchat.engine.kv_cache import kv_cache_bytes_per_token
+
+    GiB = 2**30
+    free = 12 * GiB
+    target = _llama_like(32, 8, 128, 4096)
+    draft = _llama_like(16, 8, 64, 2048)
+    measured = {"target": (900 * 2**20, 300 * 2**20), "draft": (1200 * 2**20, 0)}
+    seen = []
+
+    def fake_measure(model, model_config, *, decode_batch=0, **kw):
+        seen.append((model, decode_batch, kw["num_tokens"], kw["logit_rows"]))
+        return measured[model]
+
+    monkeypatch.setattr(kv_plan, "measure_activation_bytes", fake_measure)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 141 * GiB))
+    monkeypatch.delenv("LOCALCHAT_CUDA_GRAPHS", raising=False)
+    monkeypatch.setattr("localchat.engine.cuda_graphs.graph_unsafe_reason", lambda m: None)
+    config = EngineConfig(device="cuda", dtype=torch.bfloat16, cache=CacheConfig(),
+                          scheduler=SchedulerConfig(max_num_seqs=4),
+                          speculative=SpeculativeConfig(draft_model="d",
+                                                        num_speculative_tokens=4))
+    new_config, plan = kv_plan.plan_cuda_pools("target", target, "draft", draft, config, 131072)
+    bpt = kv_cache_bytes_per_token(32, 8, 128, torch.bfloat16)
+    draft_bpt = kv_cache_bytes_per_token(16, 8, 64, torch.bfloat16)
+    assert new_config.cache.num_blocks == plan.num_blocks > 0
+    assert plan.kv_bytes == plan.tokens * bpt and plan.draft_kv_bytes == plan.tokens * draft_bpt
+    # the larger activation peak of the two models, plus the sampler's logits copies
+    assert plan.activation_bytes == 1200 * 2**20 + 4 * 5 * 128256 * 4 * 3
+    assert plan.graph_pool_bytes == 300 * 2**20
+    assert plan.total_bytes <= free
+    assert free - plan.total_bytes < plan.block_size * (bpt + draft_bpt)  # nothing wasted
+    assert [s[1] for s in seen] == [32, 0] and seen[0][2] == 2048 and seen[0][3] == 20
+    # the old sizing: 90% of free to the target, the draft's same-sized pool on top
+    old_tokens = int(free * 0.9) // bpt
+    assert int(free * 0.9) + old_tokens * draft_bpt > free
+
+
+def test_kv_plan_error_names_the_numbers():
+    from localchat.engine.kv_plan import KVPlanError, plan_kv_pools
+
+    with pytest.raises(KVPlanError, match="MiB free after the weights"):
+        plan_kv_pools(600 * 2**20, bytes_per_token=2**17, activation_bytes=400 * 2**20,
+                      wanted_tokens=8192, block_size=16)
+    plan = plan_kv_pools(2**30, bytes_per_token=2**10, activation_bytes=0,
+                         wanted_tokens=1000, block_size=16)
+    assert plan.tokens == 992  # capped by what was asked, whole blocks
