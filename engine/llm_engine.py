@@ -134,8 +134,8 @@ class LLMEngine:
         if device.type == "cuda" and config.cache.num_blocks is None \
                 and config.cache.kv_cache_memory_bytes is None:
             # Every weight is loaded, nothing else allocated: plan both KV pools, the
-            # activations and the graph pool together (kv_plan.py).
-            from .kv_plan import plan_cuda_pools
+            # activations and the graph pool together (memory/kv_pools.py).
+            from .memory.kv_pools import plan_cuda_pools
 
             config, _ = plan_cuda_pools(model, model_config, draft_model, draft_config,
                                         config, max_model_len)
@@ -160,7 +160,7 @@ class LLMEngine:
     def _plan_num_blocks(self) -> int:
         """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
         (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
-        RAM). ``from_path`` on CUDA plans instead (``kv_plan.plan_cuda_pools``: with the
+        RAM). ``from_path`` on CUDA plans instead (``memory.kv_pools.plan_cuda_pools``: with the
         draft, the measured activations and the graph pool) and passes ``cache.num_blocks``.
         A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
         the user set ``max_model_len``, which then sizes the pool for one sequence."""

@@ -36,8 +36,8 @@ class DeviceSpec:
     """A device as the planner sees it.
 
     ``type`` is ``cpu`` or ``cuda``; ``native_bf16``: bf16 is the unquantized format (CUDA
-    sm_80+; a CPU with AVX-512 BF16 or AMX), else fp16 on CUDA and fp32 on CPU; ``fp8``: FP8 e4m3 GEMMs (CUDA compute capability
-    >= 8.9); ``runtime_overhead_bytes``: bytes the runtime holds besides the model;
+    sm_80+; a CPU with AVX-512 BF16 or AMX), else fp16 on CUDA and fp32 on CPU; ``fp8``: FP8
+    e4m3 GEMMs (CUDA compute capability >= 8.9); ``runtime_overhead_bytes``: bytes the runtime holds besides the model;
     ``hypothetical``: planned for a device this machine does not have (``note`` says so).
     """
 

@@ -17,8 +17,8 @@ from localchat.engine.config import EngineConfig, ModelConfig
 from localchat.engine.model_runner import ModelRunner, build_batch
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.quant import fp8 as fp8_mod
-from localchat.engine.quant.memory_budget import DeviceSpec
-from localchat.engine.quant.planner import plan_memory, unquantized_format
+from localchat.engine.memory.budget import DeviceSpec
+from localchat.engine.memory.planner import plan_memory, unquantized_format
 from localchat.engine.quant.schemes import default_float_dtype
 from localchat.engine.request import Request
 from localchat.engine.sampling_params import SamplingParams
@@ -227,7 +227,7 @@ def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkey
     sizing gave the target 90% of free memory, then the draft's pool of as many tokens did not
     fit; the plan fits target pool + draft pool + measured activations + graph pool +
     margin into the free bytes, with the same tokens in both pools."""
-    from localchat.engine import kv_plan
+    from localchat.engine.memory import kv_pools as kv_plan
     from localchat.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
     from localchat.engine.kv_cache import kv_cache_bytes_per_token
 
@@ -267,7 +267,7 @@ def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkey
 
 
 def test_kv_plan_error_names_the_numbers():
-    from localchat.engine.kv_plan import KVPlanError, plan_kv_pools
+    from localchat.engine.memory.kv_pools import KVPlanError, plan_kv_pools
 
     with pytest.raises(KVPlanError, match="MiB free after the weights"):
         plan_kv_pools(600 * 2**20, bytes_per_token=2**17, activation_bytes=400 * 2**20,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import LocalchatError
+from ..errors import LocalchatError
 
 MiB = 2**20
 MARGIN_FRACTION = 0.05  # of free memory, for fragmentation and the allocator's slack
@@ -98,8 +98,8 @@ def measure_activation_bytes(model, model_config, *, num_tokens: int, logit_rows
     and during one decode forward of ``decode_batch`` sequences (the CUDA graphs' pool; 0 when
     ``decode_batch`` is 0). Uses a throw-away KV cache just large enough (its bytes are not
     counted) and frees everything before returning."""
-    from .attention_metadata import AttentionMetadata, seq_len_bucket
-    from .kv_cache import allocate_kv_caches
+    from ..attention_metadata import AttentionMetadata, seq_len_bucket
+    from ..kv_cache import allocate_kv_caches
 
     c = model_config
     blocks = -(-num_tokens // block_size) + 1
@@ -148,8 +148,8 @@ def plan_cuda_pools(model, model_config, draft_model, draft_config,
     import dataclasses
     import os
 
-    from .cuda_graphs import DEFAULT_BATCH_SIZES, graph_unsafe_reason
-    from .kv_cache import kv_cache_bytes_per_token
+    from ..cuda_graphs import DEFAULT_BATCH_SIZES, graph_unsafe_reason
+    from ..kv_cache import kv_cache_bytes_per_token
 
     device, dtype = config.resolved_device(), config.resolved_dtype()
     sched, block_size = config.scheduler, config.cache.block_size
