@@ -13,7 +13,6 @@ import logging
 import torch
 from torch import nn
 
-from .attention_metadata import AttentionMetadata
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput

@@ -82,7 +82,7 @@ def main() -> int:
             torch.cuda.synchronize(device)
             torch.cuda.set_sync_debug_mode("error")
         try:
-            hidden, index = runner._forward(step, [0])
+            hidden, _ = runner._forward(step, [0])
             token = model.compute_logits(hidden[:1]).argmax(dim=-1)
             info["decode_sync_free"] = True
         except RuntimeError as e:

@@ -132,7 +132,7 @@ def measure_activation_bytes(model, model_config, *, num_tokens: int, logit_rows
         step = peak(1, num_tokens, min(logit_rows, num_tokens))
         decode = peak(decode_batch, decode_batch, decode_batch) if decode_batch else 0
     finally:
-        del kv
+        kv.clear()  # drop the throw-away cache before emptying the allocator
         torch.cuda.empty_cache()
     return step, decode
 

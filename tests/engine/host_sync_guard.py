@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
 from torch.overrides import TorchFunctionMode
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy"}

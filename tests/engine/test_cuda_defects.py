@@ -14,11 +14,11 @@ import torch
 
 from localchat.engine.attention_metadata import seq_len_bucket
 from localchat.engine.config import EngineConfig, ModelConfig
+from localchat.engine.memory.budget import DeviceSpec
+from localchat.engine.memory.planner import plan_memory, unquantized_format
 from localchat.engine.model_runner import ModelRunner, build_batch
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.quant import fp8 as fp8_mod
-from localchat.engine.memory.budget import DeviceSpec
-from localchat.engine.memory.planner import plan_memory, unquantized_format
 from localchat.engine.quant.schemes import default_float_dtype
 from localchat.engine.request import Request
 from localchat.engine.sampling_params import SamplingParams
@@ -227,9 +227,9 @@ def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkey
     sizing gave the target 90% of free memory, then the draft's pool of as many tokens did not
     fit; the plan fits target pool + draft pool + measured activations + graph pool +
     margin into the free bytes, with the same tokens in both pools."""
-    from localchat.engine.memory import kv_pools as kv_plan
     from localchat.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
     from localchat.engine.kv_cache import kv_cache_bytes_per_token
+    from localchat.engine.memory import kv_pools as kv_plan
 
     GiB = 2**30
     free = 12 * GiB
