@@ -149,7 +149,7 @@ def plan_cuda_pools(model, model_config, draft_model, draft_config,
     import os
 
     from ..cuda_graphs import DEFAULT_BATCH_SIZES, graph_unsafe_reason
-    from ..kv_cache import kv_cache_bytes_per_token
+    from .footprint import kv_bytes
 
     device, dtype = config.resolved_device(), config.resolved_dtype()
     sched, block_size = config.scheduler, config.cache.block_size
@@ -165,15 +165,11 @@ def plan_cuda_pools(model, model_config, draft_model, draft_config,
     draft_bpt = 0
     if draft_model is not None:
         act = max(act, measure_activation_bytes(draft_model, draft_config, **common)[0])
-        draft_bpt = kv_cache_bytes_per_token(draft_config.num_hidden_layers,
-                                             draft_config.num_kv_heads, draft_config.head_dim,
-                                             dtype)
+        draft_bpt = kv_bytes(draft_config, 1, dtype)
     act += rows * model_config.vocab_size * 4 * 3  # the sampler's fp32 copies of the logits
     plan = plan_kv_pools(
         int(torch.cuda.mem_get_info(device)[0]),
-        bytes_per_token=kv_cache_bytes_per_token(model_config.num_hidden_layers,
-                                                 model_config.num_kv_heads,
-                                                 model_config.head_dim, dtype),
+        bytes_per_token=kv_bytes(model_config, 1, dtype),
         draft_bytes_per_token=draft_bpt, activation_bytes=act, graph_pool_bytes=graph_pool,
         wanted_tokens=max_model_len * sched.max_num_seqs, block_size=block_size,
         min_tokens=max_model_len if sched.max_model_len is not None else block_size)

@@ -26,7 +26,7 @@ from .footprint import INT4_GROUP_SIZE, activation_bytes, kv_bytes, weight_bytes
 MIN_CONTEXT_LEN = 2048
 # The planner's weight formats: the unquantized ones (everything in that dtype) and the
 # quantized ones, best quality first (decoder linears quantized, the rest unquantized).
-FLOAT_FORMATS = {"bf16": torch.bfloat16, "fp32": torch.float32}
+FLOAT_FORMATS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 QUANT_FORMATS = ("fp8", "int8", "int4")
 
 

@@ -228,8 +228,8 @@ def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkey
     fit; the plan fits target pool + draft pool + measured activations + graph pool +
     margin into the free bytes, with the same tokens in both pools."""
     from localchat.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
-    from localchat.engine.kv_cache import kv_cache_bytes_per_token
     from localchat.engine.memory import kv_pools as kv_plan
+    from localchat.engine.memory.footprint import kv_bytes
 
     GiB = 2**30
     free = 12 * GiB
@@ -251,8 +251,9 @@ def test_spec_decoding_plans_both_pools_and_activations_before_allocating(monkey
                           speculative=SpeculativeConfig(draft_model="d",
                                                         num_speculative_tokens=4))
     new_config, plan = kv_plan.plan_cuda_pools("target", target, "draft", draft, config, 131072)
-    bpt = kv_cache_bytes_per_token(32, 8, 128, torch.bfloat16)
-    draft_bpt = kv_cache_bytes_per_token(16, 8, 64, torch.bfloat16)
+    bpt = kv_bytes(target, 1, torch.bfloat16)
+    draft_bpt = kv_bytes(draft, 1, torch.bfloat16)
+    assert bpt == 2 * 32 * 8 * 128 * 2 and draft_bpt == 2 * 16 * 8 * 64 * 2
     assert new_config.cache.num_blocks == plan.num_blocks > 0
     assert plan.kv_bytes == plan.tokens * bpt and plan.draft_kv_bytes == plan.tokens * draft_bpt
     # the larger activation peak of the two models, plus the sampler's logits copies
