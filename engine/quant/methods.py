@@ -194,8 +194,8 @@ class Int4LinearMethod(LinearMethod):
                 x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
             ).to(x.dtype)
         elif x.is_cuda and self.kernel == "packed" and _kernel("int4_matmul") is not None:
-            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.zeros,
-                                       self.group_size)
+            mins = -layer.zeros * layer.scales  # the kernels' contract: w = q * s + min
+            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, mins, self.group_size)
         else:
             w = dequantize_int4(layer.qweight, layer.scales, layer.zeros, x.dtype)
             y = F.linear(x2, w)

@@ -196,5 +196,5 @@ def test_layouts_agree_with_the_kernels_reference():
     torch.testing.assert_close(reference.int8_matmul(x, q8, s8),
                                F.linear(x, dequantize_int8(q8, s8)), atol=1e-5, rtol=1e-5)
     q4, s4, z4 = quantize_int4(w, 64)
-    torch.testing.assert_close(reference.int4_matmul(x, q4, s4, z4, 64),
+    torch.testing.assert_close(reference.int4_matmul(x, q4, s4, -z4 * s4, 64),
                                F.linear(x, dequantize_int4(q4, s4, z4)), atol=1e-5, rtol=1e-5)
