@@ -7,7 +7,9 @@ one launch. Inputs live in static buffers; a step with ``n`` sequences copies it
 the first ``n`` rows and replays the smallest captured size ``>= n``; the padding rows write
 nothing (``slot_mapping = -1``) and attend to one token of block 0, and their outputs are
 dropped. Steps that are not pure decode, or larger than the largest captured size, or whose
-block tables are wider than the static one, run eagerly. Reference design: vLLM's
+block tables are wider than the static one, run eagerly. All static inputs live in one packed
+device buffer that one pinned host-to-device copy fills per step. Graphs are captured only when
+every op in the step is graph-safe (``graph_unsafe_reason``). Reference design: vLLM's
 ``CUDAGraphRunner`` / gpt-fast's ``torch.cuda.graph`` decode.
 
 On a device without CUDA graphs (CPU) ``capture`` records nothing and ``forward`` runs the
@@ -21,9 +23,28 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .attention_metadata import AttentionMetadata
+from .attention_metadata import AttentionMetadata, seq_len_bucket
+from .step_inputs import HostBatch, StagingBuffers
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def graph_unsafe_reason(model: nn.Module) -> str | None:
+    """Why capturing ``model``'s decode step would not be safe, or ``None`` when it is.
+
+    Every op inside a capture must run without reading device values on the host. The
+    PyTorch reference kernels do (``.tolist()``/``bool()`` over ``seq_lens``), so graphs need
+    the Triton kernels: not under ``LOCALCHAT_KERNELS=reference`` nor without Triton. (The
+    linear methods, the model code and the Triton launchers are sync-free: the CPU capture
+    check in ``tests/engine/test_cuda_graphs.py`` proves it under a mode that raises on any
+    host read.)
+    """
+    from localchat import kernels
+
+    if not kernels.triton_available():
+        return ("the PyTorch reference kernels read device values on the host "
+                "(LOCALCHAT_KERNELS=reference or Triton missing)")
+    return None
 
 
 class CudaGraphRunner:
@@ -35,20 +56,30 @@ class CudaGraphRunner:
         kv_caches: per layer ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` (the
             tensors the graphs read and write; never reallocated afterwards).
         max_num_blocks_per_seq: width of the static block table, ``ceil(max_model_len /
-            block_size)``; the decode kernel sizes its split-K partitions from it.
+            block_size)``.
         batch_sizes: decode batch sizes (sequences) to capture.
-        device: where the model runs; graphs are used only on CUDA.
+        device: where the model runs.
+        use_graphs: capture and replay graphs (default: when ``device`` is CUDA); ``False``
+            runs the same static-buffer path eagerly. (The CPU capture check sets it with
+            ``torch.cuda``'s graph API faked.)
+
+    Graphs are keyed by ``(padded batch size, length bucket)``: the decode kernel sizes its
+    split-K partitions from the bucket of the longest sequence (``seq_len_bucket``), a launch
+    parameter a graph freezes, so each bucket gets its own graph; ``capture`` records the
+    smallest bucket for every batch size, longer buckets are captured the first time a step
+    needs them (a few ms, once per bucket and size; ``log2(max_model_len / 256)`` buckets).
 
     Usage (the model runner): ``runner.capture()`` once after loading and allocating the KV
-    cache (and after any warm-up that compiles kernels); then each step
-    ``hidden = runner.forward(input_ids, positions, attn_metadata)`` instead of
-    ``model(...)``. The returned rows of a replay are a view into a static buffer, valid until
-    the next call: compute logits from them before the next step.
+    cache; then each decode step ``runner.replay_batch(host_batch, staging)`` (inputs packed on
+    the host, one copy into the static buffers) or ``runner.forward(input_ids, positions,
+    attn_metadata)`` with device tensors. The returned rows are a view into a static buffer,
+    valid until the next call: compute logits from them before the next step.
     """
 
     def __init__(self, model: nn.Module, kv_caches: list[torch.Tensor],
                  max_num_blocks_per_seq: int, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, use_graphs: bool | None = None
+                 ) -> None:
         if not batch_sizes or min(batch_sizes) < 1:
             raise ValueError(f"batch_sizes must be positive, got {batch_sizes}")
         self.model = model
@@ -57,56 +88,74 @@ class CudaGraphRunner:
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.max_batch_size = self.batch_sizes[-1]
         self.max_num_blocks_per_seq = int(max_num_blocks_per_seq)
-        n, dev = self.max_batch_size, self.device
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        self.block_tables = torch.zeros(n, self.max_num_blocks_per_seq, dtype=torch.int64,
-                                        device=dev)
-        self.seq_lens = torch.ones(n, dtype=torch.int64, device=dev)
-        self.query_start_loc = torch.arange(n + 1, dtype=torch.int64, device=dev)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
-        self.use_graphs = self.device.type == "cuda"
+        self.block_size = int(kv_caches[0].shape[2])
+        self.max_seq_len = self.max_num_blocks_per_seq * self.block_size
+        n, w = self.max_batch_size, self.max_num_blocks_per_seq
+        # One packed int64 buffer holds every static input (one copy per step fills it):
+        # input_ids [n] | positions [n] | slot_mapping [n] | seq_lens [n] |
+        # query_start_loc [n + 1] | block_tables [n, w] | logits rows [n]
+        self._sizes = [n, n, n, n, n + 1, n * w, n]
+        self.static = torch.zeros(sum(self._sizes), dtype=torch.int64, device=self.device)
+        (self.input_ids, self.positions, self.slot_mapping, self.seq_lens, self.query_start_loc,
+         tables, self.logits_index) = self.static.split(self._sizes)
+        self.block_tables = tables.view(n, w)
+        self.query_start_loc.copy_(torch.arange(n + 1, dtype=torch.int64, device=self.device))
+        self._reset_padding(0)
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[int, int], torch.Tensor] = {}
+        self.use_graphs = self.device.type == "cuda" if use_graphs is None else use_graphs
         self._pool = None
 
-    def _metadata(self, batch_size: int) -> AttentionMetadata:
+    def bucket(self, max_seq_len: int | None) -> int:
+        """The length bucket (tokens) a step whose sequences are at most ``max_seq_len``
+        tokens long replays (``None``: the static table's whole width)."""
+        if max_seq_len is None:
+            return self.max_seq_len
+        return min(seq_len_bucket(max_seq_len), self.max_seq_len)
+
+    def _metadata(self, batch_size: int, bucket: int) -> AttentionMetadata:
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:batch_size],
             block_tables=self.block_tables[:batch_size],
             seq_lens=self.seq_lens[:batch_size],
             query_start_loc=self.query_start_loc[: batch_size + 1],
             max_query_len=1,
+            max_seq_len=bucket,
         )
 
-    def _run_static(self, batch_size: int) -> torch.Tensor:
+    def _run_static(self, batch_size: int, bucket: int) -> torch.Tensor:
         return self.model(self.input_ids[:batch_size], self.positions[:batch_size],
-                          self.kv_caches, self._metadata(batch_size))
+                          self.kv_caches, self._metadata(batch_size, bucket))
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture one graph per batch size (largest first, sharing one memory pool).
-
-        Each size is run eagerly twice on a side stream first (Triton compiles its kernels
-        and cuBLAS picks its algorithms outside the capture). The padding state (slot -1,
-        seq_len 1) makes these runs write nothing to the KV cache. No-op without CUDA.
-        """
+        """Capture one graph per batch size at the smallest length bucket (largest size
+        first, all sharing one memory pool). No-op unless ``use_graphs``."""
         if not self.use_graphs:
             return
-        self._reset_padding(0)
         self._pool = torch.cuda.graph_pool_handle()
         for bs in reversed(self.batch_sizes):
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._run_static(bs)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                self.outputs[bs] = self._run_static(bs)
-            self.graphs[bs] = graph
+            self._capture(bs, self.bucket(1))
         torch.cuda.synchronize(self.device)
+
+    def _capture(self, bs: int, bucket: int) -> None:
+        """Capture ``(bs, bucket)`` over the static buffers in their padding state (slot -1,
+        seq_len 1: the warm-up runs write nothing to the KV cache). Each key runs eagerly
+        twice on a side stream first (Triton compiles its kernels and cuBLAS picks its
+        algorithms outside the capture); the static inputs are restored afterwards."""
+        saved = self.static.clone()
+        self._reset_padding(0)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._run_static(bs, bucket)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self.outputs[bs, bucket] = self._run_static(bs, bucket)
+        self.graphs[bs, bucket] = graph
+        self.static.copy_(saved)
 
     def _reset_padding(self, start: int) -> None:
         """Rows ``start:`` become padding: no KV write, one token of block 0."""
@@ -130,14 +179,66 @@ class CudaGraphRunner:
                 and self.padded_batch_size(attn_metadata.num_seqs) is not None
                 and attn_metadata.block_tables.shape[1] <= self.max_num_blocks_per_seq)
 
+    def can_replay_batch(self, hb: HostBatch) -> bool:
+        """``can_replay`` for a step still on the host."""
+        return (hb.is_decode_only and len(hb.input_ids) == hb.num_seqs
+                and self.padded_batch_size(hb.num_seqs) is not None
+                and hb.width <= self.max_num_blocks_per_seq)
+
+    def _launch(self, n: int, bucket: int) -> torch.Tensor:
+        bs = self.padded_batch_size(n)
+        if not self.use_graphs:
+            return self._run_static(bs, bucket)[:n]
+        if (bs, bucket) not in self.graphs:
+            self._capture(bs, bucket)
+        self.graphs[bs, bucket].replay()
+        return self.outputs[bs, bucket][:n]
+
+    @torch.inference_mode()
+    def replay_batch(self, hb: HostBatch, staging: StagingBuffers,
+                     logits_rows: list[int] | None = None):
+        """Run a decode step given on the host: pack the whole static layout (padding rows
+        included) into a pinned staging buffer, copy it into the static inputs with one
+        asynchronous copy, replay. Returns ``(hidden [num_seqs, hidden_size] view,
+        logits_index)``; ``logits_index`` (``[len(logits_rows)]`` int64 on the device) is
+        ``None`` without ``logits_rows``. Raises ``ValueError`` unless
+        ``can_replay_batch(hb)``."""
+        if not self.can_replay_batch(hb):
+            raise ValueError("not a decode step that fits the captured batch sizes")
+        n, w, big = hb.num_seqs, self.max_num_blocks_per_seq, self.max_batch_size
+        slot, buf = staging.take(self.static.numel())
+        host = buf[: self.static.numel()]
+        view = host.numpy()
+        view[:] = 0
+        o = [0]
+        for size in self._sizes:
+            o.append(o[-1] + size)
+        view[o[0]: o[0] + n] = hb.input_ids
+        view[o[1]: o[1] + n] = hb.positions
+        view[o[2]: o[2] + n] = hb.slot_mapping
+        view[o[2] + n: o[3]] = -1
+        view[o[3]: o[3] + n] = hb.seq_lens
+        view[o[3] + n: o[4]] = 1
+        view[o[4]: o[5]] = range(big + 1)
+        tables = view[o[5]: o[6]].reshape(big, w)
+        for i, row in enumerate(hb.block_tables):
+            tables[i, : len(row)] = row
+        rows = logits_rows or []
+        view[o[6]: o[6] + len(rows)] = rows
+        staging.copy(slot, host, dst=self.static)
+        out = self._launch(n, self.bucket(hb.max_seq_len))
+        return out, (self.logits_index[: len(rows)] if logits_rows is not None else None)
+
     @torch.inference_mode()
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor,
                attn_metadata: AttentionMetadata) -> torch.Tensor:
-        """Run a decode step through the static buffers (a graph replay on CUDA).
+        """Run a decode step given as device tensors through the static buffers (a graph
+        replay when ``use_graphs``).
 
         Args:
             input_ids, positions: ``[num_seqs]`` int64, one token per sequence.
-            attn_metadata: that step's metadata (``max_query_len == 1``).
+            attn_metadata: that step's metadata (``max_query_len == 1``; its
+                ``max_seq_len`` picks the length bucket, ``None`` the widest).
 
         Returns:
             ``[num_seqs, hidden_size]``, a view into a static buffer (valid until the next
@@ -149,7 +250,6 @@ class CudaGraphRunner:
         if not self.can_replay(input_ids, attn_metadata):
             raise ValueError("not a decode step that fits the captured batch sizes")
         n = input_ids.shape[0]
-        bs = self.padded_batch_size(n)
         width = attn_metadata.block_tables.shape[1]
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(positions)
@@ -158,10 +258,7 @@ class CudaGraphRunner:
         self.block_tables[:n, width:].zero_()
         self.seq_lens[:n].copy_(attn_metadata.seq_lens)
         self._reset_padding(n)
-        if bs in self.graphs:
-            self.graphs[bs].replay()
-            return self.outputs[bs][:n]
-        return self._run_static(bs)[:n]
+        return self._launch(n, self.bucket(attn_metadata.max_seq_len))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attn_metadata: AttentionMetadata) -> torch.Tensor:

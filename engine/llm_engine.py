@@ -128,15 +128,26 @@ class LLMEngine:
         model = load_model(path, model_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir,
                            quant=config.quant)
-        engine = cls(model, model_config, tokenizer, config, max_model_len)
         draft = config.speculative.draft_model
+        draft_model = draft_config = None
         if draft is not None:
             from .spec_decode.speculator import Speculator
 
-            engine.speculator = Speculator.load(
-                Path(draft), model_config, config,
-                engine.num_blocks * config.cache.block_size, engine.max_model_len,
-                cache_dir=cache_dir)
+            draft_model, draft_config = Speculator.load_draft_model(
+                Path(draft), model_config, config, max_model_len, cache_dir=cache_dir)
+        if device.type == "cuda" and config.cache.num_blocks is None \
+                and config.cache.kv_cache_memory_bytes is None:
+            # Every weight is loaded, nothing else allocated: plan both KV pools, the
+            # activations and the graph pool together (memory/kv_pools.py).
+            from .memory.kv_pools import plan_cuda_pools
+
+            config, _ = plan_cuda_pools(model, model_config, draft_model, draft_config,
+                                        config, max_model_len)
+        engine = cls(model, model_config, tokenizer, config, max_model_len)
+        if draft_model is not None:
+            engine.speculator = Speculator.build(
+                draft_model, draft_config, model_config, config,
+                engine.num_blocks * config.cache.block_size, engine.max_model_len)
         return engine
 
     @classmethod
@@ -153,7 +164,9 @@ class LLMEngine:
     def _plan_num_blocks(self) -> int:
         """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
         (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
-        RAM). A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
+        RAM). ``from_path`` on CUDA plans instead (``memory.kv_pools.plan_cuda_pools``: with the
+        draft, the measured activations and the graph pool) and passes ``cache.num_blocks``.
+        A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
         the user set ``max_model_len``, which then sizes the pool for one sequence."""
         block_size = self.config.cache.block_size
         wanted = self.max_model_len * self.config.scheduler.max_num_seqs

@@ -8,67 +8,30 @@ the paged cache. Logits are computed only for the last row of requests that samp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
 
 import torch
 from torch import nn
 
-from .attention_metadata import AttentionMetadata
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
 from .spec_decode.rejection_sampler import RejectionSampler
+from .step_inputs import BatchEntry, HostBatch, StagingBuffers, flatten_batch
+
+logger = logging.getLogger(__name__)
 
 
-@dataclass
-class BatchEntry:
-    """One sequence's slice of a flattened batch: ``token_ids`` at positions
-    ``start, start + 1, ...`` written through ``block_ids``; ``rows``: which of its rows need
-    logits ("last", "all" or "none")."""
-
-    block_ids: list[int]
-    start: int
-    token_ids: list[int]
-    rows: str
-
-
-def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device):
+def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device,
+                staging: StagingBuffers | None = None):
     """Flatten sequences into ``(input_ids [T] int64, positions [T] int64,
-    AttentionMetadata, row_groups)``; ``row_groups[i]`` lists the flat rows of entry ``i``
-    that need logits. Shared by the target's runner and the draft proposer."""
-    ids: list[int] = []
-    positions: list[int] = []
-    slots: list[int] = []
-    seq_lens: list[int] = []
-    qsl = [0]
-    row_groups: list[list[int]] = []
-    bs = block_size
-    for e in entries:
-        n = len(e.token_ids)
-        end = e.start + n
-        ids.extend(e.token_ids)
-        positions.extend(range(e.start, end))
-        table = e.block_ids
-        slots.extend(table[p // bs] * bs + p % bs for p in range(e.start, end))
-        seq_lens.append(end)
-        qsl.append(qsl[-1] + n)
-        if e.rows == "all":
-            row_groups.append(list(range(qsl[-2], qsl[-1])))
-        elif e.rows == "last":
-            row_groups.append([qsl[-1] - 1])
-        else:
-            row_groups.append([])
-    max_blocks = max(len(e.block_ids) for e in entries)
-    tables = [e.block_ids + [0] * (max_blocks - len(e.block_ids)) for e in entries]
-    meta = AttentionMetadata(
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        block_tables=torch.tensor(tables, dtype=torch.int64, device=device),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=device),
-        query_start_loc=torch.tensor(qsl, dtype=torch.int64, device=device),
-        max_query_len=max(len(e.token_ids) for e in entries),
-    )
-    return (torch.tensor(ids, dtype=torch.int64, device=device),
-            torch.tensor(positions, dtype=torch.int64, device=device), meta, row_groups)
+    AttentionMetadata, row_groups)`` on ``device`` (one packed host-to-device copy through
+    ``staging``, pinned on CUDA); ``row_groups[i]`` lists the flat rows of entry ``i`` that
+    need logits."""
+    hb = flatten_batch(entries, block_size)
+    staging = staging or StagingBuffers(device, slots=1)
+    input_ids, positions, meta, _ = staging.to_device(hb)
+    return input_ids, positions, meta, hb.row_groups
 
 
 def check_first_logits(logits: torch.Tensor) -> None:
@@ -101,31 +64,49 @@ class ModelRunner:
         # CUDA graphs for decode batches (engine/cuda_graphs.py), captured by
         # ``capture_cuda_graphs``; None on CPU or before capture.
         self.graphs = None
+        self.staging = StagingBuffers(device)
         self._generators: dict[str, torch.Generator] = {}
 
     def capture_cuda_graphs(self, max_model_len: int,
-                            batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
+                            batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> str | None:
         """On CUDA, capture the model's decode step for ``batch_sizes`` sequences (pure
-        decode steps then replay a graph; other shapes run eagerly). No-op elsewhere or when
-        ``LOCALCHAT_CUDA_GRAPHS=0``. The KV cache tensors must not be reallocated after."""
+        decode steps then replay a graph; other shapes run eagerly). Returns ``None`` when
+        captured, else why not: off CUDA, ``LOCALCHAT_CUDA_GRAPHS=0``, or when an op would not
+        be graph-safe (``cuda_graphs.graph_unsafe_reason``: the PyTorch reference kernels read
+        device values on the host). The KV cache tensors must not be reallocated after."""
         import os
 
-        if self.device.type != "cuda" or os.environ.get("LOCALCHAT_CUDA_GRAPHS") == "0":
-            return
-        from .cuda_graphs import CudaGraphRunner
+        if self.device.type != "cuda":
+            return "not a CUDA device"
+        if os.environ.get("LOCALCHAT_CUDA_GRAPHS") == "0":
+            return "LOCALCHAT_CUDA_GRAPHS=0"
+        from .cuda_graphs import CudaGraphRunner, graph_unsafe_reason
 
+        reason = graph_unsafe_reason(self.model)
+        if reason is not None:
+            logger.info("CUDA graphs off: %s", reason)
+            return reason
         self.graphs = CudaGraphRunner(
             self.model, self.kv_caches,
             max_num_blocks_per_seq=-(-max_model_len // self.block_size),
             batch_sizes=batch_sizes, device=self.device)
         self.graphs.capture()
+        return None
 
-    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                 meta: AttentionMetadata) -> torch.Tensor:
+    def _forward(self, hb: HostBatch, logits_rows: list[int]):
+        """``(hidden [T or padded, hidden_size], logits_index [len(logits_rows)] | None)``
+        for one step: a graph replay when the step fits one (its rows are a view into a
+        static buffer: use them before the next forward), else the eager model; either way
+        one packed host-to-device copy. ``logits_index`` is ``None`` when the rows are
+        ``0 .. len(logits_rows) - 1`` (slice ``hidden`` instead)."""
+        contiguous = logits_rows == list(range(len(logits_rows)))
+        rows = None if contiguous else logits_rows
+        if self.graphs is not None and self.graphs.can_replay_batch(hb):
+            return self.graphs.replay_batch(hb, self.staging, rows)
+        input_ids, positions, meta, index = self.staging.to_device(hb, rows)
         if self.graphs is not None:
-            # Rows are a view into a static buffer: use them before the next forward.
-            return self.graphs.forward(input_ids, positions, meta)
-        return self.model(input_ids, positions, self.kv_caches, meta)
+            return self.graphs.forward(input_ids, positions, meta), index
+        return self.model(input_ids, positions, self.kv_caches, meta), index
 
     def release(self, request_id: str) -> None:
         """Forget a finished request's RNG."""
@@ -144,11 +125,11 @@ class ModelRunner:
             self._generators[req.request_id] = gen
         return gen
 
-    def prepare_inputs(self, out: SchedulerOutput):
-        """Build ``(input_ids [T], positions [T], AttentionMetadata, logits_rows, samplers,
-        row_groups)`` where ``logits_rows`` indexes the rows to sample, ``samplers`` lists their
-        requests and ``row_groups[i]`` the rows of scheduled request ``i`` that need logits. A request verifying draft tokens (``out.scheduled_spec_tokens``) gets a
-        logits row at each of its ``1 + k`` positions."""
+    def plan_step(self, out: SchedulerOutput):
+        """``(HostBatch, logits_rows, samplers, verify)`` for one step, on the host:
+        ``logits_rows`` are the flat rows to sample, ``samplers`` their requests, and
+        ``verify`` lists ``(request, rows)`` for requests verifying draft tokens
+        (``out.scheduled_spec_tokens``; a logits row at each of their ``1 + k`` positions)."""
         entries = []
         for req in out.scheduled:
             n = out.num_scheduled_tokens[req.request_id]
@@ -160,14 +141,23 @@ class ModelRunner:
             else:
                 rows = "last" if start + n == req.num_tokens else "none"
             entries.append(BatchEntry(req.block_ids, start, ids, rows))
-        input_ids, positions, meta, row_groups = build_batch(entries, self.block_size,
-                                                             self.device)
-        logits_rows, samplers = [], []
-        for req, rows in zip(out.scheduled, row_groups):
-            if rows and req.request_id not in out.scheduled_spec_tokens:
+        hb = flatten_batch(entries, self.block_size)
+        logits_rows, samplers, verify = [], [], []
+        for req, rows in zip(out.scheduled, hb.row_groups):
+            if req.request_id in out.scheduled_spec_tokens:
+                verify.append((req, rows))
+            elif rows:
                 logits_rows.extend(rows)
                 samplers.append(req)
-        return input_ids, positions, meta, logits_rows, samplers, row_groups
+        return hb, logits_rows, samplers, verify
+
+    def prepare_inputs(self, out: SchedulerOutput):
+        """Device tensors of one step: ``(input_ids [T], positions [T], AttentionMetadata,
+        logits_rows, samplers, row_groups)`` (see :meth:`plan_step`; ``row_groups[i]`` are
+        the rows of scheduled request ``i`` that need logits)."""
+        hb, logits_rows, samplers, _ = self.plan_step(out)
+        input_ids, positions, meta, _ = self.staging.to_device(hb)
+        return input_ids, positions, meta, logits_rows, samplers, hb.row_groups
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> dict[str, list[int]]:
@@ -178,12 +168,23 @@ class ModelRunner:
         Requests with ``sampling_params.logprobs is not None`` also get one
         ``{token_id: logprob}`` dict appended to ``req.output_logprobs`` per sampled token
         (see ``engine.sampler`` for which distribution).
+
+        Host work: one packed host-to-device copy of the step's inputs (or of a graph's
+        static inputs), logits only for the needed rows (indexed on the device), and one
+        device-to-host read of the sampled tokens (the step's one sync, when no request asks
+        for logprobs or penalties).
         """
-        input_ids, positions, meta, rows, samplers, row_groups = self.prepare_inputs(out)
-        hidden = self._forward(input_ids, positions, meta)
+        hb, rows, samplers, verify = self.plan_step(out)
+        flat = [i for _, rws in verify for i in rws]
+        hidden, index = self._forward(hb, rows + flat)
         result: dict[str, list[int]] = {}
+        if not rows and not flat:
+            return result
+        def pick(lo: int, hi: int) -> torch.Tensor:  # hidden rows of logits_rows[lo:hi]
+            return hidden[lo:hi] if index is None else hidden[index[lo:hi]]
+
         if rows:
-            logits = self.model.compute_logits(hidden[rows])
+            logits = self.model.compute_logits(pick(0, len(rows)))
             if not self.first_logits_checked:
                 check_first_logits(logits)
                 self.first_logits_checked = True
@@ -194,11 +195,8 @@ class ModelRunner:
                     req.output_logprobs.append(lp)
             for r, t in zip(samplers, sampled.token_ids.tolist()):
                 result[r.request_id] = [t]
-        if out.scheduled_spec_tokens:
-            verify = [(req, rows) for req, rows in zip(out.scheduled, row_groups)
-                      if req.request_id in out.scheduled_spec_tokens]
-            flat = [i for _, rws in verify for i in rws]
-            logits = self.model.compute_logits(hidden[flat])
+        if verify:
+            logits = self.model.compute_logits(pick(len(rows), len(rows) + len(flat)))
             offset = 0
             for req, rws in verify:
                 spec = out.scheduled_spec_tokens[req.request_id]

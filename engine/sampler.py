@@ -208,7 +208,7 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     scaled = shifted / temps.clamp_min(tiny)[:, None]
     top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
     top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
-    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+    if any(p.top_k > 0 or p.top_p < 1 for p in params):  # decided on the host: no sync
         scaled = _filter_top_k_top_p(scaled, top_k, top_p)
     if any(p.min_p > 0.0 and not p.greedy for p in params):
         min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],

@@ -7,7 +7,9 @@ call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` 
 ``M <= CPU_MAX_ROWS`` rows) runs the C++ kernel, built on first use (one stderr line; if it
 cannot be built, one line says so and the reference runs); anything else runs the reference.
 ``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
-debugging) and never builds the C++ kernels. The Triton modules are imported lazily so that
+debugging) and never builds the C++ kernels; ``LOCALCHAT_KERNELS=triton`` sends CPU tensors
+through the Triton launchers too (under ``TRITON_INTERPRET=1``, for tests). The Triton modules
+are imported lazily so that
 CPU-only installs never import Triton, and so that tests can import them under
 ``TRITON_INTERPRET=1`` themselves.
 
@@ -52,7 +54,9 @@ def triton_available() -> bool:
 
 
 def _use_triton(t: torch.Tensor) -> bool:
-    return t.is_cuda and triton_available()
+    # LOCALCHAT_KERNELS=triton also sends CPU tensors through the Triton launchers (with
+    # TRITON_INTERPRET=1: the model-level interpreter tests and the CPU capture check).
+    return (t.is_cuda or os.environ.get("LOCALCHAT_KERNELS") == "triton") and triton_available()
 
 
 # Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
@@ -80,11 +84,14 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     return reference.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale):
-    """See ``reference.paged_attention_decode`` (split-K chosen by the Triton launcher)."""
+def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale,
+                           max_seq_len: int | None = None):
+    """See ``reference.paged_attention_decode`` (split-K chosen by the Triton launcher from
+    ``max_seq_len``, a host-side bound of ``seq_lens`` in tokens; the reference ignores it)."""
     if _use_triton(query):
         return _triton("triton_decode").paged_attention_decode(
-            query, key_cache, value_cache, block_tables, seq_lens, scale)
+            query, key_cache, value_cache, block_tables, seq_lens, scale,
+            max_seq_len=max_seq_len)
     return reference.paged_attention_decode(query, key_cache, value_cache, block_tables,
                                             seq_lens, scale)
 

@@ -11,7 +11,9 @@ then a reduce kernel merges their partial outputs by their log-sum-exp weights; 
 busy when ``num_seqs * num_kv_heads`` is small and contexts are long.
 
 The launcher never reads device values on the host (no sync), so it can be captured in a CUDA
-graph: the longest possible sequence is bounded by ``block_tables.shape[1] * block_size``.
+graph: the longest possible sequence is bounded by the caller's ``max_seq_len`` (a length
+bucket of the real longest sequence, so a 4k context on a 128k table still gets enough
+partitions to fill the GPU), else by ``block_tables.shape[1] * block_size``.
 Reference: ``kernels.reference.paged_attention_decode``.
 """
 
@@ -128,6 +130,13 @@ def _reduce_kernel(
              mask=d < HEAD_DIM)
 
 
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (128 off CUDA, for interpreter runs)."""
+    if device.type != "cuda":
+        return 128
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def default_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
                        device: torch.device) -> int:
     """Partitions per sequence: 1 (single pass) unless the ``num_seqs * num_kv_heads``
@@ -135,13 +144,24 @@ def default_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
     several ``MIN_PARTITION``-token partitions."""
     if max_seq_len <= MIN_PARTITION:
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == "cuda" else 128
+    sms = sm_count(device)
     programs = num_seqs * num_kv_heads
     if programs >= sms:
         return 1
     want = min(triton.cdiv(2 * sms, programs), triton.cdiv(max_seq_len, MIN_PARTITION))
     return max(1, min(want, MAX_SPLITS))
+
+
+def partitioning(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device,
+                 num_splits: int | None = None) -> tuple[int, int]:
+    """``(num_splits, partition)``: partitions per sequence and tokens per partition (a
+    multiple of ``BLOCK_N``) covering ``max_seq_len`` tokens, the bound the caller gives
+    (a length bucket of the real longest sequence, else the block table's width)."""
+    if num_splits is None:
+        num_splits = default_num_splits(num_seqs, num_kv_heads, max_seq_len, device)
+    check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
+    partition = triton.cdiv(triton.cdiv(max_seq_len, num_splits), BLOCK_N) * BLOCK_N
+    return triton.cdiv(max_seq_len, partition), partition
 
 
 def paged_attention_decode(
@@ -152,6 +172,7 @@ def paged_attention_decode(
     seq_lens: torch.Tensor,
     scale: float,
     num_splits: int | None = None,
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:
     """Decode attention (reference semantics) through the paged cache.
 
@@ -165,6 +186,11 @@ def paged_attention_decode(
         scale: softmax scale.
         num_splits: partitions per sequence (split-K); ``None`` picks one with
             ``default_num_splits``, 1 forces the single-pass kernel.
+        max_seq_len: a host-side upper bound of ``seq_lens`` (tokens; a length bucket of
+            the real longest sequence, see ``engine.attention_metadata.seq_len_bucket``):
+            the partitions cover that many tokens. ``None`` (or more than the table holds):
+            the table width ``max_num_blocks_per_seq * block_size``. It must be ``>=``
+            every ``seq_lens`` entry (split-K partitions end there).
 
     Returns:
         ``[num_seqs, num_heads, head_dim]`` in the query's dtype.
@@ -195,14 +221,12 @@ def paged_attention_decode(
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if num_seqs == 0:
         return out
-    max_seq_len = block_tables.shape[1] * block_size
-    if num_splits is None:
-        num_splits = default_num_splits(num_seqs, num_kv_heads, max_seq_len, query.device)
-    check(num_splits >= 1, f"num_splits must be >= 1, got {num_splits}")
+    table_len = block_tables.shape[1] * block_size
+    max_seq_len = table_len if max_seq_len is None else max(1, min(int(max_seq_len), table_len))
+    num_splits, partition = partitioning(num_seqs, num_kv_heads, max_seq_len, query.device,
+                                         num_splits)
     group = num_heads // num_kv_heads
     d_p = max(16, next_pow2(head_dim))
-    partition = triton.cdiv(triton.cdiv(max_seq_len, num_splits), BLOCK_N) * BLOCK_N
-    num_splits = triton.cdiv(max_seq_len, partition)
     split = num_splits > 1
     if split:
         part_out = torch.empty(num_seqs * num_heads * num_splits * d_p, dtype=torch.float32,

@@ -161,7 +161,8 @@ def cases(device, dtype, quick: bool):
     s8 = torch.rand(n_out, generator=gen).to(device) * 1e-3
     q4 = torch.randint(0, 256, (n_out, k_in // 2), generator=gen, dtype=torch.uint8).to(device)
     s4 = (torch.rand(n_out, k_in // group, generator=gen) * 1e-3).to(device)
-    z4 = torch.full((n_out, k_in // group), 8.0, device=device)
+    m4 = -8.0 * s4  # mins: w = q * scale + min
+    s8g = (torch.rand(n_out, k_in // 32, generator=gen) * 1e-3).to(device)  # Q8_0-like G=32
     for m_rows in ((1,) if device.type == "cpu" and quick else (1, 512)):
         x = torch.randn(m_rows, k_in, generator=gen).to(dtype).to(device)
         gemv = m_rows == 1
@@ -170,12 +171,40 @@ def cases(device, dtype, quick: bool):
         yield "linear (float weight)", f"{m_rows} x {k_in} -> {n_out}", \
             {"torch": lambda x=x: F.linear(x, w16)}, \
             (n_out * k_in * el + act) if gemv else None, flops
-        yield "int8_matmul", f"{m_rows} x {k_in} -> {n_out}", \
-            both("int8_matmul", lambda m, x=x: m.int8_matmul(x, q8, s8)), \
+        # GEMV rows also time the single-pass variant (split_k=1) against split-K
+        def single(impls, name, call, gemv=gemv):
+            if gemv and name in tri:
+                impls["triton split_k=1"] = lambda: call(tri[name])
+            return impls
+
+        yield "int8_matmul", f"{m_rows} x {k_in} -> {n_out}", single(
+            both("int8_matmul", lambda m, x=x: m.int8_matmul(x, q8, s8)), "int8_matmul",
+            lambda m, x=x: m.int8_matmul(x, q8, s8, split_k=1)), \
             (n_out * k_in + 4 * n_out + act) if gemv else None, flops
-        yield "int4_matmul", f"{m_rows} x {k_in} -> {n_out} g{group}", \
-            both("int4_matmul", lambda m, x=x: m.int4_matmul(x, q4, s4, z4, group)), \
+        yield "int8_matmul", f"{m_rows} x {k_in} -> {n_out} g32", single(
+            both("int8_matmul", lambda m, x=x: m.int8_matmul(x, q8, s8g)), "int8_matmul",
+            lambda m, x=x: m.int8_matmul(x, q8, s8g, split_k=1)), \
+            (n_out * k_in + 4 * n_out * (k_in // 32) + act) if gemv else None, flops
+        yield "int4_matmul", f"{m_rows} x {k_in} -> {n_out} g{group}", single(
+            both("int4_matmul", lambda m, x=x: m.int4_matmul(x, q4, s4, m4, group)),
+            "int4_matmul", lambda m, x=x: m.int4_matmul(x, q4, s4, m4, group, split_k=1)), \
             (n_out * k_in // 2 + 8 * n_out * (k_in // group) + act) if gemv else None, flops
+
+
+_IN_PLACE = ("store_kv_cache", "fused_add_rms_norm")  # their outputs alias their inputs
+
+
+def _outputs(out) -> list[torch.Tensor]:
+    if out is None:
+        return []
+    return [t.float() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def _matches(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
+    """Every output within 2% of the reference's largest magnitude (bf16 roundings)."""
+    return len(got) == len(want) and all(
+        g.shape == w.shape and (g - w).abs().max().item()
+        <= 2e-2 * max(w.abs().max().item(), 1e-6) for g, w in zip(got, want))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,9 +233,14 @@ def main(argv: list[str] | None = None) -> int:
           f" {torch.get_num_threads()} threads", flush=True)
     rows, peak = [], None
     for op, shape, impls, nbytes, flops in cases(device, dtype, args.quick):
+        want = _outputs(impls["reference"]()) if "reference" in impls \
+            and op not in _IN_PLACE else None
         for impl, fn in impls.items():
+            ok = None
+            if want is not None and impl != "reference":  # checked before it is timed
+                ok = _matches(_outputs(fn()), want)
             sec = timeit(fn, device, min_time)
-            row = {"op": op, "shape": shape, "impl": impl, "us": sec * 1e6,
+            row = {"op": op, "shape": shape, "impl": impl, "us": sec * 1e6, "matches": ok,
                    "GB/s": nbytes / sec / 1e9 if nbytes else None,
                    "TFLOP/s": flops / sec / 1e12 if flops else None, "bytes": nbytes,
                    "flops": flops}
@@ -217,14 +251,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {op:24s} {shape:28s} {impl:9s} {sec * 1e6:10.1f} us"
                   + (f" {row['GB/s']:8.1f} GB/s ({row['% peak']:.0f}% of copy)" if nbytes
                      else "")
-                  + (f" {row['TFLOP/s']:7.2f} TFLOP/s" if flops else ""), flush=True)
-    md = ["| op | shape | impl | us | GB/s | % of copy peak | TFLOP/s |",
-          "|---|---|---|---|---|---|---|"]
+                  + (f" {row['TFLOP/s']:7.2f} TFLOP/s" if flops else "")
+                  + ("" if ok is None else f" matches reference: {ok}"), flush=True)
+    md = ["| op | shape | impl | us | GB/s | % of copy peak | TFLOP/s | matches reference |",
+          "|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: "" if v is None else format(v, f)
     for r in rows:
         md.append(f"| {r['op']} | {r['shape']} | {r['impl']} | {r['us']:.1f} | "
                   f"{fmt(r['GB/s'], '.1f')} | {fmt(r['% peak'], '.0f')} | "
-                  f"{fmt(r['TFLOP/s'], '.2f')} |")
+                  f"{fmt(r['TFLOP/s'], '.2f')} | {'' if r['matches'] is None else r['matches']} |")
     result = {"device": name, "dtype": str(dtype), "torch": torch.__version__,
               "copy_peak_GBps": peak, "rows": rows}
     print("\n".join(md))

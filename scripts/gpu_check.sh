@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# One prepared GPU check (fits in about 8 minutes on an H200; needs no download):
-#   1. the kernel tests natively on the GPU (tests/kernels, tests/engine/test_cuda_graphs.py);
+# One prepared GPU check (fits in about 8 minutes on an H200; needs no download, no install:
+# torch + Triton only; textual, gguf and platformdirs stay out of its import path):
+#   0. scripts/gpu_stage0.py: versions, SM count, L2 size, and a batch-1 eager decode step
+#      under torch.cuda.set_sync_debug_mode("error") (stage0.json);
+#   1. the tests natively on the GPU: tests/kernels, the CUDA-path tests
+#      (tests/engine/test_cuda_graphs.py, test_cuda_defects.py) and the quant maths (fp8 with
+#      real _scaled_mm) (tests.txt);
 #   2. scripts/bench_kernels.py: copy bandwidth (the practical peak), paged decode attention,
-#      int8/int4 GEMV bandwidth and the other ops, reference vs Triton;
+#      int8/int4 GEMV bandwidth (split-K and single pass) and the other ops, each checked
+#      against its reference before timing (kernels.*);
 #   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s at batch 1 and 16 of a random-weight
 #      Llama-3.1-8B-shaped model at bf16, int8 and int4 (CUDA graphs), as % of the copy peak;
-#      prefix-cached TTFT and the cost of a speculative verification step.
-# Writes gpu_check.json and gpu_check.md (plus kernels.*, e2e.*, tests.txt and gpu_check.log) to
-# the directory given as $1, else $OUT, else ./gpu_check_out. GPU_CHECK_DRY_RUN=1 runs tiny
-# versions of the stages on a CPU (to check the script itself).
+#      prefix-cached TTFT and the cost of a speculative verification step (e2e.*);
+#   4. a Markdown summary (gpu_check.md, gpu_check.json).
+# Each stage writes its results as soon as it ends, so a run cut short keeps what it finished.
+# Writes to the directory given as $1, else $OUT, else ./gpu_check_out. GPU_CHECK_DRY_RUN=1
+# runs tiny versions of the stages on a CPU (to check the script itself).
 # Usage: bash scripts/gpu_check.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,13 +28,18 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$LOG") 2>&1
 
 DEVICE=cuda
-TESTS=(tests/kernels tests/engine/test_cuda_graphs.py)
+TESTS=(tests/kernels tests/engine/test_cuda_graphs.py tests/engine/test_cuda_defects.py)
+for t in tests/engine/quant/test_quant_maths.py tests/engine/test_quant_maths.py; do
+    [ -f "$t" ] && TESTS+=("$t") && break
+done
+STAGE0_ARGS=()
 KERNEL_ARGS=()
 E2E_ARGS=()
 if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then
     # Check this script's plumbing on a CPU: tiny sizes, a few tests, no GPU figures.
     DEVICE=cpu
     TESTS=(tests/kernels/test_quant_matmul.py)
+    STAGE0_ARGS=(--tiny)
     KERNEL_ARGS=(--quick)
     E2E_ARGS=(--tiny --steps 4 --context 48 --batch-sizes 1,4 --max-model-len 256)
 elif ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -57,20 +69,11 @@ stage() {  # stage NAME SECONDS CMD...: run with a time limit, remember the exit
     echo "=== $name: ${STATUS[$name]} ==="
 }
 
-XDIST=()
-[ "$DEVICE" = cuda ] && "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
-export OUT_DIR
-stage tests 210 bash -c 'set -o pipefail; "$0" -m pytest "${@}" -q -o addopts="" \
-    -p no:cacheprovider -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT_DIR/tests.txt"' \
-    "$PY" "${TESTS[@]}" "${XDIST[@]}"
-stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$OUT_DIR" \
-    "${KERNEL_ARGS[@]}"
-stage e2e 170 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$OUT_DIR" "${E2E_ARGS[@]}"
-
-STATUS_JSON="{"
-for k in tests kernels e2e; do STATUS_JSON+="\"$k\": \"${STATUS[$k]:-not run}\", "; done
-STATUS_JSON="${STATUS_JSON%, }}"
-"$PY" - "$OUT_DIR" "$STATUS_JSON" <<'PYEOF'
+summarize() {  # (re)write gpu_check.json/.md from what the stages wrote so far
+    local STATUS_JSON="{"
+    for k in stage0 tests kernels e2e; do STATUS_JSON+="\"$k\": \"${STATUS[$k]:-not run}\", "; done
+    STATUS_JSON="${STATUS_JSON%, }}"
+    "$PY" - "$OUT_DIR" "$STATUS_JSON" <<'PYEOF'
 import json, sys
 from pathlib import Path
 out, status = Path(sys.argv[1]), json.loads(sys.argv[2])
@@ -81,12 +84,36 @@ tests_txt = read("tests.txt") or ""
 summary = next((ln for ln in reversed(tests_txt.splitlines()) if " passed" in ln
                 or " failed" in ln or " error" in ln), "no pytest summary")
 result = {"stages": status, "tests_summary": summary.strip("= "),
+          "stage0": json.loads(read("stage0.json") or "null"),
           "kernels": json.loads(read("kernels.json") or "null"),
           "e2e": json.loads(read("e2e.json") or "null")}
 (out / "gpu_check.json").write_text(json.dumps(result, indent=1))
-md = ["# GPU check", "", f"Stages: {status}", "", f"Kernel tests: {result['tests_summary']}",
+s0 = result["stage0"] or {}
+md = ["# GPU check", "", f"Stages: {status}", "",
+      f"Device: {s0.get('name', '?')} (sm {s0.get('capability')}, {s0.get('sm_count')} SMs, "
+      f"L2 {s0.get('l2_bytes')} B); torch {s0.get('torch')}, CUDA {s0.get('cuda')}, "
+      f"Triton {s0.get('triton')}; batch-1 decode sync-free: {s0.get('decode_sync_free')}",
+      "", f"Tests: {result['tests_summary']}",
       "", "## Kernels", "", read("kernels.md") or "(not available)", "",
       "## End to end (random-weight Llama-3.1-8B shapes)", "", read("e2e.md") or "(not available)"]
 (out / "gpu_check.md").write_text("\n".join(md) + "\n")
 print("\n".join(md))
 PYEOF
+}
+
+stage stage0 90 "$PY" scripts/gpu_stage0.py --device "$DEVICE" --out "$OUT_DIR" \
+    "${STAGE0_ARGS[@]}"
+summarize >/dev/null
+
+XDIST=()
+[ "$DEVICE" = cuda ] && "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+export OUT_DIR
+stage tests 180 bash -c 'set -o pipefail; "$0" -m pytest "${@}" -q -o addopts="" \
+    -p no:cacheprovider -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT_DIR/tests.txt"' \
+    "$PY" "${TESTS[@]}" "${XDIST[@]}"
+summarize >/dev/null
+stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$OUT_DIR" \
+    "${KERNEL_ARGS[@]}"
+summarize >/dev/null
+stage e2e 150 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$OUT_DIR" "${E2E_ARGS[@]}"
+summarize

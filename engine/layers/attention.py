@@ -43,7 +43,7 @@ class Attention(nn.Module):
         if attn_metadata.is_decode_only:
             out = kernels.paged_attention_decode(
                 q, key_cache, value_cache, attn_metadata.block_tables,
-                attn_metadata.seq_lens, self.scale,
+                attn_metadata.seq_lens, self.scale, max_seq_len=attn_metadata.max_seq_len,
             )
         else:
             out = kernels.prefill_attention(

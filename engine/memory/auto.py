@@ -19,7 +19,8 @@ from .planner import MemoryPlan, plan_memory
 logger = logging.getLogger(__name__)
 
 # Planner format -> QuantConfig scheme (the unquantized formats load as "none").
-_SCHEME = {"fp32": "none", "bf16": "none", "fp8": "fp8", "int8": "int8", "int4": "int4"}
+_SCHEME = {"fp32": "none", "bf16": "none", "fp16": "none", "fp8": "fp8", "int8": "int8",
+           "int4": "int4"}
 
 
 def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: int, *,

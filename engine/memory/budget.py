@@ -35,9 +35,9 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 class DeviceSpec:
     """A device as the planner sees it.
 
-    ``type`` is ``cpu`` or ``cuda``; ``native_bf16``: bf16 is the unquantized format (CUDA; a
-    CPU with AVX-512 BF16 or AMX), else fp32; ``fp8``: FP8 e4m3 GEMMs (CUDA compute capability
-    >= 8.9); ``runtime_overhead_bytes``: bytes the runtime holds besides the model;
+    ``type`` is ``cpu`` or ``cuda``; ``native_bf16``: bf16 is the unquantized format (CUDA
+    sm_80+; a CPU with AVX-512 BF16 or AMX), else fp16 on CUDA and fp32 on CPU; ``fp8``: FP8
+    e4m3 GEMMs (CUDA compute capability >= 8.9); ``runtime_overhead_bytes``: bytes the runtime holds besides the model;
     ``hypothetical``: planned for a device this machine does not have (``note`` says so).
     """
 
@@ -66,7 +66,9 @@ class DeviceSpec:
 
         if torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability()
-            return cls("cuda", torch.cuda.get_device_name(), True, (major, minor) >= (8, 9),
+            # native_bf16 False on CUDA means fp16 (pre-sm_80: schemes.cuda_float_dtype)
+            return cls("cuda", torch.cuda.get_device_name(), (major, minor) >= (8, 0),
+                       (major, minor) >= (8, 9),
                        CUDA_RUNTIME_OVERHEAD)
         if not allow_hypothetical:
             raise ValueError("no CUDA device on this machine; pass --memory SIZE to plan for one")

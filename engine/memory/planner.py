@@ -26,7 +26,7 @@ from .footprint import INT4_GROUP_SIZE, activation_bytes, kv_bytes, weight_bytes
 MIN_CONTEXT_LEN = 2048
 # The planner's weight formats: the unquantized ones (everything in that dtype) and the
 # quantized ones, best quality first (decoder linears quantized, the rest unquantized).
-FLOAT_FORMATS = {"bf16": torch.bfloat16, "fp32": torch.float32}
+FLOAT_FORMATS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 QUANT_FORMATS = ("fp8", "int8", "int4")
 
 
@@ -100,8 +100,11 @@ class MemoryPlan:
 
 
 def unquantized_format(device: DeviceSpec) -> str:
-    """``bf16`` on CUDA and on CPUs with native bf16 arithmetic, else ``fp32``."""
-    return "bf16" if device.native_bf16 else "fp32"
+    """``bf16`` on CUDA sm_80+ and on CPUs with native bf16 arithmetic; else ``fp16`` on
+    CUDA (pre-sm_80) and ``fp32`` on CPU."""
+    if device.native_bf16:
+        return "bf16"
+    return "fp16" if device.type == "cuda" else "fp32"
 
 
 def available_formats(device: DeviceSpec) -> tuple[str, ...]:

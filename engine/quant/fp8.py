@@ -44,7 +44,8 @@ def fp8_linear(
     """``x [M, K]`` (bf16/fp16/fp32, CUDA) @ dequantized weight.T -> ``[M, N]`` in x's dtype.
 
     Activations are quantized per row to e4m3 (scale = row absmax / 448) and
-    ``torch._scaled_mm`` applies both row-wise scales in its epilogue (fp32 accumulate). Shapes
+    ``torch._scaled_mm`` applies both row-wise scales in its epilogue (fp32 accumulate) into a
+    bf16 output (the only dtype row-wise scaling supports), cast to ``x.dtype``. Shapes
     ``_scaled_mm`` rejects (K or N not a multiple of 16) fall back to dequantize-then-matmul.
     """
     n, k = qweight.shape
@@ -52,9 +53,10 @@ def fp8_linear(
         return torch.nn.functional.linear(x, dequantize_fp8(qweight, scales, x.dtype), bias)
     x_scale = (x.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp_(min=1e-12)
     x_q = (x.float() / x_scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    out_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+    # Row-wise scaling (scale_a [M, 1], scale_b [1, N]) produces only bf16 in cuBLASLt /
+    # PyTorch's _scaled_mm: ask for bf16 whatever the activations are, then cast (fp16, fp32).
     y = torch._scaled_mm(x_q, qweight.t(), scale_a=x_scale, scale_b=scales.float().view(1, n),
-                         out_dtype=out_dtype)
+                         out_dtype=torch.bfloat16)
     y = y.to(x.dtype)
     return y if bias is None else y + bias
 

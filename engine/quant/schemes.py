@@ -3,7 +3,8 @@
 A scheme names how the weights of the decoder layers' linear projections are stored; the
 embedding, norms, biases and the LM head always stay in the unquantized floating format (see
 ``engine/quant/__init__.py``). The unquantized format is bf16 on CUDA; on CPU bf16 only where
-the processor has native bf16 arithmetic (AVX-512 BF16 or AMX), fp32 elsewhere.
+the processor has native bf16 arithmetic (AVX-512 BF16 or AMX), fp32 elsewhere; fp16 on CUDA
+GPUs older than sm_80.
 """
 
 from __future__ import annotations
@@ -55,12 +56,22 @@ def cpu_has_native_bf16() -> bool:
     return False
 
 
+def cuda_float_dtype(capability: tuple[int, int]) -> torch.dtype:
+    """The unquantized format of a CUDA GPU of compute ``capability`` ``(major, minor)``:
+    bf16 from sm_80 (Ampere) on, fp16 before (Turing/Volta have no bf16 tensor cores; Triton
+    and cuBLAS would emulate it or refuse)."""
+    return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16
+
+
 def default_float_dtype(device: torch.device | str) -> torch.dtype:
-    """The unquantized format for ``device``: bf16 on CUDA; on CPU bf16 with native bf16
-    arithmetic (:func:`cpu_has_native_bf16`), else fp32."""
+    """The unquantized format for ``device``: on CUDA :func:`cuda_float_dtype` of its compute
+    capability (bf16 on sm_80+, fp16 before; bf16 when no GPU is visible, for a hypothetical
+    one); on CPU bf16 with native bf16 arithmetic (:func:`cpu_has_native_bf16`), else fp32."""
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.bfloat16
+        if not torch.cuda.is_available():
+            return torch.bfloat16
+        return cuda_float_dtype(torch.cuda.get_device_capability(device))
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 
 

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from ..kv_cache import KVCacheManager
-from ..model_runner import BatchEntry, build_batch
 from ..request import Request
 from ..sampler import SamplingMetadata, apply_penalties, sampling_probs
+from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 
 class DraftModelProposer:
@@ -46,6 +46,7 @@ class DraftModelProposer:
         self.block_size = block_size
         self.device = device
         self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_prefix_caching)
+        self.staging = StagingBuffers(device)
         self._shadows: dict[str, Request] = {}
 
     def _shadow(self, req: Request) -> Request:
@@ -86,7 +87,11 @@ class DraftModelProposer:
             active.append((req, shadow, k))
         if not active:
             return
-        drafts: dict[str, list[int]] = {req.request_id: [] for req, _, _ in active}
+        # Draft tokens stay on the device (0-d int64 tensors) and feed the next round
+        # directly: no per-token sync. Only requests with penalties (which need the drafts'
+        # ids on the host) read each token back. One read of every draft at the end.
+        drafts: dict[str, list[torch.Tensor]] = {req.request_id: [] for req, _, _ in active}
+        host_drafts: dict[str, list[int]] = {req.request_id: [] for req, _, _ in active}
         probs: dict[str, list[torch.Tensor]] = {req.request_id: [] for req, _, _ in active}
         round_ = [(req, shadow, k) for req, shadow, k in active]
         first = True
@@ -94,42 +99,60 @@ class DraftModelProposer:
             entries = []
             for req, shadow, _ in round_:
                 start = shadow.num_computed_tokens
-                ids = (req.token_ids(start, req.num_tokens) if first
-                       else [drafts[req.request_id][-1]])
+                ids = req.token_ids(start, req.num_tokens) if first else [0]
                 entries.append(BatchEntry(shadow.block_ids, start, ids, "last"))
-            input_ids, positions, meta, rows = build_batch(entries, self.block_size,
-                                                           self.device)
+            hb = flatten_batch(entries, self.block_size)
+            rows = [g[0] for g in hb.row_groups]
+            input_ids, positions, meta, index = self.staging.to_device(
+                hb, rows if first else None)
+            if not first:  # one token per request: its previous draft, still on the device
+                input_ids = torch.stack([drafts[req.request_id][-1] for req, _, _ in round_])
             hidden = self.model(input_ids, positions, self.kv_caches, meta)
-            logits = self.model.compute_logits(hidden[[g[0] for g in rows]]).float()
+            picked = hidden[index] if first else hidden[: len(round_)]
+            logits = self.model.compute_logits(picked).float()
             for i, (req, shadow, _) in enumerate(round_):
                 shadow.num_computed_tokens += len(entries[i].token_ids)
-                token, p = self._sample(logits[i], req, drafts[req.request_id],
+                token, p = self._sample(logits[i], req, host_drafts[req.request_id],
                                         generators.get(req.request_id))
                 drafts[req.request_id].append(token)
                 if p is not None:
                     probs[req.request_id].append(p)
             first = False
             round_ = [(r, s, k) for r, s, k in round_ if len(drafts[r.request_id]) < k]
+        flat = torch.stack([t for req, _, _ in active for t in drafts[req.request_id]])
+        values = flat.tolist()  # the one device-to-host read of the draft
+        offset = 0
         for req, _, _ in active:
-            req.spec_token_ids = drafts[req.request_id]
+            n = len(drafts[req.request_id])
+            req.spec_token_ids = values[offset: offset + n]
+            offset += n
             if probs[req.request_id]:
                 req.draft_probs = torch.stack(probs[req.request_id])
 
-    def _sample(self, logits: torch.Tensor, req: Request, drafts: list[int],
-                generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
-        """One draft token from ``logits [vocab]`` with the request's sampling params (drafts
-        so far counted as output for penalties); the distribution too when sampling."""
+    def _sample(self, logits: torch.Tensor, req: Request, host_drafts: list[int],
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One draft token (a 0-d int64 device tensor) from ``logits [vocab]`` with the
+        request's sampling params, and its distribution ``[vocab]`` when sampling. With a
+        penalty the drafts so far count as output; they are kept on the host in
+        ``host_drafts`` (appended here: the only per-token read, penalties only)."""
         params = req.sampling_params
         row = logits[None]
-        if params.uses_repetition_penalty or params.uses_output_penalty:
+        penalized = params.uses_repetition_penalty or params.uses_output_penalty
+        if penalized:
             meta = SamplingMetadata([params], [None], [req.prompt_token_ids],
-                                    [list(req.output_token_ids) + drafts])
+                                    [list(req.output_token_ids) + host_drafts])
             row = apply_penalties(row, meta)
+        p = None
         if params.greedy:
-            return int(row.argmax(dim=-1)), None
-        p = sampling_probs(row, [params])
-        noise = torch.empty_like(p).exponential_(generator=generator)
-        return int((p / noise).argmax(dim=-1)), p[0]
+            token = row.argmax(dim=-1)[0]
+        else:
+            p = sampling_probs(row, [params])
+            noise = torch.empty_like(p).exponential_(generator=generator)
+            token = (p / noise).argmax(dim=-1)[0]
+            p = p[0]
+        if penalized:
+            host_drafts.append(int(token))
+        return token, p
 
     def rollback(self, req: Request) -> None:
         """After verification: keep only draft K/V for tokens the target accepted

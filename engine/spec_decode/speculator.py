@@ -89,14 +89,31 @@ class Speculator:
              ) -> Speculator:
         """Load the draft at ``draft_path`` beside a target (vocabularies must match) with a
         KV pool of ``pool_tokens`` tokens. Raises ``ModelLoadError``."""
+        model, draft_config = cls.load_draft_model(draft_path, target_config, config,
+                                                   max_model_len, cache_dir=cache_dir)
+        return cls.build(model, draft_config, target_config, config, pool_tokens,
+                         max_model_len)
+
+    @staticmethod
+    def load_draft_model(draft_path: Path, target_config: ModelConfig, config: EngineConfig,
+                         max_model_len: int, *, cache_dir: Path | None = None):
+        """``(model, draft ModelConfig)``: the draft's weights only (no KV pool yet, so that
+        the engine can plan both pools from the memory left). Raises ``ModelLoadError``."""
         from ..loader import load_model, load_model_config
 
-        spec = config.speculative
         device, dtype = config.resolved_device(), config.resolved_dtype()
         draft_config = load_model_config(draft_path, cache_dir)
         check_vocab(target_config, draft_config, "the target", str(draft_path))
         model = load_model(draft_path, draft_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir, quant=config.quant)
+        return model, draft_config
+
+    @classmethod
+    def build(cls, model, draft_config: ModelConfig, target_config: ModelConfig,
+              config: EngineConfig, pool_tokens: int, max_model_len: int) -> Speculator:
+        """Allocate the draft's KV pool (``pool_tokens`` tokens) and wire the speculator."""
+        spec = config.speculative
+        device, dtype = config.resolved_device(), config.resolved_dtype()
         block_size = config.cache.block_size
         num_blocks = -(-pool_tokens // block_size)
         kv_caches = allocate_kv_caches(draft_config.num_hidden_layers, num_blocks, block_size,

@@ -19,14 +19,7 @@ from localchat.kernels import reference
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def quantize_int8(w: torch.Tensor):
-    """``w [N, K]`` -> (``qweight [N, K]`` int8, ``scales [N]`` fp32): symmetric per channel
-    (the 1-D scales the references read as ``G = K``)."""
-    q, s, _ = quantize_int8_groups(w, w.shape[1], asymmetric=False)
-    return q, s[:, 0]
-
-
-def quantize_int8_groups(w: torch.Tensor, group_size: int, asymmetric: bool):
+def quantize_int8(w: torch.Tensor, group_size: int, asymmetric: bool):
     """``w [N, K]`` -> (``qweight [N, K]`` int8, ``scales [N, K/G]``, ``mins [N, K/G]`` or None).
 
     Symmetric: ``q = round(w / s)`` in -127..127. Asymmetric: ``q`` in -128..127 over
@@ -76,7 +69,7 @@ def test_reference_int8_matmul_matches_dequantized_weights(group_size, asymmetri
     gen = torch.Generator().manual_seed(group_size)
     w = torch.randn(40, 96, generator=gen)
     x = torch.randn(5, 96, generator=gen)
-    q, s, m = quantize_int8_groups(w, group_size, asymmetric)
+    q, s, m = quantize_int8(w, group_size, asymmetric)
     expected = x.double() @ dequant_by_hand(q, s, m, group_size).t()
     out = reference.int8_matmul(x, q, s, m, group_size)
     torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=1e-5)
@@ -90,7 +83,7 @@ def test_reference_int8_per_channel_accepts_1d_scales():
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(24, 64, generator=gen)
     x = torch.randn(3, 64, generator=gen)
-    q, s, _ = quantize_int8_groups(w, 64, asymmetric=False)  # s [N, 1]
+    q, s, _ = quantize_int8(w, 64, asymmetric=False)  # s [N, 1]
     torch.testing.assert_close(reference.int8_matmul(x, q, s[:, 0]),
                                reference.int8_matmul(x, q, s), atol=0, rtol=0)
 
@@ -127,7 +120,7 @@ def test_reference_keeps_activation_dtype():
     x = torch.randn(2, 64, generator=gen).bfloat16()
     packed, s, m, _ = quantize_int4(w, 32)
     assert reference.int4_matmul(x, packed, s, m, 32).dtype == torch.bfloat16
-    q8, s8, m8 = quantize_int8_groups(w, 32, True)
+    q8, s8, m8 = quantize_int8(w, 32, True)
     assert reference.int8_matmul(x, q8, s8, m8).dtype == torch.bfloat16
 
 

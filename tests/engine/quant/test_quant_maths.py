@@ -172,11 +172,15 @@ def test_schemes_offered_per_device():
 
 
 @pytest.mark.skipif(not fp8_supported("cuda"), reason="fp8 needs CUDA compute capability 8.9+")
-def test_fp8_scaled_mm_matches_dequantized_reference():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_fp8_scaled_mm_matches_dequantized_reference(m, dtype):
     w = _weight(256, 512, seed=4).cuda()
-    x = torch.randn(16, 512, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, 512, device="cuda", dtype=dtype)
     q, s = quantize_fp8(w)
-    got = fp8_linear(x, q, s).float()
+    got = fp8_linear(x, q, s)
+    assert got.dtype is dtype and got.shape == (m, 256)
+    got = got.float()
     want = F.linear(x.float(), dequantize_fp8(q, s))
     # activations are rounded to e4m3 too: relative error ~ 2**-4 per product, averaged
     assert (got - want).norm() / want.norm() < 0.05
