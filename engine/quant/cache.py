@@ -2,7 +2,7 @@
 
 One file per (model, model-file hash or revision, scheme, group size, float dtype):
 ``<cache_dir>/quant/<model key>-<scheme>-g<group>-<dtype>.safetensors``. It holds the whole
-state dict of the loaded model in the portable layout (``qweight``/``scales``/``zeros`` as in
+state dict of the loaded model in the portable layout (``qweight``/``scales``/``mins`` as in
 ``int8.py``/``int4.py``/``fp8.py``, float tensors in the model dtype), before any device repack,
 so it serves every device. The model key of a GGUF file is ``gguf_cache_key`` (name, size, first
 and last MiB, transformers version); of an HF folder, a hash of ``config.json`` and each
@@ -24,7 +24,8 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "localchat-quant-1"
+# 2: int4 stores mins (q * scale + min) instead of zeros; the native GGUF format
+FORMAT = "localchat-quant-2"
 _MIB = 1 << 20
 
 
