@@ -107,15 +107,16 @@ def apply_rope(positions, query, key, cos_sin_cache):
     return reference.apply_rope(positions, query, key, cos_sin_cache)
 
 
-def int8_matmul(x, qweight, scales):
-    """See ``reference.int8_matmul``."""
+def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
+    """See ``reference.int8_matmul`` (group-wise int8, optional ``mins``; ``group_size``
+    None = ``K // scales.shape[1]``)."""
     if _use_triton(x):
-        return _triton("triton_quant").int8_matmul(x, qweight, scales)
-    return reference.int8_matmul(x, qweight, scales)
+        return _triton("triton_quant").int8_matmul(x, qweight, scales, mins, group_size)
+    return reference.int8_matmul(x, qweight, scales, mins, group_size)
 
 
-def int4_matmul(x, qweight, scales, zeros, group_size: int = 128):
-    """See ``reference.int4_matmul``."""
+def int4_matmul(x, qweight, scales, mins, group_size: int):
+    """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise)."""
     if _use_triton(x):
-        return _triton("triton_quant").int4_matmul(x, qweight, scales, zeros, group_size)
-    return reference.int4_matmul(x, qweight, scales, zeros, group_size)
+        return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
+    return reference.int4_matmul(x, qweight, scales, mins, group_size)

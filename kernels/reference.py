@@ -201,16 +201,60 @@ def apply_rope(
     return rotate(query), rotate(key)
 
 
-def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """Weight-only int8 GEMM (W8A16, symmetric, one scale per output channel).
+def _group_size(k: int, groups: int, group_size: int | None, op: str) -> int:
+    """Columns of K per (scale, min) group; ``None`` means ``K // groups``."""
+    g = k // groups if group_size is None and groups > 0 else group_size
+    if not g or g <= 0 or k % g or k // g != groups:
+        raise ValueError(f"{op}: K={k} is not {groups} groups of {group_size}")
+    return g
 
-    ``w[n, k] = qweight[n, k] * scales[n]``; returns ``x @ w.T`` computed in fp32 and cast to
-    ``x``'s dtype.
+
+def dequantize_int8(
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None = None,
+    group_size: int | None = None,
+) -> torch.Tensor:
+    """Group-wise int8 weights ``[N, K]`` int8 -> fp32 ``[N, K]``:
+    ``w[n, k] = q[n, k] * scales[n, k // G] (+ mins[n, k // G])`` (one rounding in fp32).
+
+    ``scales`` (and ``mins``) are ``[N, K // G]`` fp32; a 1-D ``[N]`` ``scales`` is read as
+    per-channel (``G = K``). Raises ``ValueError`` on mismatched shapes or dtypes.
+    """
+    if scales.dim() == 1:
+        scales = scales[:, None]
+    if mins is not None and mins.dim() == 1:
+        mins = mins[:, None]
+    n, k = qweight.shape
+    if qweight.dtype != torch.int8 or scales.dim() != 2 or scales.shape[0] != n \
+            or (mins is not None and mins.shape != scales.shape):
+        raise ValueError(f"int8_matmul: qweight {tuple(qweight.shape)} {qweight.dtype}, "
+                         f"scales {tuple(scales.shape)}, mins "
+                         f"{None if mins is None else tuple(mins.shape)}")
+    g = _group_size(k, scales.shape[1], group_size, "int8_matmul")
+    w = qweight.float().view(n, k // g, g) * scales.float()[..., None]
+    if mins is not None:
+        w = w + mins.float()[..., None]
+    return w.view(n, k)
+
+
+def int8_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    mins: torch.Tensor | None = None,
+    group_size: int | None = None,
+) -> torch.Tensor:
+    """Weight-only int8 GEMM, group-wise along K (W8A16; per channel when ``G = K``).
+
+    ``w[n, k] = qweight[n, k] * scales[n, k // G] (+ mins[n, k // G])``; returns ``x @ w.T``
+    computed in fp32 and cast to ``x``'s dtype. GGUF Q8_0 / Q5_0 / Q5_1 / Q5_K / Q6_K map onto
+    this layout (their integers fit in int8; ``mins`` for the asymmetric ones).
 
     Args:
         x: ``[M, K]`` fp32/fp16/bf16 activations.
         qweight: ``[N, K]`` int8.
-        scales: ``[N]`` fp32 or the activation dtype.
+        scales: ``[N, K // G]`` fp32 (``[N, 1]`` or ``[N]``: per output channel).
+        mins: ``[N, K // G]`` fp32 or ``None`` (symmetric).
+        group_size: ``G``, columns of K per group; ``None`` = ``K // scales.shape[1]``.
 
     Returns:
         ``[M, N]`` in ``x.dtype``.
@@ -218,11 +262,9 @@ def int8_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     Raises:
         ValueError: on mismatched shapes or a non-int8 ``qweight``.
     """
-    if qweight.dtype != torch.int8 or x.shape[-1] != qweight.shape[1] \
-            or tuple(scales.shape) != (qweight.shape[0],):
-        raise ValueError(f"int8_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)} "
-                         f"{qweight.dtype}, scales {tuple(scales.shape)}")
-    w = qweight.float() * scales.float()[:, None]
+    if x.shape[-1] != qweight.shape[-1]:
+        raise ValueError(f"int8_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)}")
+    w = dequantize_int8(qweight, scales, mins, group_size)
     return (x.float() @ w.t()).to(x.dtype)
 
 
@@ -234,25 +276,48 @@ def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).flatten(-2)
 
 
+def dequantize_int4(
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int,
+) -> torch.Tensor:
+    """Group-wise int4 weights -> fp32 ``[N, K]``:
+    ``w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G]`` (one rounding in fp32).
+
+    ``qweight [N, K // 2]`` uint8 (low nibble = even k); ``scales, mins [N, K // G]``.
+    Raises ``ValueError`` on mismatched shapes or dtypes.
+    """
+    n, half_k = qweight.shape
+    k = 2 * half_k
+    if qweight.dtype != torch.uint8 or scales.dim() != 2 or scales.shape[0] != n \
+            or mins is None or scales.shape != mins.shape:
+        raise ValueError(f"int4_matmul: qweight {tuple(qweight.shape)} {qweight.dtype}, "
+                         f"scales {tuple(scales.shape)}, mins "
+                         f"{None if mins is None else tuple(mins.shape)}, group_size "
+                         f"{group_size}")
+    g = _group_size(k, scales.shape[1], group_size, "int4_matmul")
+    q = unpack_int4(qweight).float().view(n, k // g, g)
+    return (q * scales.float()[..., None] + mins.float()[..., None]).view(n, k)
+
+
 def int4_matmul(
     x: torch.Tensor,
     qweight: torch.Tensor,
     scales: torch.Tensor,
-    zeros: torch.Tensor,
-    group_size: int = 128,
+    mins: torch.Tensor,
+    group_size: int,
 ) -> torch.Tensor:
     """Weight-only int4 GEMM (W4A16, asymmetric, group-wise along K).
 
-    ``w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G]`` with ``q`` in 0..15 unpacked
+    ``w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G]`` with ``q`` in 0..15 unpacked
     from ``qweight`` (two values per byte: low nibble = even ``k``, high nibble = odd ``k``);
-    returns ``x @ w.T`` computed in fp32 and cast to ``x``'s dtype.
+    returns ``x @ w.T`` computed in fp32 and cast to ``x``'s dtype. ``mins`` is the float
+    weight at ``q = 0`` (``-zero_point * scale``); GGUF Q4_0 (``mins = -8 d``), Q4_1 and Q4_K
+    (``d * sc``, ``-dmin * m``) map onto it exactly with ``G = 32``.
 
     Args:
         x: ``[M, K]`` fp32/fp16/bf16 activations.
         qweight: ``[N, K // 2]`` uint8.
-        scales, zeros: ``[N, K // group_size]`` fp32 or the activation dtype; ``zeros`` is a
-            float zero point in the quantized domain.
-        group_size: ``G``, columns of K per (scale, zero) pair; must divide K.
+        scales, mins: ``[N, K // group_size]`` fp32.
+        group_size: ``G``, columns of K per (scale, min) pair; must divide K.
 
     Returns:
         ``[M, N]`` in ``x.dtype``.
@@ -260,15 +325,7 @@ def int4_matmul(
     Raises:
         ValueError: on mismatched shapes or dtypes.
     """
-    n, half_k = qweight.shape
-    k = x.shape[-1]
-    if qweight.dtype != torch.uint8 or k != 2 * half_k or group_size <= 0 or k % group_size \
-            or tuple(scales.shape) != (n, k // group_size) or scales.shape != zeros.shape:
-        raise ValueError(f"int4_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)} "
-                         f"{qweight.dtype}, scales {tuple(scales.shape)}, zeros "
-                         f"{tuple(zeros.shape)}, group_size {group_size}")
-    q = unpack_int4(qweight).float()  # [N, K]
-    s = scales.float().repeat_interleave(group_size, dim=1)
-    z = zeros.float().repeat_interleave(group_size, dim=1)
-    w = (q - z) * s
+    if x.shape[-1] != 2 * qweight.shape[-1]:
+        raise ValueError(f"int4_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)}")
+    w = dequantize_int4(qweight, scales, mins, group_size)
     return (x.float() @ w.t()).to(x.dtype)
