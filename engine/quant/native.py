@@ -74,7 +74,10 @@ class Int8GroupLinearMethod(LinearMethod):
 
     def apply(self, layer, x):
         x2 = _flat(x)
-        op = _contract_int8_kernel() if self.kernel == "packed" else None
+        # CUDA: the Triton kernel. CPU: until localchat.kernels dispatches CPU tensors to a C++
+        # kernel (the CPU-kernels issue), its reference dequantizes the whole matrix per call,
+        # slower than the row-block path below.
+        op = _contract_int8_kernel() if self.kernel == "packed" and x2.is_cuda else None
         if op is not None:
             y = op(x2, layer.qweight, layer.scales, self._mins(layer), self.group_size)
         elif x2.device.type == "cpu":

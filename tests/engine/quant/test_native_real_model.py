@@ -104,7 +104,7 @@ def test_native_on_a_float_checkpoint_is_unquantized(tmp_path):
     from localchat.engine.loader import load_model_config
     from localchat.engine.quant.schemes import QuantScheme
 
-    from .tiny_models import save_tiny_model
+    from ..tiny_models import save_tiny_model
 
     hf = save_tiny_model("llama", tmp_path)
     config = load_model_config(tmp_path)
