@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..layers.linear import Linear
-from ..quant.cache import cache_path, load_quantized, save_quantized
+from ..quant.cache import cache_path, load_quantized_mmap, save_quantized
 from ..quant.gguf_repack import (
     GGML_TYPES,
     dequantize_repacked,
@@ -31,7 +31,7 @@ from ..quant.gguf_repack import (
     unpermute_rows,
 )
 from ..quant.methods import LinearMethod
-from ..quant.native import copy_repacked_rows, native_method
+from ..quant.native import NativeInt4LinearMethod, copy_repacked_rows, native_method
 from .gguf import _tensor_index, check_gguf_header, hf_name
 from .quantized import materialize
 
@@ -100,7 +100,20 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     if cache_dir is not None and use_cache:
         cached = cache_path(cache_dir, path, "native", 32, dtype)
     model.quant_cache_hit = False
-    if cached is not None and cached.is_file() and load_quantized(model, cached):
+    # int4 layers that PyTorch's CPU kernel repacks are copied (then repacked one at a time);
+    # everything else is a view of the mapped cache file
+    repacked = {n for n, m in quantized.items()
+                if isinstance(m.quant_method, NativeInt4LinearMethod)
+                and m.quant_method._packed_cpu()}
+    finished: set[str] = set()
+
+    def finish(name):
+        if name in repacked:
+            modules[name].process_weights_after_loading()
+            finished.add(name)
+
+    if cached is not None and cached.is_file() and load_quantized_mmap(
+            model, cached, copy_modules=repacked, on_module_loaded=finish):
         model.quant_cache_hit = True
     else:
         _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
@@ -109,9 +122,11 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
                 save_quantized(model, cached, {"scheme": "native", "model": path.name})
             except OSError as exc:  # a full or read-only cache must not fail the load
                 logger.warning("could not write quantized cache %s: %s", cached, exc)
-    for module in model.modules():
-        if hasattr(module, "process_weights_after_loading"):
+    for name, module in model.named_modules():
+        if name not in finished and hasattr(module, "process_weights_after_loading"):
             module.process_weights_after_loading()
+    model.native_weight_bytes = native_weight_bytes(path, model.config, device, dtype,
+                                                    cache_dir, kernel)
     return model.eval()
 
 
