@@ -94,15 +94,15 @@ def run_ask(args: AskArgs) -> None:
                               context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
-        engine = cli_io.guarded(lambda: load_engine(options))
-        sampling = with_model_defaults(model, knobs, sampling)
-
         from localchat.app.session import ChatSession
 
         system = args.system or (conv.system_prompt if conv else None) or settings.system_prompt
         session = ChatSession(system=system)
         for role, content in _alternating(conv.messages if conv else [], text):
             (session.add_user if role == "user" else session.add_assistant)(content)
+        cli_io.guarded(lambda: _check_prompt_before_load(options, session, sampling.max_tokens))
+        engine = cli_io.guarded(lambda: load_engine(options))
+        sampling = with_model_defaults(model, knobs, sampling)
         prompt_ids = fit_prompt(session, engine.tokenizer, engine.max_model_len,
                                 sampling.max_tokens)
         conv_id = None
@@ -129,6 +129,31 @@ def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any
     if not recommended:
         return sampling
     return SamplingParams(**{**recommended, **knobs})
+
+
+def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: int | None
+                              ) -> None:
+    """Fail fast on a prompt that no context of this model can hold: tokenize it with the
+    model's (cached) tokenizer against its trained positions, before any weight is loaded.
+    The engine's own context is never larger, so this only rejects what would fail later.
+    Models not on disk yet are left to the load. Raises ``ContextLengthError`` (exit 1)."""
+    from localchat.app.settings import cache_dir
+    from localchat.app.session import fit_prompt as fit
+    from localchat.engine.errors import LocalchatError
+    from localchat.engine.hub.resolve import resolve_model
+
+    try:
+        source = resolve_model(options.model, cache_dir=cache_dir(), download=False)
+    except LocalchatError:  # not on disk (or not resolvable): the load says why
+        return
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.tokenizer import Tokenizer
+
+    bound = load_model_config(source.path, cache_dir()).max_position_embeddings
+    if getattr(options, "context", None):
+        bound = min(bound, options.context)
+    tokenizer = Tokenizer.from_pretrained(source.path, cache_dir=cache_dir())
+    fit(session, tokenizer, bound, max_tokens)  # notices come from the real fit, after load
 
 
 def load_engine(options: LoadOptions) -> Any:
