@@ -137,8 +137,8 @@ def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: in
     model's (cached) tokenizer against its trained positions, before any weight is loaded.
     The engine's own context is never larger, so this only rejects what would fail later.
     Models not on disk yet are left to the load. Raises ``ContextLengthError`` (exit 1)."""
-    from localchat.app.settings import cache_dir
     from localchat.app.session import fit_prompt as fit
+    from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.resolve import resolve_model
 

@@ -16,8 +16,8 @@ from ..config import ModelConfig, QuantConfig
 from ..errors import ModelLoadError
 from ..models import get_model_class
 from ..quant.schemes import QuantScheme, resolve_scheme
-from .native import load_native_gguf
 from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
+from .native import load_native_gguf
 from .quantized import load_quantized_model
 from .safetensors import iter_safetensors
 

@@ -14,8 +14,6 @@ fp32; the session fixture). One teacher-forced pass over 256 positions of a fixe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
