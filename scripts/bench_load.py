@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                      "cached_load_s": cached["load_s"], "ask_s": _run_ask(args.model, fmt),
                      "peak_rss": cached["peak"], "held": cached["held"],
                      "gguf_tensor_bytes": tensor_bytes})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
     if args.agreement:
         agree = _agreement(gguf, [r["loaded_as"] for r in rows], cache_dir())
         for r in rows:
