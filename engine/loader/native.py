@@ -236,3 +236,19 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
         return native_weight_bytes(Path(path), model_config, device, dtype, cache_dir)
     except ModelLoadError:
         return None
+
+
+def native_is_fast(path, device, cache_dir=None) -> bool:
+    """Whether every native layer of GGUF ``path`` has a fast kernel on ``device``: on CUDA
+    always (Triton int4/int8); on CPU only int4 and float layers (PyTorch's int4 kernel)
+    until ``localchat.kernels`` has a C++ group-wise int8 kernel, since the row-block int8
+    path is 2-3x slower than an fp32 GEMV. ``--quant auto`` offers native only when True, so
+    the default never decodes slower than before."""
+    if torch.device(device).type == "cuda":
+        return True
+    index = _tensor_index(Path(path), cache_dir)
+    try:
+        return all(_layout_of(t)[0] != "int8" for t in index["tensors"]
+                   if hf_name(t["name"]) is not None)
+    except ModelLoadError:
+        return False

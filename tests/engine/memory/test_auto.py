@@ -40,15 +40,20 @@ def test_no_format_fits_is_a_clear_error():
                       budget_bytes=2 * GiB)
 
 
-def test_auto_on_a_gguf_picks_its_own_format(smollm2_gguf, smollm2_engine, cache_dir):
+def test_auto_offers_native_only_where_it_is_fast(smollm2_gguf, smollm2_engine, cache_dir):
     # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
-    # can fit here, so auto loads the file's own format ...
+    # can fit here, so auto would load the file's own format ...
     from localchat.engine.config import EngineConfig
     from localchat.engine.llm_engine import _resolve_auto_quant
 
+    from localchat.engine.loader.native import native_is_fast
+
     config, _ = _resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
                                     EngineConfig(device="cpu"), 2048, cache_dir)
-    assert config.quant.scheme == "native"
+    # ... except on CPU while its Q8_0 embedding/LM head has no fast int8 kernel there (the
+    # default must not decode slower than the planner's float choice)
+    assert not native_is_fast(smollm2_gguf, "cpu", cache_dir)
+    assert config.quant.scheme != "native"
 
 
 def test_native_loses_to_a_smaller_forced_format():
