@@ -100,17 +100,18 @@ def run_ask(args: AskArgs) -> None:
                               context=context, context_origin=context_origin)
         check_load_options(options, from_flags={"draft": bool(args.draft),
                                                 "quant": bool(args.quant)})
-        from_setting = not args.model and not (conv and conv.model)
-        engine = remote_backend(args, settings, model) or _load_naming_the_setting(
-            options, settings, from_setting)
-        sampling = with_model_defaults(model, knobs, sampling)
-
         from localchat.app.session import ChatSession
 
         system = args.system or (conv.system_prompt if conv else None) or settings.system_prompt
         session = ChatSession(system=system)
         for role, content in _alternating(conv.messages if conv else [], text):
             (session.add_user if role == "user" else session.add_assistant)(content)
+        from_setting = not args.model and not (conv and conv.model)
+        engine = remote_backend(args, settings, model)
+        if engine is None:
+            cli_io.guarded(lambda: _check_prompt_before_load(options, session, sampling.max_tokens))
+            engine = _load_naming_the_setting(options, settings, from_setting)
+        sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
             prompt_ids = session.to_messages()
         else:
@@ -150,6 +151,31 @@ def remote_backend(args: Any, settings: Any, model: str) -> Any:
                           engine_flags=bool(getattr(args, "draft", None)
                                             or getattr(args, "quant", None)
                                             or getattr(args, "context", None)))
+
+
+def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: int | None
+                              ) -> None:
+    """Fail fast on a prompt that no context of this model can hold: tokenize it with the
+    model's (cached) tokenizer against its trained positions, before any weight is loaded.
+    The engine's own context is never larger, so this only rejects what would fail later.
+    Models not on disk yet are left to the load. Raises ``ContextLengthError`` (exit 1)."""
+    from localchat.app.session import fit_prompt as fit
+    from localchat.app.settings import cache_dir
+    from localchat.engine.errors import LocalchatError
+    from localchat.engine.hub.resolve import resolve_model
+
+    try:
+        source = resolve_model(options.model, cache_dir=cache_dir(), download=False)
+    except LocalchatError:  # not on disk (or not resolvable): the load says why
+        return
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.tokenizer import Tokenizer
+
+    bound = load_model_config(source.path, cache_dir()).max_position_embeddings
+    if getattr(options, "context", None):
+        bound = min(bound, options.context)
+    tokenizer = Tokenizer.from_pretrained(source.path, cache_dir=cache_dir())
+    fit(session, tokenizer, bound, max_tokens)  # notices come from the real fit, after load
 
 
 def load_engine(options: LoadOptions) -> Any:

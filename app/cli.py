@@ -190,7 +190,7 @@ def ask(
     ] = None,
     quant: Annotated[
         str | None,
-        typer.Option("--quant", help="Weight format: auto|none|fp8|int8|int4.",
+        typer.Option("--quant", help="Weight format: auto|native|none|fp8|int8|int4.",
                      show_default="auto"),
     ] = None,
     context: ContextOpt = None,

@@ -14,14 +14,14 @@ from localchat.app.cli_io import CliUsageError
 # --quant values (engine/quant/schemes.py): "auto" lets the engine choose; "none" loads the
 # weights unquantized; fp8 needs a CUDA GPU of compute capability >= 8.9 (refused by the
 # engine elsewhere, with the reason).
-AVAILABLE_QUANT = ("auto", "none", "int8", "int4", "fp8")
+AVAILABLE_QUANT = ("auto", "native", "none", "int8", "int4", "fp8")
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: ``model`` (a model spec), ``draft`` (a draft model spec for speculative
     decoding, ``auto`` for the catalog's pairing, or None), ``num_speculative_tokens`` (k, the
-    most draft tokens per step; None = 4) and ``quant`` (``auto|none|fp8|int8|int4``), as the
+    most draft tokens per step; None = 4) and ``quant`` (``auto|native|none|fp8|int8|int4``), as the
     user gave them; ``context`` the context size in tokens (prompt + reply; None: the model's,
     at most 8192 on CPU) and ``context_origin`` where it came from (named in errors)."""
 

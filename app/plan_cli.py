@@ -138,8 +138,38 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
         "draft": _describe(drafted) if drafted else None,
         "available_bytes": available,
         **plan.to_dict(),
+        "native": _native_row(model, target.config, device, plan),
         "notes": notes,
     }
+
+
+def _native_row(spec: str, config, device, plan) -> dict[str, Any] | None:
+    """The GGUF's own format (``--quant native``) beside the planner's rows: its exact weight
+    bytes from the local file's tensor table (no tensor read), and the plan's choice with
+    those weights instead; ``None`` when ``spec`` is not a local GGUF."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.errors import LocalchatError
+    from localchat.engine.hub.resolve import resolve_model
+    from localchat.engine.loader.native import gguf_native_bytes
+
+    try:
+        path = resolve_model(spec, cache_dir=cache_dir(), download=False).path
+    except LocalchatError:
+        return None
+    dtype = _float_dtype(plan.choice.format)
+    native = gguf_native_bytes(path, config, device.type, dtype, cache_dir())
+    if native is None:
+        return None
+    c = plan.choice
+    total = c.total_bytes - c.weight_bytes + native
+    return {"weight_bytes": native, "context_len": c.context_len, "total_bytes": total,
+            "fits": total <= plan.budget_bytes}
+
+
+def _float_dtype(fmt: str):
+    import torch
+
+    return torch.bfloat16 if fmt == "bf16" else torch.float32
 
 
 def _describe(d) -> dict[str, Any]:
@@ -179,6 +209,12 @@ def _print_table(r: dict[str, Any]) -> None:
     for row in [header, *rows]:
         typer.echo("  ".join(c.rjust(w) if i else c.ljust(w)
                              for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    if r.get("native"):
+        n = r["native"]
+        typer.echo(f"native:  {_gib(n['weight_bytes'])} weights in the GGUF's own format "
+                   f"(--quant native; auto's pick when it is no bigger than the choice): "
+                   f"{_gib(n['total_bytes'])} in all at {n['context_len']} tokens, "
+                   f"{'fits' if n['fits'] else 'does not fit'}")
     c = r["choice"]
     how = "forced" if r["forced"] else "best that fits"
     typer.echo(f"choice:  {c['format']} at {c['context_len']} tokens ({how}; "

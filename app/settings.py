@@ -78,7 +78,7 @@ def config_path() -> Path:
     return config_dir() / "config.toml"
 
 
-QUANT_CHOICES = ("auto", "none", "fp8", "int8", "int4")
+QUANT_CHOICES = ("auto", "native", "none", "fp8", "int8", "int4")
 SAMPLING_TABLE = "sampling"
 KEYS_TABLE = "keys"  # TUI key bindings: binding name -> comma-separated keys
 

@@ -46,10 +46,20 @@ def _resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
 
     draft = config.speculative.draft_model
     draft_config = load_model_config(Path(draft), cache_dir) if draft else None
+    from .loader.native import gguf_native_bytes, native_is_fast
+
+    device = config.resolved_device()
     scheme, plan = choose_scheme(
-        model_config, config.resolved_device(), max_model_len, draft=draft_config,
+        model_config, device, max_model_len, draft=draft_config,
         max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
-        int4_group_size=default_group_size(Path(path), None))
+        int4_group_size=default_group_size(Path(path), None),
+        native_bytes=gguf_native_bytes(path, model_config, device, config.resolved_dtype(),
+                                       cache_dir)
+        if Path(path).suffix.lower() == ".gguf" and native_is_fast(path, device, cache_dir)
+        else None,
+        draft_native_bytes=gguf_native_bytes(draft, draft_config, device,
+                                             config.resolved_dtype(),
+                                             cache_dir) if draft else None)
     if plan.note:
         logger.warning(plan.note)
     quant = dataclasses.replace(config.quant, scheme=scheme)

@@ -98,10 +98,7 @@ def quantize_random(model: LlamaForCausalLM, scheme: QuantScheme, device) -> Non
             m.qweight.copy_(torch.randint(0, 256, m.qweight.shape, generator=gen,
                                           device=device, dtype=torch.uint8))
             m.scales.fill_(0.02 / 4)
-            if hasattr(m, "mins"):  # the shared contract: w = q * scale + min
-                m.mins.fill_(-7.5 * 0.02 / 4)
-            else:  # the older quantized-domain zero point: w = (q - zero) * scale
-                m.zeros.fill_(7.5)
+            m.mins.fill_(-7.5 * 0.02 / 4)
         m.quant_method = method
         method.process_weights_after_loading(m)
 

@@ -65,11 +65,12 @@ def smollm2_tokenizer_cold(smollm2_gguf: Path, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_gguf: Path, cache_dir: Path):
-    """Our engine on the real model, fp32 on CPU (loaded once per test run)."""
-    from localchat.engine.config import EngineConfig, SchedulerConfig
+    """Our engine on the real model, fp32 on CPU, unquantized (the GGUF dequantized, as the
+    oracle holds it; ``auto`` would pick the file's own format), loaded once per test run."""
+    from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
     from localchat.engine.llm_engine import LLMEngine
 
-    config = EngineConfig(device="cpu", dtype=torch.float32,
+    config = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme="none"),
                           scheduler=SchedulerConfig(max_model_len=2048))
     return LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
 

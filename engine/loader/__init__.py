@@ -15,9 +15,10 @@ from torch import nn
 from ..config import ModelConfig, QuantConfig
 from ..errors import ModelLoadError
 from ..models import get_model_class
-from ..quant.schemes import resolve_scheme
+from ..quant.schemes import QuantScheme, resolve_scheme
 from .checks import checked
 from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
+from .native import load_native_gguf
 from .quantized import load_quantized_model
 from .safetensors import iter_safetensors
 
@@ -67,6 +68,7 @@ def load_model(
     cache_dir: Path | None = None,
     quant: QuantConfig | None = None,
     quant_kernel: str = "packed",
+    progress: bool = False,
 ) -> nn.Module:
     """Build the model for ``model_config`` and load its weights from ``path``.
 
@@ -76,13 +78,17 @@ def load_model(
     until the memory planner is wired in): a quantized scheme quantizes the decoder layers'
     projections layer by layer from the checkpoint's fp32 weights, or reads them from the
     cache (``engine/loader/quantized.py``); ``quant_kernel`` ("packed" or "dequant") picks the
-    linear method's kernel (benchmarks and tests). The model's ``quant_scheme`` attribute
+    linear method's kernel (benchmarks and tests). ``native`` on a GGUF keeps each tensor in its
+    own type, repacked exactly (``loader/native.py``; ``progress`` prints a progress line on
+    a first load); on a float checkpoint it means unquantized. The model's ``quant_scheme`` attribute
     records the format used. Raises ``UnsupportedArchitectureError``, ``ModelLoadError``
     (unreadable, truncated, or missing tensors: the message names up to three missing ones),
     or ``ValueError`` for a scheme the device does not offer.
     """
     path = Path(path)
     scheme = resolve_scheme(quant.scheme if quant else "none", device)
+    if scheme is QuantScheme.NATIVE and not is_gguf(path):
+        scheme = QuantScheme.NONE  # a float checkpoint's own format is its float dtype
     model_cls = get_model_class(model_config)
     old_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -92,6 +98,13 @@ def load_model(
     finally:
         torch.set_default_dtype(old_dtype)
     model.quant_scheme = scheme
+    if scheme is QuantScheme.NATIVE:
+        return load_native_gguf(
+            model, path, dtype=dtype, device=device, cache_dir=cache_dir,
+            use_cache=quant.use_cache, kernel=quant_kernel,
+            init_buffers=lambda m: _init_buffers(m, model_config, max_position),
+            progress=progress,
+        )
     if scheme.is_quantized:
         quant = dataclasses.replace(quant, group_size=default_group_size(path, quant.group_size))
         def weights_fp32():

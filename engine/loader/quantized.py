@@ -91,7 +91,7 @@ def load_quantized_model(
             model.quant_cache_hit = True
             return _finish(model)
         for layer in quantized.values():  # mismatched cache: start over from the checkpoint
-            for name in ("qweight", "scales", "zeros"):
+            for name in ("qweight", "scales", "mins"):
                 layer._buffers.pop(name, None)
             layer.weight = nn.Parameter(
                 torch.empty(layer.out_features, layer.in_features, device="meta"),

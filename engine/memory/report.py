@@ -71,8 +71,14 @@ def memory_report(engine) -> MemoryReport:
     tokens = engine.num_blocks * engine.config.cache.block_size
     group = next((m.quant_method.group_size for m in engine.runner.model.modules()
                   if hasattr(getattr(m, "quant_method", None), "group_size")), 128)
-    weights = weight_bytes(engine.model_config, scheme if quantized else "none", engine.device,
-                           engine.dtype, group)
+    native = getattr(engine.runner.model, "native_weight_bytes", None)
+    if scheme == "native" and native is None:  # native on a float checkpoint: unquantized
+        quantized = False
+    if scheme == "native" and native is not None:
+        weights = native  # from the GGUF tensor table (loader/native.py)
+    else:
+        weights = weight_bytes(engine.model_config, scheme if quantized else "none",
+                               engine.device, engine.dtype, group)
     kv = kv_bytes(engine.model_config, tokens, engine.dtype)
     if engine.device.type == "cuda":
         overhead, measured = 0, int(torch.cuda.memory_allocated(engine.device))

@@ -18,6 +18,7 @@ from torch import nn
 from ..attention_metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..layers.attention import Attention
+from ..layers.embedding import VocabEmbedding
 from ..layers.linear import Linear, MergedLinear, QKVLinear
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
@@ -91,15 +92,15 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, max_position: int) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.embed_tokens.weight.requires_grad_(False)
+        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, max_position) for _ in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata):
-        hidden_states = self.embed_tokens(input_ids)
+        # a quantized embedding dequantizes its rows to fp32; activations follow the norms
+        hidden_states = self.embed_tokens(input_ids).to(self.norm.weight.dtype)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden_states, residual = layer(
@@ -144,7 +145,7 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:  # tied: the embedding matrix doubles as the output layer
-            return F.linear(hidden_states, self.model.embed_tokens.weight).float()
+            return self.model.embed_tokens.logits(hidden_states).float()
         return self.lm_head(hidden_states).float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
@@ -182,6 +183,18 @@ class LlamaForCausalLM(nn.Module):
                 param.data.copy_(tensor)
                 loaded.add(name)
         return loaded
+
+    @staticmethod
+    def weight_target(hf_name: str) -> tuple[str, str, str | int | None]:
+        """``(module name, parameter name, shard id)`` an HF tensor loads into (shard
+        ``None`` for unfused parameters), e.g. ``model.layers.0.self_attn.q_proj.weight`` ->
+        ``("model.layers.0.self_attn.qkv_proj", "weight", "q")``."""
+        for hf_frag, ours, shard in _STACKED:
+            if hf_frag in hf_name:
+                module, _, pname = hf_name.replace(hf_frag, ours).rpartition(".")
+                return module, pname, shard
+        module, _, pname = hf_name.rpartition(".")
+        return module, pname, None
 
     def expected_weights(self) -> set[str]:
         """Names ``load_weights`` must report for a complete checkpoint."""

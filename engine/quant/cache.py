@@ -2,7 +2,7 @@
 
 One file per (model, model-file hash or revision, scheme, group size, float dtype):
 ``<cache_dir>/quant/<model key>-<scheme>-g<group>-<dtype>.safetensors``. It holds the whole
-state dict of the loaded model in the portable layout (``qweight``/``scales``/``zeros`` as in
+state dict of the loaded model in the portable layout (``qweight``/``scales``/``mins`` as in
 ``int8.py``/``int4.py``/``fp8.py``, float tensors in the model dtype), before any device repack,
 so it serves every device. The model key of a GGUF file is ``gguf_cache_key`` (name, size, first
 and last MiB, transformers version); of an HF folder, a hash of ``config.json`` and each
@@ -24,7 +24,8 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "localchat-quant-1"
+# 2: int4 stores mins (q * scale + min) instead of zeros; the native GGUF format
+FORMAT = "localchat-quant-2"
 _MIB = 1 << 20
 
 
@@ -96,4 +97,75 @@ def load_quantized(model: nn.Module, path: Path) -> bool:
     except Exception as exc:  # noqa: BLE001 - safetensors' own errors and OSError
         logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
         return False
+    return True
+
+
+_ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I8": torch.int8, "U8": torch.uint8, "I32": torch.int32, "I64": torch.int64,
+              "F8_E4M3": torch.float8_e4m3fn}
+
+
+def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
+                        on_module_loaded=None) -> bool:
+    """Like :func:`load_quantized`, but the tensors become views of a private (copy-on-write)
+    memory map of ``path`` instead of copies: the cached weights cost page cache, not
+    allocations. Tensors of modules named in ``copy_modules`` (those a device repack will
+    replace, e.g. int4 for PyTorch's CPU kernel) are copied into their allocated storage
+    instead, so no mapped page of theirs stays resident; ``on_module_loaded(module_name)``
+    runs as soon as each module's tensors are all in (the caller repacks it there, one layer
+    in flight). Returns ``False`` (nothing replaced) when the file is unreadable or does not
+    match the model's names, shapes, dtypes or format.
+    """
+    import json
+    import mmap
+
+    try:
+        with open(path, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:
+        logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
+        return False
+    meta = header.pop("__metadata__", {}) or {}
+    state = model.state_dict()
+    if meta.get("format") != FORMAT or set(header) != set(state):
+        logger.warning("quantized cache %s does not match the model; rebuilding", path)
+        return False
+    base = 8 + header_len
+    views = {}
+    for name, info in header.items():
+        dtype = _ST_DTYPES.get(info["dtype"])
+        start, end = info["data_offsets"]
+        target = state[name]
+        if dtype != target.dtype or list(info["shape"]) != list(target.shape) \
+                or base + end > len(mm) or end - start != target.numel() * target.element_size():
+            logger.warning("quantized cache %s: %s differs; rebuilding", path, name)
+            return False
+        views[name] = (base + start, end - start, dtype)
+    modules = dict(model.named_modules())
+    by_module: dict[str, list[str]] = {}
+    for name in header:
+        by_module.setdefault(name.rpartition(".")[0], []).append(name)
+    import warnings
+
+    for module_name, names in by_module.items():
+        module = modules[module_name]
+        for name in names:
+            offset, nbytes, dtype = views[name]
+            attr = name.rpartition(".")[2]
+            if nbytes == 0:
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the map is copy-on-write: writable
+                t = torch.frombuffer(mm, dtype=dtype, count=nbytes // dtype.itemsize,
+                                     offset=offset).view(state[name].shape)
+            if module_name in copy_modules:
+                state[name].copy_(t)
+            elif attr in module._parameters:
+                module._parameters[attr] = nn.Parameter(t, requires_grad=False)
+            else:
+                module._buffers[attr] = t
+        if on_module_loaded is not None:
+            on_module_loaded(module_name)
     return True

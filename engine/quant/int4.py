@@ -2,8 +2,9 @@
 
 Layout (shared with ``localchat.kernels.int4_matmul``): ``qweight`` uint8 ``[N, K // 2]``, two
 4-bit values per byte, the low nibble holding even ``k`` and the high nibble odd ``k``;
-``scales`` and ``zeros`` fp32 ``[N, K // group_size]``, ``zeros`` a float zero point in the
-quantized domain; ``w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G]``, q in 0..15.
+``scales`` and ``mins`` fp32 ``[N, K // group_size]``;
+``w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G]``, q in 0..15 (the GGUF form: Q4_0,
+Q4_1 and Q4_K repack onto it exactly, ``engine/quant/gguf_repack.py``).
 Reference: min/max asymmetric group quantization as in GPTQ's / AWQ's storage format (Frantar
 et al. 2022, arXiv 2210.17323; Lin et al. 2023, arXiv 2306.00978) with round-to-nearest.
 
@@ -52,11 +53,11 @@ def quantize_int4(
     weight: torch.Tensor, group_size: int = 128
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Quantize ``weight [N, K]`` -> ``(qweight uint8 [N, K // 2], scales fp32 [N, K // G],
-    zeros fp32 [N, K // G])``.
+    mins fp32 [N, K // G])``.
 
-    Per group: ``scale = (max - min) / 15`` (1.0 for a constant group), ``zero = -min / scale``
-    (a float zero point, not rounded, so min and max map exactly onto 0 and 15), ``q =
-    round(w / scale + zero)`` clamped to 0..15; the error is at most ``scale / 2`` per element.
+    Per group: ``scale = (max - min) / 15`` (1.0 for a constant group), ``min`` the group's
+    minimum (so min and max map onto 0 and 15), ``q = round((w - min) / scale)`` clamped to
+    0..15; the error is at most ``scale / 2`` per element (plus fp32 rounding).
     Raises ``ValueError`` unless ``weight`` is 2-D float with K a multiple of ``group_size``
     and ``group_size`` even.
     """
@@ -69,38 +70,39 @@ def quantize_int4(
     wmin, wmax = torch.aminmax(w, dim=-1)
     span = wmax - wmin
     scales = torch.where(span > 0, span / QMAX, torch.ones_like(span))
-    zeros = -wmin / scales
-    q = (w / scales[..., None]).add_(zeros[..., None]).round_().clamp_(0, QMAX)
+    q = (w - wmin[..., None]).div_(scales[..., None]).round_().clamp_(0, QMAX)
     q = q.to(torch.uint8).reshape(n, k)
-    return q[:, 0::2] | (q[:, 1::2] << 4), scales, zeros
+    return q[:, 0::2] | (q[:, 1::2] << 4), scales, wmin
 
 
 def dequantize_int4(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``qweight uint8 [N, K // 2]``, ``scales``/``zeros [N, K // G]`` -> weights ``[N, K]``."""
+    """``qweight uint8 [N, K // 2]``, ``scales``/``mins [N, K // G]`` -> weights ``[N, K]``:
+    ``q * scale + min`` in fp32 (the product is exact for GGUF scales, one rounding on the
+    add), then cast to ``dtype``."""
     q = unpack_int4(qweight).float()
     n, k = q.shape
     groups = scales.shape[1]
     q = q.reshape(n, groups, k // groups)
-    w = (q - zeros.float()[..., None]) * scales.float()[..., None]
+    w = q * scales.float()[..., None] + mins.float()[..., None]
     return w.reshape(n, k).to(dtype)
 
 
 def to_cpu_int4pack(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
     dtype: torch.dtype = torch.bfloat16,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Repack our layout for ``torch.ops.aten._weight_int4pack_mm_for_cpu``.
 
     Returns ``(packed uint8 [N, K // 2] in PyTorch's CPU tile order, scales_and_zeros
     [K // G, N, 2] in ``dtype``)``. PyTorch's kernel computes ``(q - 8) * s + z'``; ours is
-    ``(q - z) * s``, so ``z' = (8 - z) * s``.
+    ``q * s + min``, so ``z' = min + 8 s`` (exact in fp32; the bf16 cast rounds).
     """
     q = unpack_int4(qweight).to(torch.int32)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
-    zp = (8.0 - zeros.float()) * scales.float()
+    zp = mins.float() + 8.0 * scales.float()
     scales_and_zeros = torch.stack((scales.float(), zp), dim=-1).transpose(0, 1).contiguous()
     return packed, scales_and_zeros.to(dtype)
 
@@ -108,6 +110,6 @@ def to_cpu_int4pack(
 def int4_weight_bytes(
     out_features: int, in_features: int, group_size: int, scale_bytes: int = 4
 ) -> int:
-    """Bytes of one int4 weight: ``N * K / 2`` plus a scale and a zero per group."""
+    """Bytes of one int4 weight: ``N * K / 2`` plus a scale and a min per group."""
     groups = in_features // group_size
     return out_features * in_features // 2 + 2 * out_features * groups * scale_bytes

@@ -40,3 +40,27 @@ def dequantize_int8(
 def int8_weight_bytes(out_features: int, in_features: int, scale_bytes: int = 4) -> int:
     """Bytes of one int8 weight: ``N * K`` int8 plus ``N`` scales of ``scale_bytes`` each."""
     return out_features * in_features + out_features * scale_bytes
+
+
+def dequantize_int8_grouped(
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Group-wise int8: ``qweight int8 [N, K]``, ``scales fp32 [N, K // G]`` (``[N, 1]`` or
+    ``[N]`` is per channel), ``mins`` like ``scales`` or ``None`` -> weights ``[N, K]``:
+    ``q * scale (+ min)`` in fp32, then cast to ``dtype``. The GGUF types Q8_0, Q5_0, Q5_1,
+    Q5_K, Q6_K (``engine/quant/gguf_repack.py``) use this layout with G = 32 or 16."""
+    n, k = qweight.shape
+    s = scales.float().reshape(n, -1)
+    q = qweight.float().reshape(n, s.shape[1], -1)
+    w = q * s[..., None]
+    if mins is not None:
+        w = w + mins.float().reshape(n, -1)[..., None]
+    return w.reshape(n, k).to(dtype)
+
+
+def int8_grouped_weight_bytes(out_features: int, in_features: int, group_size: int,
+                              has_mins: bool) -> int:
+    """Bytes of one group-wise int8 weight: ``N * K`` plus fp32 scales (and mins) per group."""
+    groups = out_features * (in_features // group_size)
+    return out_features * in_features + groups * 4 * (2 if has_mins else 1)

@@ -167,23 +167,23 @@ class Int4LinearMethod(LinearMethod):
         return self.device.type == "cpu" and self.kernel == "packed"
 
     def quantize_weights(self, layer):
-        qweight, scales, zeros = quantize_int4(layer.weight.data, self.group_size)
+        qweight, scales, mins = quantize_int4(layer.weight.data, self.group_size)
         layer.weight = None
         _set_buffer(layer, "qweight", qweight)
         _set_buffer(layer, "scales", scales)
-        _set_buffer(layer, "zeros", zeros)
+        _set_buffer(layer, "mins", mins)
 
     def create_weights(self, layer, device):
         n, k, g = layer.out_features, layer.in_features, self.group_size
         layer.weight = None
         _set_buffer(layer, "qweight", torch.empty(n, k // 2, dtype=torch.uint8, device=device))
         _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
-        _set_buffer(layer, "zeros", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32, device=device))
 
     def process_weights_after_loading(self, layer):
         if self._packed_cpu():
-            packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.zeros)
-            _drop(layer, "qweight", "scales", "zeros")
+            packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.mins)
+            _drop(layer, "qweight", "scales", "mins")
             _set_buffer(layer, "qweight_cpu", packed)
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
 
@@ -194,10 +194,10 @@ class Int4LinearMethod(LinearMethod):
                 x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
             ).to(x.dtype)
         elif x.is_cuda and self.kernel == "packed" and _kernel("int4_matmul") is not None:
-            mins = -layer.zeros * layer.scales  # the kernels' contract: w = q * s + min
-            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, mins, self.group_size)
+            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.mins,
+                                           self.group_size)
         else:
-            w = dequantize_int4(layer.qweight, layer.scales, layer.zeros, x.dtype)
+            w = dequantize_int4(layer.qweight, layer.scales, layer.mins, x.dtype)
             y = F.linear(x2, w)
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 

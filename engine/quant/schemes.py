@@ -24,12 +24,16 @@ class QuantScheme(str, enum.Enum):
       token at run time; ``torch._scaled_mm``. CUDA with compute capability >= 8.9 only.
     * ``INT8``: W8A16, symmetric int8 per output channel (``engine/quant/int8.py``).
     * ``INT4``: W4A16, asymmetric 4-bit, group-wise along the input dim (``int4.py``).
+    * ``NATIVE``: a GGUF's own quantization, repacked exactly per tensor (``native.py``,
+      ``gguf_repack.py``), the embedding and LM head included; a float checkpoint loads as
+      ``NONE``.
     """
 
     NONE = "none"
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
+    NATIVE = "native"
 
     @property
     def is_quantized(self) -> bool:
@@ -38,7 +42,7 @@ class QuantScheme(str, enum.Enum):
 
 # "auto" is resolved by the memory planner in LLMEngine.from_path (engine/memory/auto.py);
 # resolve_scheme, used by load_model, treats it as the unquantized format.
-SCHEME_NAMES = ("auto", "none", "fp8", "int8", "int4")
+SCHEME_NAMES = ("auto", "native", "none", "fp8", "int8", "int4")
 
 
 @functools.lru_cache(maxsize=1)

@@ -40,7 +40,29 @@ def test_no_format_fits_is_a_clear_error():
                       budget_bytes=2 * GiB)
 
 
-def test_default_engine_config_loads_smollm2_unquantized(smollm2_engine):
-    # The session engine was built with the default EngineConfig (quant "auto"): SmolLM2 fits
-    # in fp32 on any machine that runs the tests, so the planner keeps it unquantized.
-    assert smollm2_engine.config.quant.scheme == "none"
+def test_auto_offers_native_only_where_it_is_fast(smollm2_gguf, smollm2_engine, cache_dir):
+    # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
+    # can fit here, so auto would load the file's own format ...
+    from localchat.engine.config import EngineConfig
+    from localchat.engine.llm_engine import _resolve_auto_quant
+
+    from localchat.engine.loader.native import native_is_fast
+
+    config, _ = _resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
+                                    EngineConfig(device="cpu"), 2048, cache_dir)
+    # ... except on CPU while its Q8_0 embedding/LM head has no fast int8 kernel there (the
+    # default must not decode slower than the planner's float choice)
+    assert not native_is_fast(smollm2_gguf, "cpu", cache_dir)
+    assert config.quant.scheme != "native"
+
+
+def test_native_loses_to_a_smaller_forced_format():
+    # ... but not when its bytes exceed the planner's choice (the plan forces smaller)
+    cfg = model_config("llama-3.1-8b")
+    plan_scheme, plan = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=12 * GiB)
+    got, _ = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=12 * GiB,
+                           native_bytes=plan.choice.weight_bytes + 1)
+    assert got == plan_scheme != "native"
+    got, _ = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=12 * GiB,
+                           native_bytes=plan.choice.weight_bytes)
+    assert got == "native"

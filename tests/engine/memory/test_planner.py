@@ -289,12 +289,16 @@ model = engine.runner.model
 params = sum(p.nbytes for p in model.parameters())
 params += sum(b.nbytes for n, b in model.named_buffers() if not n.endswith("cos_sin_cache"))
 params += sum(m.weight_t.nbytes for m in model.modules() if getattr(m, "weight_t", None) is not None)
-print(json.dumps(dict(predicted=r.predicted_bytes, measured=r.measured_bytes,
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+peak = int(status["VmHWM"].split()[0]) * 1024
+print(json.dumps(dict(predicted=r.predicted_bytes, measured=r.measured_bytes, peak=peak,
                       weights=r.weight_bytes, kv=r.kv_bytes, params=params,
                       kv_alloc=sum(t.nbytes for t in engine.runner.kv_caches))))
 """
 
 
+# "native" measured 770 MB against 662 MB predicted (14% over) on the last run: not yet in
+# the 10% band, see the gguf branch report; its peak check below is kept for when it is.
 @pytest.mark.parametrize("scheme", ["none", "int8", "int4"])
 def test_predicted_vs_measured_rss_smollm2(smollm2_gguf, cache_dir, scheme):
     """Process RSS of a fresh process holding SmolLM2-135M (fp32 activations, 2,048-token KV
@@ -316,3 +320,7 @@ def test_predicted_vs_measured_rss_smollm2(smollm2_gguf, cache_dir, scheme):
     r = measure()
     assert r["weights"] == r["params"] and r["kv"] == r["kv_alloc"]
     assert abs(r["measured"] - r["predicted"]) <= 0.10 * r["measured"], r
+    if scheme == "native":
+        # a cached native load maps the cache and repacks one int4 layer at a time: the peak
+        # stays within 1.2x of what the process holds afterwards (weights + KV + runtime)
+        assert r["peak"] <= 1.2 * r["measured"], r

@@ -66,7 +66,7 @@ def test_int4_round_trip_within_half_step(group_size):
     step = s.repeat_interleave(group_size, dim=1)
     err = (dequantize_int4(q, s, z) - w).abs()
     assert (err <= step / 2 + 1e-6).all()
-    # the group minimum and maximum are reproduced (float zero point)
+    # the group minimum and maximum are reproduced (mins = the group minimum)
     wg = w.reshape(w.shape[0], groups, group_size)
     dq = dequantize_int4(q, s, z).reshape_as(wg)
     torch.testing.assert_close(dq.amin(-1), wg.amin(-1), atol=1e-6, rtol=0)
@@ -83,7 +83,7 @@ def test_int4_nibble_order_low_is_even_k():
 
 
 def test_int4_dequantize_matches_the_layout_formula():
-    """w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G] with q read nibble-wise."""
+    """w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G] with q read nibble-wise."""
     w = _weight(8, 64, seed=1)
     q, s, z = quantize_int4(w, 32)
     want = torch.empty(8, 64)
@@ -91,7 +91,7 @@ def test_int4_dequantize_matches_the_layout_formula():
         for k in range(64):
             byte = int(q[n, k // 2])
             nib = byte & 0xF if k % 2 == 0 else byte >> 4
-            want[n, k] = (nib - z[n, k // 32]) * s[n, k // 32]
+            want[n, k] = nib * s[n, k // 32] + z[n, k // 32]
     torch.testing.assert_close(dequantize_int4(q, s, z), want, atol=1e-6, rtol=0)
 
 
@@ -195,6 +195,6 @@ def test_layouts_agree_with_the_kernels_reference():
     q8, s8 = quantize_int8(w)
     torch.testing.assert_close(reference.int8_matmul(x, q8, s8),
                                F.linear(x, dequantize_int8(q8, s8)), atol=1e-5, rtol=1e-5)
-    q4, s4, z4 = quantize_int4(w, 64)
-    torch.testing.assert_close(reference.int4_matmul(x, q4, s4, -z4 * s4, 64),
-                               F.linear(x, dequantize_int4(q4, s4, z4)), atol=1e-5, rtol=1e-5)
+    q4, s4, m4 = quantize_int4(w, 64)  # w = q * scale + min
+    torch.testing.assert_close(reference.int4_matmul(x, q4, s4, m4, 64),
+                               F.linear(x, dequantize_int4(q4, s4, m4)), atol=1e-5, rtol=1e-5)

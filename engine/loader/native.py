@@ -1,0 +1,254 @@
+"""Load a GGUF in its own quantization (``--quant native``): repack tensor by tensor.
+
+The model is built on the meta device; every layer's method is chosen from the GGUF tensor
+table before any tensor is read (``engine/quant/native.py``), its stored layout allocated
+empty, and each tensor's blocks are repacked straight from the memory-mapped file into it
+(``engine/quant/gguf_repack.py``): no float copy of a quantized tensor exists at any point.
+The result is saved to the quantized-weight cache (``engine/quant/cache.py``) and read from it
+on later loads. Reference design: llama.cpp's loader (mmap, per-tensor types) and vLLM's
+``GGUFLinearMethod``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import ModelLoadError
+from ..layers.linear import Linear
+from ..quant.cache import cache_path, load_quantized_mmap, save_quantized
+from ..quant.gguf_repack import (
+    GGML_TYPES,
+    dequantize_repacked,
+    ggml_layout,
+    repack_gguf_tensor,
+    unpermute_rows,
+)
+from ..quant.methods import LinearMethod
+from ..quant.native import NativeInt4LinearMethod, copy_repacked_rows, native_method
+from .gguf import _tensor_index, check_gguf_header, hf_name
+from .quantized import materialize
+
+logger = logging.getLogger(__name__)
+
+
+def _layout_of(t: dict) -> tuple[str, int, bool]:
+    """``(layout, group_size, has_mins)`` a tensor-table entry repacks onto."""
+    layout = ggml_layout(t["type"], t["name"])
+    qname, block = GGML_TYPES[t["type"]][0], GGML_TYPES[t["type"]][1]
+    group = 16 if qname in ("Q6_K", "Q3_K", "Q2_K") else (32 if block > 1 else 0)
+    return layout, group, qname in ("Q4_0", "Q4_1", "Q4_K", "Q5_1", "Q5_K", "Q2_K")
+
+
+def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
+                   ) -> dict[str, list[tuple[str, int, bool]]]:
+    """``module name -> [(layout, group_size, has_mins) per shard]`` for every ``Linear``
+    (and the embedding) that a GGUF tensor of ``path`` fills, from the tensor table alone.
+
+    Raises ``ModelLoadError`` naming the tensor and type for an unsupported GGUF type.
+    """
+    index = _tensor_index(Path(path), cache_dir)
+    modules = dict(model.named_modules())
+    out: dict[str, list[tuple[str, int, bool]]] = {}
+    for t in index["tensors"]:
+        name = hf_name(t["name"])
+        if name is None or not name.endswith(".weight"):
+            continue
+        module, _, _ = model.weight_target(name)
+        if not isinstance(modules.get(module), Linear):
+            continue
+        out.setdefault(module, []).append(_layout_of(t))
+    return out
+
+
+def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
+                     device: torch.device, cache_dir: Path | None, use_cache: bool,
+                     init_buffers, kernel: str = "packed", progress: bool = False
+                     ) -> nn.Module:
+    """Fill meta-constructed ``model`` with the GGUF's own weights (see the module doc).
+
+    Float tensors (norms, biases, F32/F16 weights) are converted to ``dtype``. With
+    ``cache_dir`` and ``use_cache`` the repacked state is cached and read back on later loads
+    (``model.quant_cache_hit``). ``progress`` prints a one-line progress counter on stderr
+    during a first (uncached) load. Returns the model after ``process_weights_after_loading``.
+
+    Raises ``ModelLoadError`` for a truncated/corrupt file, an unsupported tensor type, a shape
+    mismatch, or missing tensors (naming up to three).
+    """
+    path = Path(path)
+    check_gguf_header(path)
+    layouts = native_layouts(path, model, cache_dir)
+    modules = dict(model.named_modules())
+    quantized: dict[str, Linear] = {}
+    for name, shards in layouts.items():
+        layer = modules[name]
+        method = native_method(shards, device, kernel,
+                               keep_rows=name == "model.embed_tokens")
+        layer.quant_method = method
+        if type(method) is not LinearMethod:
+            method.create_weights(layer, device)
+            quantized[name] = layer
+    materialize(model, device)
+    init_buffers(model)
+    cached = None
+    if cache_dir is not None and use_cache:
+        cached = cache_path(cache_dir, path, "native", 32, dtype)
+    model.quant_cache_hit = False
+    # int4 layers that PyTorch's CPU kernel repacks are copied (then repacked one at a time);
+    # everything else is a view of the mapped cache file
+    repacked = {n for n, m in quantized.items()
+                if isinstance(m.quant_method, NativeInt4LinearMethod)
+                and m.quant_method._packed_cpu()}
+    finished: set[str] = set()
+
+    def finish(name):
+        if name in repacked:
+            modules[name].process_weights_after_loading()
+            finished.add(name)
+
+    if cached is not None and cached.is_file() and load_quantized_mmap(
+            model, cached, copy_modules=repacked, on_module_loaded=finish):
+        model.quant_cache_hit = True
+    else:
+        _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
+        if cached is not None:
+            try:
+                save_quantized(model, cached, {"scheme": "native", "model": path.name})
+            except OSError as exc:  # a full or read-only cache must not fail the load
+                logger.warning("could not write quantized cache %s: %s", cached, exc)
+    for name, module in model.named_modules():
+        if name not in finished and hasattr(module, "process_weights_after_loading"):
+            module.process_weights_after_loading()
+    model.native_weight_bytes = native_weight_bytes(path, model.config, device, dtype,
+                                                    cache_dir, kernel)
+    return model.eval()
+
+
+def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, cache_dir,
+                progress: bool) -> None:
+    index = _tensor_index(path, cache_dir)
+    config = model.config
+    permute = index["architecture"] == "llama"
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    expected = model.expected_weights()
+    pending = {(name, s) for name, layer in quantized.items() for s in _shards(layer)}
+    loaded: set[str] = set()
+    tensors = [t for t in index["tensors"] if hf_name(t["name"]) is not None]
+    start = time.perf_counter()
+    for i, t in enumerate(tensors):
+        name = hf_name(t["name"])
+        end = t["offset"] + t["n_bytes"]
+        if end > data.shape[0]:
+            raise ModelLoadError(f"cannot read GGUF file {path}: truncated at tensor {t['name']}")
+        shape = tuple(reversed(t["dims"]))
+        w = repack_gguf_tensor(data[t["offset"]:end], t["type"], shape, t["name"])
+        if permute and ".q_proj." in name:
+            w = unpermute_rows(w, config.num_heads)
+        elif permute and ".k_proj." in name:
+            w = unpermute_rows(w, config.num_kv_heads)
+        module, pname, shard = model.weight_target(name)
+        try:
+            if module in quantized and pname == "weight":
+                layer = quantized[module]
+                rows = layer.shard_range(shard) if shard is not None else (0, layer.out_features)
+                copy_repacked_rows(layer, w, *rows)
+                pending.discard((module, shard))
+            else:
+                tensor = dequantize_repacked(w).to(dtype)
+                loaded |= model.load_weights([(name, tensor.to(device))])
+        except ValueError as exc:
+            raise ModelLoadError(f"{path}: {t['name']}: {exc}") from exc
+        if progress:
+            print(f"\rrepacking {path.name}: {i + 1}/{len(tensors)} tensors "
+                  f"({time.perf_counter() - start:.1f} s)", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    missing = sorted(expected - loaded) + sorted(f"{m}:{s}" for m, s in pending)
+    if missing:
+        shown = ", ".join(missing[:3])
+        raise ModelLoadError(f"{path}: checkpoint is missing {len(missing)} tensors ({shown})")
+
+
+def _shards(layer: Linear) -> list:
+    """Shard ids of a (possibly fused) layer: ``q/k/v``, ``0/1`` or ``None``."""
+    if hasattr(layer, "q_size"):
+        return ["q", "k", "v"]
+    if hasattr(layer, "offsets"):
+        return list(range(len(layer.offsets) - 1))
+    return [None]
+
+
+def native_weight_bytes(path: Path, model_config, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | None = None, cache_dir: Path | None = None,
+                        kernel: str = "packed") -> int:
+    """Exact bytes the ``native`` weights of GGUF ``path`` occupy once loaded on ``device``
+    (what :func:`load_native_gguf` holds after ``process_weights_after_loading``; the RoPE
+    table and the KV cache not included), from the tensor table alone: no tensor is read.
+
+    Float tensors count in ``dtype`` (default: the device's unquantized format). Raises
+    ``ModelLoadError`` for an unreadable file or an unsupported tensor type.
+    """
+    from ..models import get_model_class
+    from ..quant.schemes import default_float_dtype
+
+    device = torch.device(device)
+    dtype = dtype or default_float_dtype(device)
+    cls = get_model_class(model_config)
+    index = _tensor_index(Path(path), cache_dir)
+    shards: dict[str, list] = {}
+    total = 0
+    for t in index["tensors"]:
+        name = hf_name(t["name"])
+        if name is None:
+            continue
+        if name == "lm_head.weight" and model_config.tie_word_embeddings:
+            continue
+        shape = tuple(reversed(t["dims"]))
+        module, pname, _ = cls.weight_target(name)
+        is_linear = pname == "weight" and len(shape) == 2 and (
+            module.endswith("_proj") or module in ("lm_head", "model.embed_tokens"))
+        if not is_linear:
+            total += int(np.prod(shape)) * dtype.itemsize
+            continue
+        shards.setdefault(module, []).append((_layout_of(t), shape))
+    for module, items in shards.items():
+        n = sum(shape[0] for _, shape in items)
+        k = items[0][1][1]
+        method = native_method([lay for lay, _ in items], device, kernel,
+                               keep_rows=module == "model.embed_tokens")
+        total += method.weight_bytes(n, k, dtype)
+    return total
+
+
+def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int | None:
+    """:func:`native_weight_bytes` for a ``.gguf`` path; ``None`` for a float checkpoint or
+    a GGUF with a tensor type the native format cannot hold (the planner then chooses
+    among the other formats)."""
+    if path is None or Path(path).suffix.lower() != ".gguf":
+        return None
+    try:
+        return native_weight_bytes(Path(path), model_config, device, dtype, cache_dir)
+    except ModelLoadError:
+        return None
+
+
+def native_is_fast(path, device, cache_dir=None) -> bool:
+    """Whether every native layer of GGUF ``path`` has a fast kernel on ``device``: on CUDA
+    always (Triton int4/int8); on CPU only int4 and float layers (PyTorch's int4 kernel)
+    until ``localchat.kernels`` has a C++ group-wise int8 kernel, since the row-block int8
+    path is 2-3x slower than an fp32 GEMV. ``--quant auto`` offers native only when True, so
+    the default never decodes slower than before."""
+    if torch.device(device).type == "cuda":
+        return True
+    index = _tensor_index(Path(path), cache_dir)
+    try:
+        return all(_layout_of(t)[0] != "int8" for t in index["tensors"]
+                   if hf_name(t["name"]) is not None)
+    except ModelLoadError:
+        return False

@@ -1,0 +1,279 @@
+"""Exact repacking of GGUF tensor blocks onto the engine's weight layouts.
+
+Every supported GGML type maps with no loss onto one of three layouts (the shared contract of
+``engine/quant/int4.py``, ``int8.py`` and ``localchat.kernels``):
+
+* ``int4``: ``qweight`` uint8 ``[N, K // 2]`` (low nibble = even k), ``scales``/``mins`` fp32
+  ``[N, K // 32]``; ``w = q * scale + min``, q in 0..15. Q4_0 (``min = -8 d``), Q4_1
+  (``scale d, min m``), Q4_K (``scale d * sc, min -dmin * m``, the 6-bit sub-block scales
+  folded into one float per 32 weights).
+* ``int8``: ``qweight`` int8 ``[N, K]``, ``scales`` fp32 ``[N, K // G]``, ``mins`` fp32 or
+  ``None``; ``w = q * scale (+ min)``. Q8_0 (G 32), Q5_0 (q - 16, G 32), Q5_1 (G 32, mins),
+  Q5_K (G 32, mins), Q6_K (q - 32, G 16), Q3_K (G 16), Q2_K (G 16, mins), IQ4_NL (the
+  non-linear 16-entry table's int8 values, G 32).
+* ``float``: F32, F16, BF16 kept in their own dtype.
+
+Each product ``q * scale`` is exact in fp32 (an fp16 ``d`` has 11 significant bits, a 6-bit
+sub-scale and a <= 6-bit q add at most 12) and the only rounding is the final ``+ min``, the
+same single rounding ``gguf.quants.dequantize`` performs, so :func:`dequantize_repacked` equals
+gguf's numpy dequantization bit for bit. Block formats: ggml's ``ggml-common.h`` /
+``ggml-quants.c`` and the ``gguf`` package's ``quants.py`` (read, not copied).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import ModelLoadError
+
+QK_K = 256
+
+# GGML type number -> (name, weights per block, bytes per block, layout)
+GGML_TYPES: dict[int, tuple[str, int, int, str]] = {
+    0: ("F32", 1, 4, "float"),
+    1: ("F16", 1, 2, "float"),
+    2: ("Q4_0", 32, 18, "int4"),
+    3: ("Q4_1", 32, 20, "int4"),
+    6: ("Q5_0", 32, 22, "int8"),
+    7: ("Q5_1", 32, 24, "int8"),
+    8: ("Q8_0", 32, 34, "int8"),
+    10: ("Q2_K", QK_K, 84, "int8"),
+    11: ("Q3_K", QK_K, 110, "int8"),
+    12: ("Q4_K", QK_K, 144, "int4"),
+    13: ("Q5_K", QK_K, 176, "int8"),
+    14: ("Q6_K", QK_K, 210, "int8"),
+    20: ("IQ4_NL", 32, 18, "int8"),
+    30: ("BF16", 1, 2, "float"),
+}
+
+_IQ4_NL_VALUES = np.array(
+    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8
+)
+
+
+@dataclass
+class RepackedWeight:
+    """One GGUF tensor on an engine layout (see the module docstring).
+
+    ``layout`` "int4" | "int8" | "float"; ``qweight`` (int4: uint8 ``[N, K // 2]``; int8: int8
+    ``[N, K]``; float: the tensor ``[N, K]`` or ``[K]`` in its GGUF dtype); ``scales`` and
+    ``mins`` fp32 ``[N, K // group_size]`` (``mins`` ``None`` for symmetric int8 types;
+    both ``None`` for float); ``group_size`` weights per scale (0 for float); ``ggml_type``
+    the source type's name.
+    """
+
+    layout: str
+    qweight: torch.Tensor
+    scales: torch.Tensor | None
+    mins: torch.Tensor | None
+    group_size: int
+    ggml_type: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Logical weight shape (``[N, K]`` or ``[K]``)."""
+        if self.layout == "int4":
+            return (self.qweight.shape[0], self.qweight.shape[1] * 2)
+        return tuple(self.qweight.shape)
+
+    def nbytes(self) -> int:
+        """Bytes held by this weight's tensors."""
+        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.mins)
+                   if t is not None)
+
+
+def ggml_type_name(ggml_type: int) -> str:
+    """Name of GGML type number ``ggml_type`` (``"type 99"`` when unknown to us and gguf)."""
+    if ggml_type in GGML_TYPES:
+        return GGML_TYPES[ggml_type][0]
+    try:
+        import gguf
+
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except (ImportError, ValueError):
+        return f"type {ggml_type}"
+
+
+def ggml_layout(ggml_type: int, tensor_name: str = "?") -> str:
+    """The engine layout ("int4" | "int8" | "float") GGML type ``ggml_type`` repacks onto.
+
+    Raises ``ModelLoadError`` naming the tensor and type when the type is not supported.
+    """
+    if ggml_type not in GGML_TYPES:
+        raise ModelLoadError(
+            f"tensor {tensor_name} uses GGUF type {ggml_type_name(ggml_type)}, which localchat "
+            f"cannot load (supported: {', '.join(v[0] for v in GGML_TYPES.values())})"
+        )
+    return GGML_TYPES[ggml_type][3]
+
+
+def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
+    """Bytes a GGUF tensor of ``shape`` (HF order, last dim contiguous) takes in the file."""
+    _, block, type_size, _ = GGML_TYPES[ggml_type]
+    n = int(np.prod(shape))
+    return n // block * type_size
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """``[nb, 2]`` uint8 -> ``[nb, 1]`` fp32 (little-endian fp16 values)."""
+    return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
+
+
+def _nibbles_split(qs: np.ndarray) -> np.ndarray:
+    """``[nb, ..., B]`` bytes -> ``[nb, ..., 2 B]`` uint8: low nibbles then high nibbles
+    (ggml's order for a 2B-weight run)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K's 12 packed bytes -> (6-bit scales, 6-bit mins), each ``[nb, 8]`` uint8."""
+    s = scales.reshape(-1, 3, 4)
+    d, m, md = s[:, 0], s[:, 1], s[:, 2]
+    sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc, mn
+
+
+def _k_low4(qs: np.ndarray) -> np.ndarray:
+    """Q4_K/Q5_K ``qs`` ``[nb, 128]`` -> ``[nb, 8, 32]`` low 4 bits (each 32-byte run holds
+    sub-block 2j in its low nibbles and 2j + 1 in its high nibbles)."""
+    q = qs.reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    return (q & 0x0F).reshape(-1, 8, 32)
+
+
+def _bits(words: np.ndarray, count: int) -> np.ndarray:
+    """``[nb, count // 8]`` uint8 -> ``[nb, count]`` uint8 bits, little-endian bit order."""
+    return np.unpackbits(words, axis=-1, bitorder="little")[:, :count]
+
+
+def _decode(name: str, b: np.ndarray):
+    """Blocks ``[nb, type_size]`` uint8 -> ``(q [nb, block] integer array, scale [nb, groups]
+    fp32, min [nb, groups] fp32 or None)``."""
+    if name == "Q4_0":
+        d = _f16(b[:, 0:2])
+        return _nibbles_split(b[:, 2:18]), d, -8.0 * d
+    if name == "Q4_1":
+        return _nibbles_split(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    if name == "IQ4_NL":
+        return _IQ4_NL_VALUES[_nibbles_split(b[:, 2:18])], _f16(b[:, 0:2]), None
+    if name == "Q8_0":
+        return np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None
+    if name in ("Q5_0", "Q5_1"):
+        off = 2 if name == "Q5_0" else 4
+        high = _bits(np.ascontiguousarray(b[:, off:off + 4]), 32)
+        q = (_nibbles_split(b[:, off + 4:off + 20]) | (high << 4)).astype(np.int8)
+        if name == "Q5_0":
+            return q - 16, _f16(b[:, 0:2]), None
+        return q, _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    if name in ("Q4_K", "Q5_K"):
+        d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+        sc, mn = _k_scale_min(b[:, 4:16])
+        scale = d * sc.astype(np.float32)
+        mins = -(dmin * mn.astype(np.float32))
+        if name == "Q4_K":
+            q = _k_low4(b[:, 16:144])
+        else:
+            qh = b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+            q = _k_low4(b[:, 48:176]) | ((qh & 1) << 4)
+        return q.reshape(len(b), QK_K), scale, mins
+    if name == "Q6_K":
+        ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+        qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(
+            1, 1, 4, 1)
+        q = ((ql & 0x0F).reshape(-1, 8, 32) | ((qh & 0x03).reshape(-1, 8, 32) << 4))
+        sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)
+        return q.astype(np.int8).reshape(len(b), QK_K) - 32, _f16(b[:, 208:210]) * sc, None
+    if name == "Q3_K":
+        hmask, qs, packed, d = b[:, 0:32], b[:, 32:96], b[:, 96:108], _f16(b[:, 108:110])
+        low = (packed[:, 0:8].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1))
+        high = (packed[:, 8:12].reshape(-1, 1, 4)
+                >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1))
+        sc = (low.reshape(-1, 16) & 0x0F) | ((high.reshape(-1, 16) & 0x03) << 4)
+        scale = d * (sc.astype(np.int8) - 32).astype(np.float32)
+        ql = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1))
+        qh = (hmask.reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
+        q = (ql & 3).reshape(-1, 8, 32).astype(np.int8) - ((qh ^ 1) << 2).astype(np.int8)
+        return q.reshape(len(b), QK_K), scale, None
+    if name == "Q2_K":
+        sc, qs, d, dmin = b[:, 0:16], b[:, 16:80], _f16(b[:, 80:82]), _f16(b[:, 82:84])
+        q = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1))
+        q = (q & 3).reshape(len(b), QK_K)
+        return q, d * (sc & 0x0F).astype(np.float32), -(dmin * (sc >> 4).astype(np.float32))
+    raise AssertionError(name)
+
+
+_FLOAT_DTYPES = {"F32": (np.float32, torch.float32), "F16": (np.float16, torch.float16),
+                 "BF16": (np.int16, torch.bfloat16)}
+
+
+def repack_gguf_tensor(
+    raw: np.ndarray, ggml_type: int, shape: tuple[int, ...], tensor_name: str = "?"
+) -> RepackedWeight:
+    """Repack one GGUF tensor's bytes onto its engine layout, exactly.
+
+    ``raw``: the tensor's bytes (any numpy view of them, e.g. a memory-map slice);
+    ``shape``: HF order (``[N, K]`` for a matrix, GGUF's dims reversed; ``[K]`` for vectors,
+    float types only). Returns a :class:`RepackedWeight` owning its memory. Raises
+    ``ModelLoadError`` for an unsupported type or a byte count that does not match.
+    """
+    layout = ggml_layout(ggml_type, tensor_name)
+    name, block, type_size, _ = GGML_TYPES[ggml_type]
+    expected = tensor_nbytes(ggml_type, shape) if int(np.prod(shape)) % block == 0 else -1
+    raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+    if raw.size != expected or (layout != "float" and len(shape) != 2):
+        raise ModelLoadError(
+            f"tensor {tensor_name} ({name}, shape {list(shape)}) has {raw.size} bytes, "
+            f"expected {expected}: the GGUF file is corrupt"
+        )
+    if layout == "float":
+        np_dtype, dtype = _FLOAT_DTYPES[name]
+        t = torch.from_numpy(raw.view(np_dtype).reshape(shape).copy())
+        return RepackedWeight("float", t.view(dtype), None, None, 0, name)
+    n, k = shape
+    q, scale, mins = _decode(name, raw.reshape(-1, type_size))
+    groups = scale.shape[1]
+    group = block // groups
+    scales = torch.from_numpy(np.ascontiguousarray(scale.reshape(n, k // group), np.float32))
+    mins_t = (None if mins is None else
+              torch.from_numpy(np.ascontiguousarray(mins.reshape(n, k // group), np.float32)))
+    if layout == "int4":
+        q = q.reshape(n, k).astype(np.uint8)
+        packed = q[:, 0::2] | (q[:, 1::2] << 4)
+        return RepackedWeight("int4", torch.from_numpy(np.ascontiguousarray(packed)), scales,
+                              mins_t, group, name)
+    qweight = torch.from_numpy(np.ascontiguousarray(q.reshape(n, k).astype(np.int8)))
+    return RepackedWeight("int8", qweight, scales, mins_t, group, name)
+
+
+def dequantize_repacked(w: RepackedWeight) -> torch.Tensor:
+    """The engine's fp32 dequantization of a repacked weight: ``[N, K]`` (or ``[K]``).
+
+    int4: ``q * scale + min``; int8: ``q * scale`` (``+ min``); float: a cast. Equal bit for
+    bit to ``gguf.quants.dequantize`` on the source bytes (see the module docstring).
+    """
+    from .int4 import dequantize_int4
+    from .int8 import dequantize_int8_grouped
+
+    if w.layout == "float":
+        return w.qweight.float()
+    if w.layout == "int4":
+        return dequantize_int4(w.qweight, w.scales, w.mins)
+    return dequantize_int8_grouped(w.qweight, w.scales, w.mins)
+
+
+def unpermute_rows(w: RepackedWeight, n_head: int) -> RepackedWeight:
+    """Invert llama.cpp's Q/K row permutation (interleaved -> half-split RoPE) on every tensor
+    of ``w`` (rows are output channels, so the quantized rows move as they are)."""
+
+    def fix(t):
+        if t is None:
+            return None
+        dim = t.shape[0] // n_head // 2
+        return t.reshape(n_head, dim, 2, *t.shape[1:]).transpose(1, 2).reshape(t.shape) \
+            .contiguous()
+
+    return RepackedWeight(w.layout, fix(w.qweight), fix(w.scales), fix(w.mins), w.group_size,
+                          w.ggml_type)

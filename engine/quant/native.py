@@ -1,0 +1,180 @@
+"""The ``native`` weight format: a GGUF's own quantization, repacked exactly, computed as is.
+
+Each linear layer (and the embedding / LM head) keeps the layout its GGUF type repacks onto
+(``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K), group-wise
+int8 (Q8_0, Q5_x, Q6_K, ...), or the float dtype. A fused layer whose shards have different
+types (``qkv_proj`` with a Q6_K ``v``) takes the widest layout that holds every shard exactly:
+int4 values are int8 values, a group of 32 is two groups of 16 with equal scales, and a
+missing min is 0. Reference design: llama.cpp keeps each tensor in its file type and
+dispatches per type; vLLM's GGUF linear method does the same per layer.
+
+Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU PyTorch's
+``_weight_int4pack_mm_for_cpu``, bf16 scales); group-wise int8 uses
+``localchat.kernels.int8_matmul`` when it takes group-wise scales and mins (the shared
+contract), else dequantizes blocks of rows into a reused fp32 buffer and multiplies
+(correct, about 2-3x slower than an fp32 GEMV on this machine: the CPU kernels issue's
+C++ kernel is the fast path).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .int4 import dequantize_int4
+from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
+from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
+from .schemes import QuantScheme
+
+_ROWS_PER_BLOCK = 256  # rows dequantized at a time by the fallback int8 path
+
+
+def _contract_int8_kernel():
+    """``localchat.kernels.int8_matmul`` if it takes ``mins`` and ``group_size`` (the
+    group-wise contract), else ``None``."""
+    op = _kernel("int8_matmul")
+    if op is None:
+        return None
+    params = inspect.signature(op).parameters
+    return op if "mins" in params and "group_size" in params else None
+
+
+class Int8GroupLinearMethod(LinearMethod):
+    """Group-wise int8 (``w = q * scale (+ min)``, ``qweight`` int8 ``[N, K]``, ``scales`` /
+    ``mins`` fp32 ``[N, K // group_size]``); ``apply(layer, x [..., K]) -> [..., N]`` in x's
+    dtype with fp32 accumulation."""
+
+    scheme = QuantScheme.NATIVE
+
+    def __init__(self, device: torch.device, group_size: int, has_mins: bool,
+                 kernel: str = "packed") -> None:
+        self.device = torch.device(device)
+        self.group_size = group_size
+        self.has_mins = has_mins
+        self.kernel = kernel
+        self._buf: torch.Tensor | None = None
+
+    def create_weights(self, layer, device):
+        n, k, g = layer.out_features, layer.in_features, self.group_size
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.int8, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        if self.has_mins:
+            _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32,
+                                                   device=device))
+
+    def process_weights_after_loading(self, layer):
+        pass
+
+    def _mins(self, layer):
+        return layer.mins if self.has_mins else None
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        # CUDA: the Triton kernel. CPU: until localchat.kernels dispatches CPU tensors to a C++
+        # kernel (the CPU-kernels issue), its reference dequantizes the whole matrix per call,
+        # slower than the row-block path below.
+        op = _contract_int8_kernel() if self.kernel == "packed" and x2.is_cuda else None
+        if op is not None:
+            y = op(x2, layer.qweight, layer.scales, self._mins(layer), self.group_size)
+        elif x2.device.type == "cpu":
+            y = self._blockwise(layer, x2.float()).to(x.dtype)
+        else:
+            w = dequantize_int8_grouped(layer.qweight, layer.scales, self._mins(layer), x.dtype)
+            y = F.linear(x2, w)
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def _blockwise(self, layer, x):
+        """``x [M, K]`` fp32 -> ``[M, N]`` fp32, dequantizing ``_ROWS_PER_BLOCK`` rows of the
+        weight at a time into one reused buffer (never the whole float matrix)."""
+        n, k = layer.qweight.shape
+        g = self.group_size
+        if self._buf is None or self._buf.shape[1] != k:
+            self._buf = torch.empty(_ROWS_PER_BLOCK, k)
+        out = torch.empty(x.shape[0], n)
+        mins = self._mins(layer)
+        for a in range(0, n, _ROWS_PER_BLOCK):
+            b = min(_ROWS_PER_BLOCK, n - a)
+            w = self._buf[:b]
+            w.copy_(layer.qweight[a:a + b])
+            wg = w.view(b, k // g, g)
+            wg.mul_(layer.scales[a:a + b, :, None])
+            if mins is not None:
+                wg.add_(mins[a:a + b, :, None])
+            torch.mm(x, w.t(), out=out[:, a:a + b])
+        return out
+
+    def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``ids [n]`` of the weight, dequantized: ``[n, K]`` in ``dtype``."""
+        mins = None if not self.has_mins else layer.mins[ids]
+        return dequantize_int8_grouped(layer.qweight[ids], layer.scales[ids], mins, dtype)
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        return int8_grouped_weight_bytes(out_features, in_features, self.group_size,
+                                         self.has_mins)
+
+
+class NativeInt4LinearMethod(Int4LinearMethod):
+    """int4 groups of 32 (``q * scale + min``) filled from GGUF blocks rather than quantized
+    here; ``keep_rows`` keeps the contract layout (no CPU repack) so rows can be gathered
+    (the embedding), computing with the dequantize path."""
+
+    scheme = QuantScheme.NATIVE
+
+    def __init__(self, device, kernel: str = "packed", keep_rows: bool = False) -> None:
+        super().__init__(device, 32, "dequant" if keep_rows else kernel)
+
+    def embed(self, layer, ids, dtype):
+        return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype)
+
+
+def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Embedding rows of a float weight ``[V, H]`` -> ``[n, H]``."""
+    return F.embedding(ids, layer.weight).to(dtype)
+
+
+def native_method(layouts: list[tuple[str, int, bool]], device: torch.device | str,
+                  kernel: str = "packed", keep_rows: bool = False) -> LinearMethod:
+    """The method for one layer whose GGUF shards repack onto ``layouts`` (each ``(layout,
+    group_size, has_mins)``): int4 when all are int4; group-wise int8 at the smallest group
+    (with mins when any shard has them) when all are quantized; else the float method."""
+    kinds = {lay for lay, _, _ in layouts}
+    if kinds == {"int4"}:
+        return NativeInt4LinearMethod(device, kernel, keep_rows)
+    if "float" in kinds:
+        return LinearMethod()
+    group = min(g for _, g, _ in layouts)
+    has_mins = any(m for _, _, m in layouts)
+    return Int8GroupLinearMethod(device, group, has_mins, kernel)
+
+
+def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:
+    """Copy ``RepackedWeight`` ``w`` (``[end - start, K]``) into rows ``[start, end)`` of
+    ``layer``'s stored layout, widening int4 -> int8 and groups 32 -> 16 exactly.
+
+    Raises ``ValueError`` on a shape mismatch.
+    """
+    from .int4 import unpack_int4
+
+    method = layer.quant_method
+    n, k = w.shape
+    if n != end - start or k != layer.in_features:
+        want = [end - start, layer.in_features]
+        raise ValueError(f"shape mismatch: checkpoint {[n, k]}, model {want}")
+    if isinstance(method, NativeInt4LinearMethod):
+        layer.qweight[start:end].copy_(w.qweight)
+        layer.scales[start:end].copy_(w.scales)
+        layer.mins[start:end].copy_(w.mins)
+        return
+    q = unpack_int4(w.qweight).to(torch.int8) if w.layout == "int4" else w.qweight
+    rep = w.group_size // method.group_size
+    layer.qweight[start:end].copy_(q)
+    layer.scales[start:end].copy_(w.scales.repeat_interleave(rep, dim=1))
+    if method.has_mins:
+        if w.mins is None:
+            layer.mins[start:end].zero_()
+        else:
+            layer.mins[start:end].copy_(w.mins.repeat_interleave(rep, dim=1))

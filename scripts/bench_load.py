@@ -1,0 +1,154 @@
+"""Load benchmark: cold and cached loads, whole-process ``ask``, peak RSS, held bytes.
+
+Usage::
+
+    python scripts/bench_load.py                           # smollm2-135m: native, none, int4
+    python scripts/bench_load.py --formats native none --agreement --json out.json
+
+For each weight format (``--quant`` values), each measurement in a fresh subprocess:
+
+* cold load s: ``LLMEngine.from_path`` with an empty quantized-weight cache (the GGUF's
+  converted metadata already cached; the file in the page cache), so it includes repacking
+  (native) or quantizing (int8/int4) and writing the cache entry.
+* cached load s: the same again, now reading the cache entry.
+* ask s: wall time of the whole ``localchat ask --quant F --max-tokens 16`` process
+  (imports, tokenizer, load from cache, prefill, 16 tokens, exit), greedy.
+* peak RSS: ``VmHWM`` of the cached-load process (weights + KV pool + runtime).
+* held MB: bytes of the loaded model's tensors (parameters and buffers, RoPE table excluded)
+  against the GGUF's tensor bytes (the file's tensor data).
+* top-1 (``--agreement``): agreement with transformers' model loaded from the same GGUF (fp32
+  oracle) over 256 teacher-forced positions of a fixed text.
+
+Figures on the shared 2-core development machine are noisy (other jobs run beside it): read
+them as ratios against the ``none`` row measured in the same run, not as absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_LOAD = r"""
+import json, sys, time, torch
+from pathlib import Path
+t0 = time.perf_counter()
+from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
+from localchat.engine.llm_engine import LLMEngine
+torch.set_num_threads(int(sys.argv[4]))
+cfg = EngineConfig(device="cpu", quant=QuantConfig(scheme=sys.argv[3]),
+                   scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=1))
+t1 = time.perf_counter()
+engine = LLMEngine.from_path(Path(sys.argv[1]), cfg, cache_dir=Path(sys.argv[2]))
+t2 = time.perf_counter()
+model = engine.runner.model
+held = sum(t.nbytes for n, t in list(model.named_parameters()) + list(model.named_buffers())
+           if not n.endswith("cos_sin_cache"))
+held += sum(m.weight_t.nbytes for m in model.modules() if getattr(m, "weight_t", None) is not None)
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+print(json.dumps(dict(load_s=t2 - t1, held=held, scheme=engine.config.quant.scheme,
+                      peak=int(status["VmHWM"].split()[0]) * 1024)))
+"""
+
+
+def _run_load(gguf: Path, cache: Path, fmt: str, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(gguf), str(cache), fmt, str(threads)],
+                         capture_output=True, text=True, timeout=900, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"load {fmt} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_ask(model: str, fmt: str) -> float:
+    exe = Path(sys.executable).with_name("localchat")
+    cmd = [str(exe), "ask", "--model", model, "--quant", fmt, "--max-tokens", "16",
+           "--temperature", "0", "What is the capital of France?"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"ask {fmt} failed:\n{out.stderr[-2000:]}")
+    return wall
+
+
+def _gguf_tensor_bytes(gguf: Path) -> int:
+    from localchat.engine.loader.gguf import _tensor_index
+
+    return sum(t["n_bytes"] for t in _tensor_index(gguf, None)["tensors"])
+
+
+def _agreement(gguf: Path, formats: list[str], cache: Path) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from localchat.engine.config import QuantConfig
+    from localchat.engine.loader import load_model, load_model_config
+    from localchat.engine.quant.evaluate import EVAL_TEXT, teacher_forced_logits, top1_agreement
+    from localchat.engine.tokenizer import Tokenizer
+
+    config = load_model_config(gguf, cache)
+    ids = Tokenizer.from_pretrained(gguf, cache_dir=cache).encode(EVAL_TEXT)[:257]
+    oracle = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                  dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = oracle(torch.tensor([ids])).logits[0].float()
+    del oracle
+    out = {}
+    for fmt in formats:
+        model = load_model(gguf, config, dtype=torch.float32, device=torch.device("cpu"),
+                           max_position=512, cache_dir=cache, quant=QuantConfig(scheme=fmt))
+        out[fmt] = top1_agreement(teacher_forced_logits(model, ids)[:256], want[:256])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--formats", nargs="+", default=["native", "none", "int4"])
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--agreement", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import resolve_model
+
+    gguf = resolve_model(args.model, cache_dir=cache_dir()).path
+    tensor_bytes = _gguf_tensor_bytes(gguf)
+    rows = []
+    for fmt in args.formats:
+        with tempfile.TemporaryDirectory() as tmp:
+            cold = _run_load(gguf, Path(tmp), fmt, args.threads)  # empty weight cache
+            cached = _run_load(gguf, Path(tmp), fmt, args.threads)
+        _run_load(gguf, cache_dir(), fmt, args.threads)  # fill the user cache for ask
+        rows.append({"format": fmt, "loaded_as": cached["scheme"], "cold_load_s": cold["load_s"],
+                     "cached_load_s": cached["load_s"], "ask_s": _run_ask(args.model, fmt),
+                     "peak_rss": cached["peak"], "held": cached["held"],
+                     "gguf_tensor_bytes": tensor_bytes})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
+    if args.agreement:
+        agree = _agreement(gguf, [r["loaded_as"] for r in rows], cache_dir())
+        for r in rows:
+            r["top1"] = agree[r["loaded_as"]]
+    print(f"{args.model} ({gguf.name}), {args.threads} threads; GGUF tensor bytes "
+          f"{tensor_bytes / 1e6:.1f} MB")
+    print("| --quant | loads as | cold load s | cached load s | ask s (16 tokens) | peak RSS "
+          "| held MB (x GGUF) | top-1 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        top1 = f"{100 * r['top1']:.1f}%" if "top1" in r else "-"
+        print(f"| {r['format']} | {r['loaded_as']} | {r['cold_load_s']:.2f} | "
+              f"{r['cached_load_s']:.2f} | {r['ask_s']:.2f} | {r['peak_rss'] / 2**30:.2f} GiB | "
+              f"{r['held'] / 1e6:.0f} ({r['held'] / tensor_bytes:.2f}x) | {top1} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Startup order: help never imports torch; a prompt no context can hold fails before any
+weight is loaded (checked in fresh processes, where ``sys.modules`` tells what was imported)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_HELP = r"""
+import sys
+from localchat.app.cli import main
+sys.argv = ["localchat", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print("TORCH" if "torch" in sys.modules else "NO-TORCH")
+"""
+
+_TOO_LONG = r"""
+import sys
+from localchat.app import ask_cmd
+from localchat.app.load_options import LoadOptions
+from localchat.app.session import ChatSession
+from localchat.engine.errors import ContextLengthError
+session = ChatSession()
+session.add_user("word " * 20000)
+try:
+    ask_cmd._check_prompt_before_load(LoadOptions(model="smollm2-135m", draft=None,
+                                                  quant="auto", num_speculative_tokens=None),
+                                      session, 16)
+    print("NO-ERROR")
+except ContextLengthError as err:
+    print("ERROR", err)
+# no engine was built (the loader package may be imported for the config, no weight read)
+loaded = [m for m in ("localchat.engine.llm_engine", "localchat.engine.async_engine",
+                      "localchat.app.engine_loader") if m in sys.modules]
+print("LOADED", loaded)
+"""
+
+
+def test_help_does_not_import_torch():
+    for args in (["--help"], ["ask", "--help"]):
+        out = subprocess.run([sys.executable, "-c", _HELP, *args], capture_output=True,
+                             text=True, timeout=120, check=False)
+        assert "Usage" in out.stdout, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", args
+
+
+def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf):
+    out = subprocess.run([sys.executable, "-c", _TOO_LONG], capture_output=True, text=True,
+                         timeout=300, check=False)
+    lines = out.stdout.strip().splitlines()
+    assert lines and lines[-2].startswith("ERROR") and "20" in lines[-2], out.stderr[-2000:]
+    assert lines[-1] == "LOADED []"

@@ -1,0 +1,116 @@
+"""SmolLM2-135M (GGUF Q4_1 projections, Q8_0 tied embedding) in its own format, ``native``.
+
+Oracle: transformers' Llama loaded from the same GGUF (dequantized by ``gguf`` in numpy,
+fp32; the session fixture). One teacher-forced pass over 256 positions of a fixed text.
+
+* The exact path (``quant_kernel="dequant"``: fp32 activations, weights dequantized exactly)
+  computes with the very fp32 weights the oracle holds, so its logits differ only by fp32
+  summation order: |diff| <= 1e-3 (logits are O(10); fp32 accumulation over K <= 1536 gives
+  ~1e-5 relative), top-1 agreement >= 99.5%.
+* The packed CPU path (PyTorch's int4 kernel: bf16 activations and bf16 scales, 8 significant
+  bits) is bounded by bf16's resolution: |diff| <= 6% of the largest logit, top-1 >= 98%
+  (measured 99.6% here, 1 position in 256; the floor leaves room for other CPU kinds' bf16).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localchat.engine.config import QuantConfig
+from localchat.engine.layers.linear import Linear
+from localchat.engine.loader import load_model
+from localchat.engine.loader.native import native_weight_bytes
+from localchat.engine.quant.evaluate import EVAL_TEXT, teacher_forced_logits, top1_agreement
+
+POSITIONS = 256
+
+
+@pytest.fixture(scope="module")
+def ids(smollm2_engine):
+    ids = smollm2_engine.tokenizer.encode(EVAL_TEXT)[: POSITIONS + 1]
+    assert len(ids) == POSITIONS + 1
+    return ids
+
+
+@pytest.fixture(scope="module")
+def oracle_logits(smollm2_oracle, ids):
+    with torch.no_grad():
+        return smollm2_oracle(torch.tensor([ids])).logits[0].float()
+
+
+def _native(path, config, cache_dir, kernel="packed", use_cache=True):
+    return load_model(path, config, dtype=torch.float32, device=torch.device("cpu"),
+                      max_position=512, cache_dir=cache_dir,
+                      quant=QuantConfig(scheme="native", use_cache=use_cache),
+                      quant_kernel=kernel)
+
+
+def test_exact_path_matches_transformers(smollm2_gguf, smollm2_engine, cache_dir, ids,
+                                         oracle_logits):
+    model = _native(smollm2_gguf, smollm2_engine.model_config, cache_dir, "dequant")
+    got = teacher_forced_logits(model, ids)
+    assert (got - oracle_logits).abs().max().item() <= 1e-3
+    assert top1_agreement(got[:POSITIONS], oracle_logits[:POSITIONS]) >= 0.995
+
+
+def test_packed_path_within_bf16_tolerance(smollm2_gguf, smollm2_engine, cache_dir, ids,
+                                           oracle_logits):
+    model = _native(smollm2_gguf, smollm2_engine.model_config, cache_dir)
+    got = teacher_forced_logits(model, ids)
+    assert (got - oracle_logits).abs().max() <= 0.06 * oracle_logits.abs().max()
+    agreement = top1_agreement(got[:POSITIONS], oracle_logits[:POSITIONS])
+    print(f"native packed: top-1 agreement {agreement:.4f}")
+    assert agreement >= 0.98
+
+
+def test_holds_the_planned_bytes_and_no_float_copy(smollm2_gguf, smollm2_engine, cache_dir):
+    config = smollm2_engine.model_config
+    model = _native(smollm2_gguf, config, cache_dir)
+    assert model.lm_head is None  # tied: one quantized tensor serves embedding and LM head
+    for name, module in model.named_modules():
+        if isinstance(module, Linear):
+            assert module.weight is None, f"{name} kept a float weight"
+            assert getattr(module, "weight_t", None) is None, name
+    held = sum(t.numel() * t.element_size() for n, t in
+               list(model.named_parameters()) + list(model.named_buffers())
+               if "cos_sin_cache" not in n)
+    assert held == native_weight_bytes(smollm2_gguf, config, "cpu", torch.float32, cache_dir)
+    # the file's quantized bytes, give or take fp32 scales (Q4_1 keeps fp16 d and m)
+    assert held < 1.35 * smollm2_gguf.stat().st_size
+
+
+def test_cache_round_trip_and_stale_entry_rebuilt(smollm2_gguf, smollm2_engine, tmp_path,
+                                                  ids):
+    from safetensors.torch import save_file
+
+    from localchat.engine.quant.cache import cache_path
+
+    config = smollm2_engine.model_config
+    entry = cache_path(tmp_path, smollm2_gguf, "native", 32, torch.float32)
+    entry.parent.mkdir(parents=True)
+    save_file({"x": torch.zeros(1)}, str(entry), metadata={"format": "localchat-quant-1"})
+    first = _native(smollm2_gguf, config, tmp_path, "dequant")
+    assert not first.quant_cache_hit  # the stale entry was not trusted ...
+    second = _native(smollm2_gguf, config, tmp_path, "dequant")
+    assert second.quant_cache_hit  # ... but rebuilt
+    short = ids[:32]
+    assert torch.equal(teacher_forced_logits(first, short), teacher_forced_logits(second, short))
+
+
+def test_native_on_a_float_checkpoint_is_unquantized(tmp_path):
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.quant.schemes import QuantScheme
+
+    from ..tiny_models import save_tiny_model
+
+    hf = save_tiny_model("llama", tmp_path)
+    config = load_model_config(tmp_path)
+    model = load_model(tmp_path, config, dtype=torch.float32, device=torch.device("cpu"),
+                       quant=QuantConfig(scheme="native"))
+    assert model.quant_scheme is QuantScheme.NONE
+    ids = [1, 5, 9, 2]
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(teacher_forced_logits(model, ids + [3])[:4], want,
+                               atol=1e-4, rtol=1e-4)
