@@ -10,15 +10,12 @@ dispatches per type; vLLM's GGUF linear method does the same per layer.
 
 Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU PyTorch's
 ``_weight_int4pack_mm_for_cpu``, bf16 scales); group-wise int8 uses
-``localchat.kernels.int8_matmul`` when it takes group-wise scales and mins (the shared
-contract), else dequantizes blocks of rows into a reused fp32 buffer and multiplies
-(correct, about 2-3x slower than an fp32 GEMV on this machine: the CPU kernels issue's
-C++ kernel is the fast path).
+``localchat.kernels.int8_matmul`` on CUDA and, for up to ``CPU_MAX_ROWS`` rows, on CPU
+through the C++ kernel; otherwise it dequantizes blocks of rows into a reused fp32 buffer
+and multiplies (about 2-3x slower than an fp32 GEMV on this machine).
 """
 
 from __future__ import annotations
-
-import inspect
 
 import torch
 import torch.nn.functional as F
@@ -32,14 +29,13 @@ from .schemes import QuantScheme
 _ROWS_PER_BLOCK = 256  # rows dequantized at a time by the fallback int8 path
 
 
-def _contract_int8_kernel():
-    """``localchat.kernels.int8_matmul`` if it takes ``mins`` and ``group_size`` (the
-    group-wise contract), else ``None``."""
-    op = _kernel("int8_matmul")
-    if op is None:
-        return None
-    params = inspect.signature(op).parameters
-    return op if "mins" in params and "group_size" in params else None
+def _cpu_kernel_rows() -> int:
+    """Rows up to which CPU calls go to ``localchat.kernels``' C++ group-wise int8 kernel
+    (0 when it is not built: no compiler, or ``LOCALCHAT_KERNELS=reference``)."""
+    from localchat import kernels
+    from localchat.kernels import cpu
+
+    return kernels.CPU_MAX_ROWS if cpu.available() else 0
 
 
 class Int8GroupLinearMethod(LinearMethod):
@@ -74,12 +70,15 @@ class Int8GroupLinearMethod(LinearMethod):
 
     def apply(self, layer, x):
         x2 = _flat(x)
-        # CUDA: the Triton kernel. CPU: until localchat.kernels dispatches CPU tensors to a C++
-        # kernel (the CPU-kernels issue), its reference dequantizes the whole matrix per call,
-        # slower than the row-block path below.
-        op = _contract_int8_kernel() if self.kernel == "packed" and x2.is_cuda else None
+        # CUDA: the Triton kernel. CPU: the C++ kernel for decode and verification rows
+        # (batch-invariant, M <= CPU_MAX_ROWS); larger batches (prefill) and machines without
+        # the C++ kernels dequantize blocks of rows.
+        cpu_kernel = x2.device.type == "cpu" and x2.shape[0] <= _cpu_kernel_rows()
+        op = _kernel("int8_matmul") if self.kernel == "packed" and (
+            x2.is_cuda or cpu_kernel) else None
         if op is not None:
-            y = op(x2, layer.qweight, layer.scales, self._mins(layer), self.group_size)
+            y = op(x2, layer.qweight, layer.scales, self._mins(layer),
+                   self.group_size).to(x.dtype)
         elif x2.device.type == "cpu":
             y = self._blockwise(layer, x2.float()).to(x.dtype)
         else:
