@@ -8,12 +8,14 @@ the paged cache. Logits are computed only for the last row of requests that samp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .attention_metadata import AttentionMetadata
+from .cuda_graphs import DEFAULT_BATCH_SIZES
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
@@ -91,9 +93,10 @@ class ModelRunner:
         self._generators: dict[str, torch.Generator] = {}
 
     def capture_cuda_graphs(self, max_model_len: int,
-                            batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> None:
+                            batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES) -> None:
         """On CUDA, capture the model's decode step for ``batch_sizes`` sequences (pure
-        decode steps then replay a graph; other shapes run eagerly). No-op elsewhere or when
+        decode steps then replay a graph; other shapes run eagerly; default
+        ``cuda_graphs.DEFAULT_BATCH_SIZES``). No-op elsewhere or when
         ``LOCALCHAT_CUDA_GRAPHS=0``. The KV cache tensors must not be reallocated after."""
         import os
 

@@ -56,11 +56,6 @@ class DraftModelProposer:
             self._shadows[req.request_id] = shadow
         return shadow
 
-    def num_computed_tokens(self, request_id: str) -> int:
-        """Tokens of ``request_id`` the draft holds valid K/V for (0 if unknown)."""
-        shadow = self._shadows.get(request_id)
-        return 0 if shadow is None else shadow.num_computed_tokens
-
     @torch.inference_mode()
     def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
                 generators: dict[str, torch.Generator | None]) -> None:
