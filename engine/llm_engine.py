@@ -1,6 +1,6 @@
 """The synchronous engine: add requests, call ``step()``, read ``RequestOutput``s.
 
-Wires the parts of one chat turn (DESIGN.md section 3): tokenizer, scheduler over a paged KV
+Wires the parts of one chat turn (README, Architecture): tokenizer, scheduler over a paged KV
 cache, model runner, sampler, incremental detokenizer. ``generate`` is the one-request
 streaming convenience the CLI uses. Reference design: vLLM's ``LLMEngine``.
 """

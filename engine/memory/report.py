@@ -1,4 +1,4 @@
-"""Predicted vs measured memory of a loaded engine (DESIGN.md section 4, "Memory").
+"""Predicted vs measured memory of a loaded engine (README, Memory planning).
 
 ``memory_report(engine)`` re-plans the engine's actual configuration (its model config, dtype,
 KV pool) with the planner's formulas and sets the prediction beside a measurement: on CUDA the

@@ -1,6 +1,6 @@
 """The chat screen: history sidebar, message list, prompt and live status bar.
 
-One chat turn (DESIGN.md section 3): the user's message is committed to the history before
+One chat turn (README, Architecture): the user's message is committed to the history before
 generation starts, the conversation is rendered into prompt token ids (old turns dropped to fit
 the context, with a notice), and a worker streams ``AsyncLLMEngine.generate`` into a
 ``MessageView``. The engine runs on its own thread, so the UI stays responsive; a reply keeps
