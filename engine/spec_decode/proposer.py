@@ -22,7 +22,7 @@ from torch import nn
 from ..kv_cache import KVCacheManager
 from ..model_runner import BatchEntry, build_batch
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, sampling_probs
+from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
 
 
 class DraftModelProposer:
@@ -123,8 +123,7 @@ class DraftModelProposer:
         if params.greedy:
             return int(row.argmax(dim=-1)), None
         p = sampling_probs(row, [params])
-        noise = torch.empty_like(p).exponential_(generator=generator)
-        return int((p / noise).argmax(dim=-1)), p[0]
+        return int(exponential_race(p, generator)[0]), p[0]
 
     def rollback(self, req: Request) -> None:
         """After verification: keep only draft K/V for tokens the target accepted
