@@ -1,10 +1,10 @@
 """The numbers the status bar shows, read tolerantly from the engine and its outputs.
 
-``StatusInfo`` is filled from the engine's ``EngineInfo`` (model, weight format, device, ``max_model_len``),
-from the latest ``RequestOutput`` of the current turn (TTFT, decode tokens/s, cached prompt
-tokens, speculative acceptance, context used) and from ``EngineStats`` (KV cache usage). Fields
-an engine does not provide (speculative counters, a quantized format) stay None and show
-as ``-``. ``format_status`` renders one line that fits ``width`` cells.
+``StatusInfo`` is filled from the engine's ``EngineInfo`` (model, weight format, device,
+``max_model_len``; a remote engine has none), from the latest ``RequestOutput`` of the current
+turn (TTFT, decode tokens/s, cached prompt tokens, speculative acceptance, context used) and
+from ``EngineStats`` (KV cache usage). Fields an engine does not provide (speculative
+counters, a quantized format) stay None and show as ``-``. ``format_status`` renders one line that fits ``width`` cells.
 """
 
 from __future__ import annotations
