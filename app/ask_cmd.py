@@ -14,8 +14,9 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,6 +24,11 @@ from localchat.app import cli_io, interrupts, render
 from localchat.app.cli_io import CliUsageError
 from localchat.app.load_options import LoadOptions, check_load_options, context_choice
 from localchat.app.report import answer_stats, format_stats_line
+
+if TYPE_CHECKING:  # torch stays out of ``localchat --help``
+    from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.outputs import RequestOutput
+    from localchat.engine.sampling_params import SamplingParams
 
 # SamplingParams field -> the flag that sets it (used to name the flag in range errors).
 SAMPLING_FLAGS = {
@@ -178,7 +184,7 @@ def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: in
     fit(session, tokenizer, bound, max_tokens)  # notices come from the real fit, after load
 
 
-def load_engine(options: LoadOptions) -> Any:
+def load_engine(options: LoadOptions) -> LLMEngine:
     """Resolve the model and load an ``LLMEngine`` (notice on stderr when a terminal); a
     second Ctrl+C while loading ends the process at once (``interrupts.loading_interrupts``)."""
     from localchat.app import engine_loader
@@ -324,14 +330,15 @@ def _make_writer(args: AskArgs) -> Any:
     return cli_io.AnswerWriter(buffered=args.no_stream)
 
 
-def _answer(engine: Any, prompt_ids: list[int], sampling: Any, args: AskArgs, store: Any,
-            conv_id: str | None, model: str, parent_id: int | None = None) -> None:
+def _answer(engine: LLMEngine, prompt_ids: list[int], sampling: SamplingParams,
+            args: AskArgs, store: Any, conv_id: str | None, model: str,
+            parent_id: int | None = None) -> None:
     """Generate and show the reply, then save it and report; Ctrl+C, SIGTERM and SIGHUP keep
     the partial reply (shown, saved as interrupted) and exit 128 + the signal (130, 143, 129);
     a closed stdout exits 141."""
     writer = _make_writer(args)
-    outputs: Any = None
-    last: Any = None
+    outputs: Iterator[RequestOutput] | None = None
+    last: RequestOutput | None = None
     interrupted = False
     guard = interrupts.InterruptGuard()
     try:

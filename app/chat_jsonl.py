@@ -18,11 +18,17 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from localchat.app import cli_io
 from localchat.app.report import answer_stats
 from localchat.engine.errors import ContextLengthError
+
+if TYPE_CHECKING:
+    from localchat.app.session import ChatSession
+    from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.outputs import RequestOutput
+    from localchat.engine.sampling_params import SamplingParams
 
 
 @dataclass
@@ -148,9 +154,10 @@ def _parse(line: str) -> dict[str, Any]:
     return msg
 
 
-def _answer(engine: Any, ids: list[int], sampling: Any, session: Any) -> dict[str, Any]:
+def _answer(engine: LLMEngine, ids: list[int], sampling: SamplingParams,
+            session: ChatSession) -> dict[str, Any]:
     """Generate one reply, append it to ``session`` and build its output line."""
-    last = None
+    last: RequestOutput | None = None
     outputs = engine.generate(ids, sampling)
     try:
         for out in outputs:

@@ -1,10 +1,10 @@
 """The ``localchat`` command line: ``ask``, ``pull``, ``models``, ``history``, ``config``,
 ``serve``.
 
-A thin shell over the engine (DESIGN.md section 2): parse flags and delegate (``ask_cmd``,
+A thin shell over the engine (README, Architecture): parse flags and delegate (``ask_cmd``,
 ``history_cli``, ``config_cli``). torch and transformers are imported inside the commands, so
-``localchat --help`` and usage errors stay fast. Exit codes and error lines follow DESIGN.md
-section 9 (see ``cli_io.run_cli``).
+``localchat --help`` and usage errors stay fast. Exit codes and error lines follow
+``cli_io.run_cli`` (README, Usage).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Terminal plumbing for the CLI: stdin, streamed stdout, one-line errors and exit codes.
 
-DESIGN.md section 9: one line on stderr for every user-facing error (``localchat: error:
-...``), no traceback unless ``--debug``; exit 0 ok, 1 runtime error, 2 usage error, 130
-interrupted. stdout carries only the answer. Nothing here imports torch or transformers.
+The error contract (README, Usage): one line on stderr for every user-facing error
+(``localchat: error: ...``), no traceback unless ``--debug``; exit 0 ok, 1 runtime error, 2
+usage error, 130 interrupted. stdout carries only the answer. Nothing here imports torch or
+transformers.
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ def sampling_error_message(err: ValueError, flags: dict[str, str]) -> str:
 
 
 def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
-    """Run a click/typer command and map every outcome to an exit code (DESIGN.md section 9).
+    """Run a click/typer command and map every outcome to an exit code (module docstring).
 
     Usage errors -> one line, 2; ``LocalchatError`` -> one line, 1; Ctrl+C -> 130; anything
     else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).

@@ -1,13 +1,19 @@
-"""From the user's load options (model, ``--draft``, ``--quant``) to a running engine.
+"""From the user's load options (model, ``--draft``, ``--quant``, ``--context``) to a running
+engine.
 
-Resolves the model and its draft (``--draft auto`` picks the catalog's natural draft for the
-target, e.g. ``qwen2.5-coder-1.5b`` -> ``qwen2.5-coder-0.5b``), builds the ``EngineConfig``
-(weight format, speculative decoding) and loads a synchronous ``LLMEngine`` (``ask``,
-``chat --jsonl``) or an ``AsyncLLMEngine`` (the TUI). No engine logic lives here.
+``load`` is the one load path of every front end: it resolves the model and its draft
+(``--draft auto`` picks the catalog's natural draft for the target, e.g.
+``qwen2.5-coder-1.5b`` -> ``qwen2.5-coder-0.5b``), checks the context against the model,
+builds the ``EngineConfig`` (weight format, speculative decoding, context) and loads a
+synchronous ``LLMEngine`` (``ask``, ``chat --jsonl``) or an ``AsyncLLMEngine`` (the TUI,
+``app/tui/engine_host.py``). Progress lines go to stderr, or to a ``progress`` callback (the
+TUI owns the terminal). No engine logic lives here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +22,7 @@ from localchat.app.load_options import LoadOptions
 from localchat.engine.errors import LocalchatError
 
 NO_DRAFT = ("", "none", "off")
+Progress = Callable[[str], None]
 
 
 class DraftChoiceError(LocalchatError):
@@ -52,10 +59,11 @@ def engine_config(options: LoadOptions, draft_path: Path | None) -> Any:
         SpeculativeConfig,
     )
 
-    spec = SpeculativeConfig(
-        draft_model=str(draft_path) if draft_path is not None else None,
-        num_speculative_tokens=options.num_speculative_tokens or 4)
-    return EngineConfig(quant=QuantConfig(scheme=options.quant or "auto"), speculative=spec,
+    spec = SpeculativeConfig(draft_model=str(draft_path) if draft_path is not None else None)
+    if options.num_speculative_tokens is not None:  # else the engine's default k
+        spec = dataclasses.replace(spec, num_speculative_tokens=options.num_speculative_tokens)
+    quant = QuantConfig(scheme=options.quant) if options.quant else QuantConfig()
+    return EngineConfig(quant=quant, speculative=spec,
                         scheduler=SchedulerConfig(max_model_len=options.context))
 
 
@@ -78,28 +86,39 @@ def check_context(options: LoadOptions, source: Any) -> None:
                             f"for a context of at most {trained} tokens (use {trained} or less)")
 
 
-def load(options: LoadOptions, *, use_async: bool = False) -> Any:
+def load(options: LoadOptions, *, progress: Progress | None = None,
+         use_async: bool = False) -> Any:
     """Resolve (downloading when needed) and load the engine for ``options``.
 
+    ``progress`` receives the download lines and the "loading ..." line (None: they go to
+    stderr through ``cli_io``). ``use_async`` returns an ``AsyncLLMEngine`` (its step loop on
+    its own thread) instead of an ``LLMEngine``.
+
     Raises ``LocalchatError`` subclasses (unknown model, download or load failure, a draft
-    whose vocabulary differs from the target's).
+    whose vocabulary differs from the target's, ``DraftChoiceError``) and ``CliUsageError``
+    for a context above the model's trained context.
     """
     from localchat.app.settings import cache_dir
     from localchat.engine.hub.resolve import resolve_model
 
+    fetch_progress = progress if progress is not None else cli_io.stderr_progress
     source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
-                           progress=cli_io.stderr_progress)
+                           progress=fetch_progress)
     check_context(options, source)
     draft = draft_spec(options, source.alias)
     draft_path = None
     if draft is not None:
         draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
-                                     progress=cli_io.stderr_progress)
+                                     progress=fetch_progress)
         if Path(draft_source.path) == Path(source.path):
             raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
         draft_path = draft_source.path
     name = source.alias or options.model
-    cli_io.notice(f"loading {name}" + (f" with draft {draft}" if draft else "") + " ...")
+    line = f"loading {name}" + (f" with draft {draft}" if draft else "") + " ..."
+    if progress is None:
+        cli_io.notice(line)
+    else:
+        progress(line)
     config = engine_config(options, draft_path)
     if use_async:
         from localchat.engine.async_engine import AsyncLLMEngine

@@ -1,9 +1,10 @@
 """A conversation, independent of any user interface.
 
 ``ChatSession`` holds the system prompt and the user/assistant turns, and renders the whole
-conversation with the model's chat template into prompt token ids (DESIGN.md section 3, step
-1). The CLI's ``ask`` builds a one-turn session; the TUI keeps one per conversation and renders
-it again every turn, so the engine's prefix cache can reuse the earlier turns.
+conversation with the model's chat template into prompt token ids (the first step of a chat
+turn, README, Architecture). The CLI's ``ask`` builds a one-turn session; the TUI keeps one per
+conversation and renders it again every turn, so the engine's prefix cache can reuse the earlier
+turns.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Schema (timestamps are Unix seconds, ``time.time()``)::
     messages_fts: FTS5 over messages.content (porter stemming), kept in sync by triggers
 
 When this SQLite build has no FTS5, search falls back to ``LIKE`` (``Store.fts`` is False and
-``search`` warns once). DESIGN.md section 4: a crash or cancel mid-reply never loses the user's
+``search`` warns once). A crash or cancel mid-reply never loses the user's
 message; callers commit it before generation starts (``add_message`` commits at once).
 
 The history must never take the app down. Every ``Store`` method (and the constructor) turns a

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .config import EngineConfig
 from .llm_engine import LLMEngine
-from .outputs import EngineStats, RequestOutput
+from .outputs import EngineInfo, EngineStats, RequestOutput
 from .sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class AsyncLLMEngine:
         self._streams: dict[str, _Stream] = {}
         self._ids = itertools.count()
         self._stats = engine.get_stats()
+        self._info = engine.get_info()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="localchat-engine",
                                         daemon=True)
@@ -120,6 +121,10 @@ class AsyncLLMEngine:
     def get_stats(self) -> EngineStats:
         """The stats snapshot taken after the latest step."""
         return self._stats
+
+    def get_info(self) -> EngineInfo:
+        """The wrapped engine's ``EngineInfo`` (fixed at load)."""
+        return self._info
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix (applied by the engine thread before its next step)."""
@@ -196,7 +201,7 @@ class AsyncLLMEngine:
             stream.put(final)
 
     def _fail_all(self, exc: Exception) -> None:
-        for rid in list(self.engine.scheduler.requests):
+        for rid in self.engine.request_ids():
             self.engine.abort_request(rid)
             stream = self._streams.get(rid)
             if stream is not None:

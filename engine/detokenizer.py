@@ -1,7 +1,7 @@
 """Incremental ids -> text for streaming, with UTF-8 hold-back.
 
 ``IncrementalDetokenizer.step(new_ids)`` returns the text the new ids add. The invariant
-(DESIGN.md section 4): the concatenated deltas plus ``flush()`` equal
+(README, Architecture): the concatenated deltas plus ``flush()`` equal
 ``tokenizer.decode(all_ids)`` exactly, for byte-level BPE (SmolLM2, Qwen, Llama 3) and
 SentencePiece with byte fallback (Llama 2, Mistral), and no delta carries a U+FFFD for a
 character whose bytes are split across tokens: such a tail is held back until it completes.

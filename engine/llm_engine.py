@@ -1,6 +1,6 @@
 """The synchronous engine: add requests, call ``step()``, read ``RequestOutput``s.
 
-Wires the parts of one chat turn (DESIGN.md section 3): tokenizer, scheduler over a paged KV
+Wires the parts of one chat turn (README, Architecture): tokenizer, scheduler over a paged KV
 cache, model runner, sampler, incremental detokenizer. ``generate`` is the one-request
 streaming convenience the CLI uses. Reference design: vLLM's ``LLMEngine``.
 """
@@ -22,7 +22,7 @@ from .kv_cache import KVCacheManager, allocate_kv_caches
 from .loader import load_model, load_model_config
 from .memory.footprint import kv_bytes
 from .model_runner import ModelRunner
-from .outputs import EngineStats, RequestMetrics, RequestOutput
+from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput, float_format
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
@@ -74,10 +74,13 @@ class LLMEngine:
     ``speculator`` (a ``spec_decode.Speculator``, or ``None``) drafts tokens for decoding
     requests with a draft model; the target verifies them in its step (greedy output is
     unchanged token for token, sampled output keeps the target's distribution).
+    ``model_name`` names the checkpoint in :meth:`get_info` (default: the architecture).
     """
 
     def __init__(self, model, model_config: ModelConfig, tokenizer: Tokenizer,
-                 config: EngineConfig, max_model_len: int, speculator=None) -> None:
+                 config: EngineConfig, max_model_len: int, speculator=None, *,
+                 model_name: str | None = None) -> None:
+        self.model_name = model_name or model_config.architecture
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = config
@@ -100,6 +103,8 @@ class LLMEngine:
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
+        self._weight_format, self._group_size = _loaded_weight_format(model, self.dtype)
+        self._kv_cache_bytes = sum(t.nbytes for t in kv_caches)
         self.speculator = speculator
         self.runner.capture_cuda_graphs(max_model_len)
         self._detoks: dict[str, IncrementalDetokenizer] = {}
@@ -153,7 +158,8 @@ class LLMEngine:
 
             config, _ = plan_cuda_pools(model, model_config, draft_model, draft_config,
                                         config, max_model_len)
-        engine = cls(model, model_config, tokenizer, config, max_model_len)
+        engine = cls(model, model_config, tokenizer, config, max_model_len,
+                     model_name=Path(path).name)
         if draft_model is not None:
             engine.speculator = Speculator.build(
                 draft_model, draft_config, model_config, config,
@@ -260,6 +266,22 @@ class LLMEngine:
             spec=None if self.speculator is None else self.speculator.stats,
         )
 
+    def get_info(self) -> EngineInfo:
+        """What this engine loaded (model, weight format, dtype, device, KV pool, draft)."""
+        draft = self.config.speculative.draft_model if self.speculator is not None else None
+        return EngineInfo(
+            model=self.model_name, weight_format=self._weight_format, dtype=self.dtype,
+            device=self.device, max_model_len=self.max_model_len, num_blocks=self.num_blocks,
+            block_size=self.config.cache.block_size, kv_cache_bytes=self._kv_cache_bytes,
+            quant_group_size=self._group_size,
+            draft=None if draft is None else Path(draft).name,
+            num_spec_tokens=0 if draft is None
+            else self.config.speculative.num_speculative_tokens)
+
+    def request_ids(self) -> list[str]:
+        """Ids of the requests queued or running (not finished, not aborted)."""
+        return list(self.scheduler.requests)
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix (blocks in use stay)."""
         self.kv_cache_manager.reset_prefix_cache()
@@ -348,6 +370,17 @@ class LLMEngine:
         finally:
             if not finished:
                 self.abort_request(rid)
+
+
+def _loaded_weight_format(model, dtype: torch.dtype) -> tuple[str, int | None]:
+    """The loaded model's weight format (its ``quant_scheme``, set by ``load_model``; else the
+    float format of ``dtype``) and the group size of its group-wise layers (None if none)."""
+    scheme = getattr(model, "quant_scheme", None)
+    if scheme is None or not scheme.is_quantized:
+        return float_format(dtype), None
+    group = next((m.quant_method.group_size for m in model.modules()
+                  if hasattr(getattr(m, "quant_method", None), "group_size")), None)
+    return str(scheme.value), group
 
 
 __all__ = ["FinishReason", "LLMEngine"]

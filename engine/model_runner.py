@@ -9,10 +9,12 @@ the paged cache. Logits are computed only for the last row of requests that samp
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
+from .cuda_graphs import DEFAULT_BATCH_SIZES
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
@@ -68,12 +70,13 @@ class ModelRunner:
         self._generators: dict[str, torch.Generator] = {}
 
     def capture_cuda_graphs(self, max_model_len: int,
-                            batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> str | None:
-        """On CUDA, capture the model's decode step for ``batch_sizes`` sequences (pure
-        decode steps then replay a graph; other shapes run eagerly). Returns ``None`` when
-        captured, else why not: off CUDA, ``LOCALCHAT_CUDA_GRAPHS=0``, or when an op would not
-        be graph-safe (``cuda_graphs.graph_unsafe_reason``: the PyTorch reference kernels read
-        device values on the host). The KV cache tensors must not be reallocated after."""
+                            batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES) -> str | None:
+        """On CUDA, capture the model's decode step for ``batch_sizes`` sequences (default
+        ``cuda_graphs.DEFAULT_BATCH_SIZES``; pure decode steps then replay a graph; other
+        shapes run eagerly). Returns ``None`` when captured, else why not: off CUDA,
+        ``LOCALCHAT_CUDA_GRAPHS=0``, or when an op would not be graph-safe
+        (``cuda_graphs.graph_unsafe_reason``: the PyTorch reference kernels read device values
+        on the host). The KV cache tensors must not be reallocated after."""
         import os
 
         if self.device.type != "cuda":

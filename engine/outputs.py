@@ -1,11 +1,53 @@
-"""What leaves the engine."""
+"""What leaves the engine. torch is not imported here (the CLI imports these types early)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .request import FinishReason
+
+if TYPE_CHECKING:
+    import torch
+
+_FLOAT_FORMATS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def float_format(dtype: torch.dtype) -> str:
+    """The weight-format name of an unquantized ``dtype``: "fp32", "bf16", "fp16" (else the
+    dtype's own name without ``torch.``)."""
+    name = str(dtype).removeprefix("torch.")
+    return _FLOAT_FORMATS.get(name, name)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a loaded engine is: fixed from load to shutdown (``LLMEngine.get_info()``).
+
+    ``model`` / ``draft``: the checkpoint names (file or folder name; ``draft`` None without
+    speculative decoding). ``weight_format``: the loaded decoder weights' format, a quantized
+    scheme ("int8", "int4", "fp8") or the float format of ``dtype`` ("fp32", "bf16", "fp16");
+    ``quant_group_size`` the int4 group size (None otherwise). ``dtype``: activations and KV
+    cache. KV pool: ``num_blocks`` blocks of ``block_size`` tokens, ``kv_cache_bytes`` the bytes
+    the engine allocated for them (K and V, all layers). ``max_model_len``: prompt + reply, in
+    tokens. ``num_spec_tokens``: the largest draft length per step (0 without a draft).
+    """
+
+    model: str
+    weight_format: str
+    dtype: torch.dtype
+    device: torch.device
+    max_model_len: int
+    num_blocks: int
+    block_size: int
+    kv_cache_bytes: int
+    quant_group_size: int | None = None
+    draft: str | None = None
+    num_spec_tokens: int = 0
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.weight_format not in _FLOAT_FORMATS.values()
 
 
 @dataclass

@@ -190,6 +190,27 @@ def _gather_logprobs(logprobs: torch.Tensor, tokens: torch.Tensor,
     return out
 
 
+def exponential_race(probs: torch.Tensor,
+                     generators: list[torch.Generator | None] | torch.Generator | None = None
+                     ) -> torch.Tensor:
+    """One categorical draw per row of ``probs [n, vocab]`` (fp32, rows summing to 1) by the
+    exponential race: ``argmax(p / E)`` with ``E ~ Exponential(1)`` i.i.d. picks index ``i``
+    with probability ``p_i`` (the Gumbel-max trick in another form; vLLM's sampler draws the
+    same way). Returns ``[n]`` int64 ids.
+
+    ``generators``: one per row (``None`` entries use the global RNG), or one generator (or
+    ``None``) drawing the whole ``[n, vocab]`` noise tensor at once. Every sampling draw of
+    the engine (sampler, rejection sampler, draft proposer) goes through here.
+    """
+    noise = torch.empty_like(probs)
+    if isinstance(generators, list):
+        for i, gen in enumerate(generators):
+            noise[i].exponential_(generator=gen)
+    else:
+        noise.exponential_(generator=generators)
+    return (probs / noise).argmax(dim=-1)
+
+
 def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """The distribution each row samples from: ``logits [n, vocab]`` fp32 (already
     penalized) -> ``probs [n, vocab]`` fp32 after temperature, top-k, top-p and min-p (steps
@@ -241,10 +262,6 @@ class Sampler:
             return greedy_tokens
         device = logits.device
         params = metadata.params
-        probs = sampling_probs(logits, params)
-        noise = torch.empty_like(probs)
-        for i, gen in enumerate(metadata.generators):
-            noise[i].exponential_(generator=gen)
-        sampled = (probs / noise).argmax(dim=-1)
+        sampled = exponential_race(sampling_probs(logits, params), list(metadata.generators))
         is_greedy = torch.tensor([p.greedy for p in params], device=device)
         return torch.where(is_greedy, greedy_tokens, sampled)

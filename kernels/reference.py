@@ -1,10 +1,10 @@
 """PyTorch reference implementations of the data-plane ops.
 
 These are the CPU paths and the oracles the Triton kernels are tested against. Shapes follow
-DESIGN.md section 5: a layer's KV cache is ``key_cache, value_cache`` each
-``[num_blocks, block_size, num_kv_heads, head_dim]`` (the two halves of the per-layer
-``[2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor). Token ``t`` of a sequence lives
-at slot ``block_table[t // block_size] * block_size + t % block_size``.
+the README's Architecture table (``engine/kv_cache/``): a layer's KV cache is ``key_cache,
+value_cache`` each ``[num_blocks, block_size, num_kv_heads, head_dim]`` (the two halves of the
+per-layer ``[2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor). Token ``t`` of a
+sequence lives at slot ``block_table[t // block_size] * block_size + t % block_size``.
 
 References: vLLM's paged attention (Kwon et al. 2023, arXiv 2309.06180); RMSNorm (Zhang &
 Sennrich 2019); rotary embeddings, neox layout (Su et al. 2021, arXiv 2104.09864).

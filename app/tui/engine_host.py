@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from localchat.engine.errors import LocalchatError
@@ -30,9 +29,9 @@ def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None 
 
     ``quant`` is a weight format (None: ``auto``); ``draft`` a draft model spec for
     speculative decoding (``auto``: the catalog's pairing; None/``none``: off); ``context``
-    the context size in tokens (None: the model's, at most 8192 on CPU). The same
-    choices as ``app/engine_loader.py`` (``draft_spec``, ``engine_config``), but progress goes
-    to the callback: the TUI owns the terminal, so nothing may be written to stderr.
+    the context size in tokens (None: the model's, at most 8192 on CPU). It is
+    ``engine_loader.load``, the one load path, with progress to the callback: the TUI owns
+    the terminal, so nothing may be written to stderr.
 
     Raises:
         LocalchatError: unknown model, download or load failure, a bad draft (one line).
@@ -69,34 +68,16 @@ def _remote(spec: str, quant: str | None, draft: str | None, context: int | None
 
 def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None,
           context: int | None = None, context_origin: str = "--context") -> Any:
-    from localchat.app.engine_loader import (
-        DraftChoiceError,
-        check_context,
-        draft_spec,
-        engine_config,
-    )
+    from localchat.app import engine_loader
     from localchat.app.load_options import LoadOptions
-    from localchat.app.settings import cache_dir
-    from localchat.engine.async_engine import AsyncLLMEngine
-    from localchat.engine.hub.resolve import resolve_model
 
     options = LoadOptions(model=spec, draft=draft, quant=quant or "auto", context=context,
                           context_origin=context_origin)
-    source = resolve_model(spec, cache_dir=cache_dir(), download=True, progress=progress)
-    check_context(options, source)
-    draft_name = draft_spec(options, source.alias)
-    draft_path = None
-    if draft_name is not None:
-        draft_source = resolve_model(draft_name, cache_dir=cache_dir(), download=True,
-                                     progress=progress)
-        if Path(draft_source.path) == Path(source.path):
-            raise DraftChoiceError(f"draft {draft_name}: the draft is the model itself")
-        draft_path = draft_source.path
-    if progress is not None:
-        progress(f"loading {source.alias or spec}"
-                 + (f" with draft {draft_name}" if draft_name else "") + " …")
-    config = engine_config(options, draft_path)
-    return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())
+    return engine_loader.load(options, progress=progress or _quiet, use_async=True)
+
+
+def _quiet(line: str) -> None:
+    """Progress that goes nowhere (never stderr: the TUI owns the terminal)."""
 
 
 def describe_error(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localchat.app.session import ChatSession
+from localchat.engine.outputs import RequestOutput
 
 # Reply room reserved when fitting the conversation into the context (tokens); as in ask.
 _request_ids = itertools.count()
@@ -48,7 +49,7 @@ class Turn:
     num_prompt_tokens: int
     dropped_turns: int = 0
     text: str = ""
-    last: Any = None
+    last: RequestOutput | None = None
     worker: Any = None
     interrupted: bool = False
     done: bool = False

@@ -1,10 +1,10 @@
 """The numbers the status bar shows, read tolerantly from the engine and its outputs.
 
-``StatusInfo`` is filled from the engine (model, weight format, device, ``max_model_len``),
-from the latest ``RequestOutput`` of the current turn (TTFT, decode tokens/s, cached prompt
-tokens, speculative acceptance, context used) and from ``EngineStats`` (KV cache usage). Fields
-an engine does not provide (speculative counters, a quantized format) stay None and show
-as ``-``. ``format_status`` renders one line that fits ``width`` cells.
+``StatusInfo`` is filled from the engine's ``EngineInfo`` (model, weight format, device,
+``max_model_len``; a remote engine has none), from the latest ``RequestOutput`` of the current
+turn (TTFT, decode tokens/s, cached prompt tokens, speculative acceptance, context used) and
+from ``EngineStats`` (KV cache usage). Fields an engine does not provide (speculative
+counters, a quantized format) stay None and show as ``-``. ``format_status`` renders one line that fits ``width`` cells.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.text import Text
+
+from localchat.engine.outputs import EngineInfo
 
 BAR_CELLS = 6
 
@@ -35,22 +37,16 @@ class StatusInfo:
     max_model_len: int | None = None
 
 
-def engine_fields(engine: Any, model: str) -> dict[str, Any]:
-    """Model name, weight format, device and ``max_model_len`` of a loaded engine."""
-    inner = getattr(engine, "engine", engine)
-    fmt = (getattr(engine, "weight_format", None) or getattr(inner, "weight_format", None))
-    if fmt is None:
-        quant = getattr(getattr(getattr(inner, "config", None), "quant", None), "scheme", None)
-        if quant not in (None, "auto", "none"):
-            fmt = str(quant)
-    if fmt is None:
-        dtype = getattr(inner, "dtype", None)
-        fmt = str(dtype).replace("torch.", "").replace("float", "fp").replace("bfp", "bf") \
-            if dtype is not None else None
-    device = getattr(engine, "device", None) or getattr(inner, "device", None)
-    return {"model": model, "weight_format": fmt,
-            "device": None if device is None else str(device),
-            "max_model_len": getattr(engine, "max_model_len", None)}
+def engine_fields(info: EngineInfo | None, model: str,
+                  max_model_len: int | None = None) -> dict[str, Any]:
+    """``StatusInfo`` fields from a loaded engine's ``EngineInfo``: ``model`` (the name the
+    user chose), weight format, device and ``max_model_len``. ``info`` None (a remote
+    engine, which reports none) leaves format and device unknown, with ``max_model_len``."""
+    if info is None:
+        return {"model": model, "weight_format": None, "device": None,
+                "max_model_len": max_model_len}
+    return {"model": model, "weight_format": info.weight_format, "device": str(info.device),
+            "max_model_len": info.max_model_len}
 
 
 def with_output(info: StatusInfo, out: Any) -> StatusInfo:

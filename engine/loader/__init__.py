@@ -74,8 +74,9 @@ def load_model(
 
     Weights are converted to ``dtype`` tensor by tensor. ``max_position`` (tokens) sizes the
     RoPE table; ``cache_dir`` keeps a GGUF's parsed tensor table and the quantized-weight
-    cache. ``quant`` picks the weight format (default: unquantized; "auto" means unquantized
-    until the memory planner is wired in): a quantized scheme quantizes the decoder layers'
+    cache. ``quant`` picks the weight format (default: unquantized; "auto" loads unquantized
+    here, since ``LLMEngine.from_path`` resolves "auto" with the memory planner before it calls
+    this): a quantized scheme quantizes the decoder layers'
     projections layer by layer from the checkpoint's fp32 weights, or reads them from the
     cache (``engine/loader/quantized.py``); ``quant_kernel`` ("packed" or "dequant") picks the
     linear method's kernel (benchmarks and tests). ``native`` on a GGUF keeps each tensor in its

@@ -1,10 +1,10 @@
-"""Predicted vs measured memory of a loaded engine (DESIGN.md section 4, "Memory").
+"""Predicted vs measured memory of a loaded engine (README, Memory planning).
 
 ``memory_report(engine)`` re-plans the engine's actual configuration (its model config, dtype,
 KV pool) with the planner's formulas and sets the prediction beside a measurement: on CUDA the
 caching allocator's bytes in use (``torch.cuda.memory_allocated``; weights + KV), on CPU the
-process's resident set (``VmRSS``; weights + KV + the runtime). ``localchat models --verbose``
-and the stats view print it.
+process's resident set (``VmRSS``; weights + KV + the runtime). ``ask --json`` reports it
+(its ``memory`` object).
 
 On CPU the KV pool is allocated with ``torch.empty``: the OS backs its pages only once they are
 written, so right after loading ``measured`` is below the prediction by the untouched part of
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from .budget import CPU_RUNTIME_OVERHEAD, process_rss_bytes
-from .footprint import kv_bytes, weight_bytes
+from .footprint import INT4_GROUP_SIZE, kv_bytes, weight_bytes
 
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_PLANNED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -58,34 +58,27 @@ class MemoryReport:
 def memory_report(engine) -> MemoryReport:
     """Predicted vs measured memory of a loaded ``LLMEngine`` (bytes).
 
-    Reads ``engine.model_config``, ``engine.dtype``, ``engine.device``, ``engine.num_blocks``
-    and ``engine.config.cache.block_size``; the weight format is ``engine.config.quant.scheme``
-    (``auto``/``none``: the engine's dtype), the int4 group size that of the loaded layers.
-    Raises ``ValueError`` for a dtype the planner does not know.
+    Re-plans what the engine reports it loaded (``engine.get_info()``: weight format, int4
+    group size, dtype, device, KV pool) for ``engine.model_config``. Raises ``ValueError`` for
+    a dtype the planner does not know.
     """
-    float_format = _DTYPE_NAMES.get(engine.dtype)
-    if float_format is None:
-        raise ValueError(f"no memory plan for dtype {engine.dtype}")
-    scheme = getattr(getattr(engine.config, "quant", None), "scheme", "none")
-    quantized = scheme not in ("auto", "none")
-    tokens = engine.num_blocks * engine.config.cache.block_size
-    group = next((m.quant_method.group_size for m in engine.runner.model.modules()
-                  if hasattr(getattr(m, "quant_method", None), "group_size")), 128)
-    native = getattr(engine.runner.model, "native_weight_bytes", None)
-    if scheme == "native" and native is None:  # native on a float checkpoint: unquantized
-        quantized = False
-    if scheme == "native" and native is not None:
-        weights = native  # from the GGUF tensor table (loader/native.py)
+    info = engine.get_info()
+    if info.dtype not in _PLANNED_DTYPES:
+        raise ValueError(f"no memory plan for dtype {info.dtype}")
+    tokens = info.num_blocks * info.block_size
+    if info.weight_format == "native":
+        # the GGUF's own quantization: exact bytes from its tensor table (loader/native.py)
+        weights = engine.runner.model.native_weight_bytes
     else:
-        weights = weight_bytes(engine.model_config, scheme if quantized else "none",
-                               engine.device, engine.dtype, group)
-    kv = kv_bytes(engine.model_config, tokens, engine.dtype)
-    if engine.device.type == "cuda":
-        overhead, measured = 0, int(torch.cuda.memory_allocated(engine.device))
+        weights = weight_bytes(engine.model_config,
+                               info.weight_format if info.is_quantized else "none",
+                               info.device, info.dtype, info.quant_group_size or INT4_GROUP_SIZE)
+    kv = kv_bytes(engine.model_config, tokens, info.dtype)
+    if info.device.type == "cuda":
+        overhead, measured = 0, int(torch.cuda.memory_allocated(info.device))
         what = "CUDA allocator bytes in use"
     else:
         overhead, measured = CPU_RUNTIME_OVERHEAD, process_rss_bytes()
         what = "process RSS"
-    return MemoryReport(engine.device.type, scheme if quantized else float_format, weights, kv,
-                        overhead,
+    return MemoryReport(info.device.type, info.weight_format, weights, kv, overhead,
                         weights + kv + overhead, measured, what)

@@ -93,9 +93,6 @@ class LinearMethod:
         return out_features * in_features * dtype.itemsize
 
 
-UnquantizedLinearMethod = LinearMethod
-
-
 class _PerChannelLinearMethod(LinearMethod):
     """Shared weight handling of the per-output-channel schemes (int8, fp8): a ``qweight``
     ``[N, K]`` of ``qdtype`` and fp32 ``scales [N]`` from ``quantize(weight)``."""

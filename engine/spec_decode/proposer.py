@@ -21,7 +21,7 @@ from torch import nn
 
 from ..kv_cache import KVCacheManager
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, sampling_probs
+from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
 from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 
@@ -56,11 +56,6 @@ class DraftModelProposer:
                              output_token_ids=req.output_token_ids)
             self._shadows[req.request_id] = shadow
         return shadow
-
-    def num_computed_tokens(self, request_id: str) -> int:
-        """Tokens of ``request_id`` the draft holds valid K/V for (0 if unknown)."""
-        shadow = self._shadows.get(request_id)
-        return 0 if shadow is None else shadow.num_computed_tokens
 
     @torch.inference_mode()
     def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
@@ -147,8 +142,7 @@ class DraftModelProposer:
             token = row.argmax(dim=-1)[0]
         else:
             p = sampling_probs(row, [params])
-            noise = torch.empty_like(p).exponential_(generator=generator)
-            token = (p / noise).argmax(dim=-1)[0]
+            token = exponential_race(p, generator)[0]
             p = p[0]
         if penalized:
             host_drafts.append(int(token))

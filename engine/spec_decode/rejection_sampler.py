@@ -18,13 +18,12 @@ from __future__ import annotations
 import torch
 
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, sampling_probs
+from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
 
 
 def _categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of ``probs [B, V]`` (exponential race: argmax of p / Exp(1))."""
-    noise = torch.empty_like(probs).exponential_(generator=generator)
-    return (probs / noise).argmax(dim=-1)
+    """One draw per row of ``probs [B, V]`` (``sampler.exponential_race``, one generator)."""
+    return exponential_race(probs, generator)
 
 
 def rejection_sample(target_probs: torch.Tensor, draft_probs: torch.Tensor,

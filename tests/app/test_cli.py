@@ -1,8 +1,8 @@
 """`localchat` CLI: exit codes, one-line errors, stdin handling and streamed answers.
 
 Subprocess tests run the real entry point (``python -m localchat.app.cli``) and check stdout
-and stderr separately (DESIGN.md sections 7 and 9). In-process tests drive ``ask`` with a fake
-engine where the model does not matter.
+and stderr separately (README, Usage: stdout carries only the answer, errors are one line).
+In-process tests drive ``ask`` with a fake engine where the model does not matter.
 
 Subprocesses get a fresh ``LOCALCHAT_HOME`` (history and config of their own) whose cache is
 the model cache of ``tests/conftest.py`` (``LOCALCHAT_HOME`` or the platformdirs default; CI

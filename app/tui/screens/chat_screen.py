@@ -1,6 +1,6 @@
 """The chat screen: history sidebar, message list, prompt and live status bar.
 
-One chat turn (DESIGN.md section 3): the user's message is committed to the history before
+One chat turn (README, Architecture): the user's message is committed to the history before
 generation starts, the conversation is rendered into prompt token ids (old turns dropped to fit
 the context, with a notice), and a worker streams ``AsyncLLMEngine.generate`` into a
 ``MessageView``. The engine runs on its own thread, so the UI stays responsive; a reply keeps
@@ -105,7 +105,9 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             self.set_status(replace(self.info, state=state, model=app.model_name,
                                     weight_format=None, device=None, kv_usage=None))
             return
-        fields = engine_fields(app.engine, app.model_name)
+        get_info = getattr(app.engine, "get_info", None)  # a remote engine has no EngineInfo
+        fields = engine_fields(get_info() if get_info is not None else None, app.model_name,
+                               getattr(app.engine, "max_model_len", None))
         state = "streaming" if self.current.streaming else "ready"
         self.set_status(replace(self.info, state=state, **fields))
         self.poll_stats()

@@ -1,9 +1,9 @@
 """The chat screen's history and settings actions: sidebar, new, search, rename, delete,
 export to Markdown, copy, per-conversation settings, model picker, help.
 
-A mixin for ``ChatScreen`` (which provides ``current``, ``states``, ``render_state``,
-``fresh_state``, ``ensure_saved`` and ``refresh_status``). Rename, delete and export act on the
-conversation under the sidebar's cursor while the sidebar has focus, else on the one shown.
+A mixin for ``ChatScreen`` (what it uses of the screen is declared in
+``host.ChatScreenHost``). Rename, delete and export act on the conversation under the
+sidebar's cursor while the sidebar has focus, else on the one shown.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from localchat.app.store import Conversation, Message
 from localchat.app.tui.engine_host import describe_error
 from localchat.app.tui.history_guard import title_for
 from localchat.app.tui.screens.help_screen import HelpScreen
+from localchat.app.tui.screens.host import MixinBase
 from localchat.app.tui.screens.model_picker import ModelPickerScreen
 from localchat.app.tui.screens.settings_screen import ConversationSettings, SettingsScreen
 from localchat.app.tui.screens.text_prompt import ConfirmScreen, TextPromptScreen
@@ -28,39 +29,35 @@ from localchat.app.tui.widgets.sidebar import Sidebar
 from localchat.engine.errors import LocalchatError
 
 
-class ConversationActions:
+class ConversationActions(MixinBase):
     """Actions bound in ``keymap.DEFAULTS`` that manage conversations and settings."""
-
-    app: Any
-    current: Any
-    states: dict
 
     # -- sidebar -----------------------------------------------------------------------------
 
     async def action_toggle_sidebar(self) -> None:
-        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        sidebar = self.query_one(Sidebar)
         sidebar.toggle()
         if sidebar.open:
             await sidebar.reload(self.current.id)
             sidebar.query_one("ListView").focus()
         else:
-            self.action_focus_prompt()  # type: ignore[attr-defined]
+            self.action_focus_prompt()
 
     async def action_search(self) -> None:
-        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        sidebar = self.query_one(Sidebar)
         if not sidebar.open:
             sidebar.toggle()
             await sidebar.reload(self.current.id)
         sidebar.query_one("#search").focus()
 
     async def action_new_conversation(self) -> None:
-        self.current = self.fresh_state()  # type: ignore[attr-defined]
-        await self.render_state()  # type: ignore[attr-defined]
-        self.refresh_status()  # type: ignore[attr-defined]
-        self.action_focus_prompt()  # type: ignore[attr-defined]
+        self.current = self.fresh_state()
+        await self.render_state()
+        self.refresh_status()
+        self.action_focus_prompt()
 
     def _target_id(self) -> str | None:
-        sidebar = self.query_one(Sidebar)  # type: ignore[attr-defined]
+        sidebar = self.query_one(Sidebar)
         if sidebar.open and sidebar.has_focus_within:
             return sidebar.highlighted_id() or self.current.id
         return self.current.id
@@ -70,12 +67,12 @@ class ConversationActions:
     def _stored(self, cid: str | None) -> Any:
         """The stored conversation ``cid`` (no messages), or None with a notification."""
         if cid is None:
-            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            self.notify("This conversation is not saved yet", severity="warning")
             return None
         try:
             return self.app.store.get_conversation(cid, with_messages=False)
         except LocalchatError as exc:  # deleted meanwhile, only in memory, history failed
-            self.notify(describe_error(exc), severity="warning")  # type: ignore
+            self.notify(describe_error(exc), severity="warning")
             return None
 
     def action_rename(self) -> None:
@@ -90,7 +87,7 @@ class ConversationActions:
             self.app.store.rename_conversation(cid, title.strip())
             if self.current.id == cid:
                 self.current.title = title.strip()
-            await self.query_one(Sidebar).reload()  # type: ignore[attr-defined]
+            await self.query_one(Sidebar).reload()
 
         self.app.push_screen(TextPromptScreen("Rename conversation", conv.title), done)
 
@@ -110,8 +107,8 @@ class ConversationActions:
             self.app.store.delete_conversation(cid)
             if self.current.id == cid:
                 await self.action_new_conversation()
-            await self.query_one(Sidebar).reload()  # type: ignore[attr-defined]
-            self.notify(f"Deleted “{conv.title or 'untitled'}”")  # type: ignore[attr-defined]
+            await self.query_one(Sidebar).reload()
+            self.notify(f"Deleted “{conv.title or 'untitled'}”")
 
         self.app.push_screen(
             ConfirmScreen(f"Delete “{conv.title or 'untitled'}” and its messages?"), done)
@@ -121,7 +118,7 @@ class ConversationActions:
         failed (``HistoryGuard``), the conversation shown, from memory."""
         cid = self._target_id()
         if cid is None:
-            self.notify("This conversation is not saved yet", severity="warning")  # type: ignore
+            self.notify("This conversation is not saved yet", severity="warning")
             return
         if cid == self.current.id and not self.app.store.available:
             conv = in_memory_conversation(self.current)
@@ -141,23 +138,23 @@ class ConversationActions:
                 body = text if text is not None else self.app.store.export_markdown(cid)
                 target.write_text(body, encoding="utf-8")
             except OSError as exc:
-                self.notify(f"cannot write {path}: {exc.strerror}", severity="error")  # type: ignore
+                self.notify(f"cannot write {path}: {exc.strerror}", severity="error")
                 return
-            self.notify(f"Exported to {target}")  # type: ignore[attr-defined]
+            self.notify(f"Exported to {target}")
 
         self.app.push_screen(TextPromptScreen("Export to Markdown file", default), done)
 
     # -- copy and focus ----------------------------------------------------------------------
 
     def _last_reply_view(self) -> MessageView | None:
-        log = self.query_one(ChatLog)  # type: ignore[attr-defined]
+        log = self.query_one(ChatLog)
         replies = [v for v in log.views() if v.role == "assistant"]
         return replies[-1] if replies else None
 
     def action_copy_reply(self) -> None:
         view = self._last_reply_view()
         if view is None:
-            self.notify(  # type: ignore[attr-defined]
+            self.notify(
                 "No reply to copy", severity="warning")
         else:
             view.action_copy_message()
@@ -165,13 +162,13 @@ class ConversationActions:
     def action_copy_code(self) -> None:
         view = self._last_reply_view()
         if view is None:
-            self.notify(  # type: ignore[attr-defined]
+            self.notify(
                 "No reply to copy from", severity="warning")
         else:
             view.action_copy_code()
 
     def action_focus_prompt(self) -> None:
-        self.query_one(PromptInput).focus()  # type: ignore[attr-defined]
+        self.query_one(PromptInput).focus()
 
     # -- settings, model, help -----------------------------------------------------------------
 
@@ -189,7 +186,7 @@ class ConversationActions:
                 self.app.store.update_conversation(
                     state.id, system_prompt=result.system_prompt or "",
                     sampling=result.sampling)
-            self.show_sampling()  # type: ignore[attr-defined]
+            self.show_sampling()
             if result.model and (result.model != self.app.model_name
                                  or result.draft != self.app.draft):
                 self.switch_model(result.model, result.draft)
@@ -214,9 +211,9 @@ class ConversationActions:
             try:
                 self.app.store.update_conversation(self.current.id, model=model)
             except Exception as exc:  # noqa: BLE001
-                self.notify(describe_error(exc), severity="error")  # type: ignore
+                self.notify(describe_error(exc), severity="error")
         self.app.load_model(model, draft)
-        self.refresh_status()  # type: ignore[attr-defined]
+        self.refresh_status()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.app.keymap))
@@ -227,7 +224,7 @@ def in_memory_conversation(state: Any) -> Conversation:
     when the history cannot be read)."""
     now = time.time()
     created = next((m.created for m in state.messages if m.created is not None), now)
-    messages = [Message(m.message_id, state.id or "", m.role, m.content,  # type: ignore
+    messages = [Message(m.message_id, state.id or "", m.role, m.content,
                         m.created if m.created is not None else now, m.interrupted, m.stats)
                 for m in state.messages]
     return Conversation(state.id or "", state.title or title_for(state.messages), state.model,

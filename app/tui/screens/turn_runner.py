@@ -1,7 +1,7 @@
 """Streaming one reply: the chat screen's turn runner.
 
-A mixin for ``ChatScreen`` (which provides ``current``, ``states``, ``_live``, ``info``,
-``set_status``, ``refresh_status`` and ``show_notice``). ``start_turn`` renders the
+A mixin for ``ChatScreen`` (what it uses of the screen is declared in
+``host.ChatScreenHost``). ``start_turn`` renders the
 conversation into prompt ids that fit the context and starts a worker that streams
 ``engine.generate`` into the reply's ``MessageView`` (when that conversation is on screen) and
 into the status bar; ``_end_turn`` saves the reply (marked interrupted after a stop, an abort
@@ -19,6 +19,7 @@ from typing import Any
 from localchat.app.report import answer_stats
 from localchat.app.session import fit_prompt
 from localchat.app.tui.engine_host import describe_error
+from localchat.app.tui.screens.host import MixinBase
 from localchat.app.tui.state import ChatMessage, ConversationState, Turn, new_request_id
 from localchat.app.tui.status_info import with_output
 from localchat.app.tui.widgets.chat_log import ChatLog
@@ -32,13 +33,8 @@ def dropped_notice(n: int) -> str:
     return f"{n} earlier {turns} left out of the prompt to fit the context"
 
 
-class TurnRunner:
+class TurnRunner(MixinBase):
     """``start_turn`` / ``_stream`` / ``_end_turn`` for ``ChatScreen``."""
-
-    app: Any
-    current: ConversationState
-    states: dict
-    _live: dict
 
     async def start_turn(self, state: ConversationState) -> None:
         """Render the prompt and start streaming the reply for ``state``."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from localchat.engine.outputs import EngineStats, RequestMetrics, RequestOutput
+from localchat.engine.outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput
 from localchat.engine.request import FinishReason
-from tests.app.fake_engine import CharTokenizer
+from tests.app.fake_engine import CharTokenizer, fake_info
 
 BLOCK_SIZE = 16
 
@@ -105,6 +105,9 @@ class GatedEngine:
         finally:
             self.running -= 1
             (self.finished if done else self.aborted).append(rid)
+
+    def get_info(self) -> EngineInfo:
+        return fake_info(self.max_model_len, block_size=BLOCK_SIZE)
 
     def get_stats(self) -> EngineStats:
         return EngineStats(num_running=self.running, num_waiting=0, num_blocks=64,

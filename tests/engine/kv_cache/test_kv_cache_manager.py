@@ -1,6 +1,6 @@
 """KVCacheManager and the KV cache sizing helpers.
 
-References: ``ceil(tokens / block_size)`` blocks per request computed here; the DESIGN.md
+References: ``ceil(tokens / block_size)`` blocks per request computed here; the KV byte
 formula ``2 x num_layers x num_kv_heads x head_dim x dtype_bytes``; and, for the property test,
 a model of which blocks each request must hold, checked after every operation (held + free ==
 num_blocks, no block id held twice, ref counts consistent, ``request.block_ids`` mirrors the
