@@ -131,8 +131,8 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         """The persistent banner shown once the history file failed (``HistoryGuard``)."""
         banner = self.query_one("#history-banner", Static)
         banner.update(f"⚠ Not saving: {problem}. This chat is kept in memory only: Ctrl+T "
-                      "exports it. To fix, quit and move that file aside (a new one is "
-                      "created).")
+                      "exports it. To fix, quit and run 'localchat history repair' (or "
+                      "move that file aside: a new one is created).")
         banner.add_class("-visible")
 
     async def render_state(self) -> None:
