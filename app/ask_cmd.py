@@ -164,7 +164,8 @@ def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: in
     """Fail fast on a prompt that no context of this model can hold: tokenize it with the
     model's (cached) tokenizer against its trained positions, before any weight is loaded.
     The engine's own context is never larger, so this only rejects what would fail later.
-    Models not on disk yet are left to the load. Raises ``ContextLengthError`` (exit 1)."""
+    Models not on disk yet, or whose config or tokenizer cannot be read, are left to the
+    load (which says what is wrong). Raises ``ContextLengthError`` (exit 1)."""
     from localchat.app.session import fit_prompt as fit
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
@@ -177,10 +178,13 @@ def _check_prompt_before_load(options: LoadOptions, session: Any, max_tokens: in
     from localchat.engine.loader import load_model_config
     from localchat.engine.tokenizer import Tokenizer
 
-    bound = load_model_config(source.path, cache_dir()).max_position_embeddings
+    try:
+        bound = load_model_config(source.path, cache_dir()).max_position_embeddings
+        tokenizer = Tokenizer.from_pretrained(source.path, cache_dir=cache_dir())
+    except LocalchatError:  # an unreadable model: the load names what is wrong with it
+        return
     if getattr(options, "context", None):
         bound = min(bound, options.context)
-    tokenizer = Tokenizer.from_pretrained(source.path, cache_dir=cache_dir())
     fit(session, tokenizer, bound, max_tokens)  # notices come from the real fit, after load
 
 

@@ -80,7 +80,7 @@ def test_parse_value_accepts(name, raw, value):
     ("temperature", "-1", "sampling.temperature must be in [0, 100], got -1.0"),
     ("top_k", "1.5", "sampling.top_k must be an integer"),
     ("max_tokens", "0", "sampling.max_tokens must be >= 1"),
-    ("quant", "int3", "quant must be one of auto, none, fp8, int8, int4, got 'int3'"),
+    ("quant", "int3", "quant must be one of auto, native, none, fp8, int8, int4, got 'int3'"),
     ("default_model", " ", "default_model must be a non-empty string"),
 ])
 def test_parse_value_rejects_naming_the_key(name, raw, message):
