@@ -178,14 +178,17 @@ class LLMEngine:
         return kv_bytes(self.model_config, 1, self.dtype)
 
     def _plan_num_blocks(self) -> int:
-        """Blocks for ``max_model_len x max_num_seqs`` tokens, capped by a memory budget
+        """Blocks for one full context (``max_model_len`` tokens) shared by every running
+        sequence, as the memory planner counts it (``localchat plan``'s default of one sequence;
+        llama.cpp's ``n_ctx``): ``max_num_seqs`` bounds concurrency, not the pool, and requests
+        that outgrow the pool together are preempted and recomputed. Capped by a memory budget
         (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
         RAM). ``from_path`` on CUDA plans instead (``memory.kv_pools.plan_cuda_pools``: with the
         draft, the measured activations and the graph pool) and passes ``cache.num_blocks``.
         A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
         the user set ``max_model_len``, which then sizes the pool for one sequence."""
         block_size = self.config.cache.block_size
-        wanted = self.max_model_len * self.config.scheduler.max_num_seqs
+        wanted = self.max_model_len
         budget = self.config.cache.kv_cache_memory_bytes
         if budget is None:
             if self.device.type == "cuda":
