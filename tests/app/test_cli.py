@@ -193,10 +193,12 @@ def test_ask_streams_the_answer_and_json_has_the_same_content(env, gguf):
     assert doc["finish_reason"] in ("stop", "length") and doc["conversation_id"] is None
     assert 0 < doc["usage"]["completion_tokens"] <= 24 and doc["usage"]["prompt_tokens"] > 10
     assert doc["timings"]["ttft_s"] > 0 and doc["timings"]["prefill_tokens_per_s"] > 0
-    # SmolLM2's fp32 weights alone are 538 MB; RSS holds them and the runtime.
+    # SmolLM2's weights alone are 538 MB in fp32, 269 MB in bf16 (the float format of a CPU
+    # with native bf16); the prediction adds the KV pool, and the allocation matches it.
     mem = doc["memory"]
-    assert mem["format"] in ("fp32", "bf16") and mem["predicted_bytes"] > 500e6
-    assert mem["measured_bytes"] > 500e6 and mem["measured"]
+    weights = {"fp32": 538e6, "bf16": 269e6}[mem["format"]]
+    assert mem["predicted_bytes"] > weights and mem["measured"]
+    assert abs(mem["measured_bytes"] - mem["predicted_bytes"]) <= 0.02 * mem["predicted_bytes"]
     stats = proc.stderr.decode().splitlines()
     assert len(stats) == 1 and stats[0].startswith("localchat: stats: ttft ")
 
