@@ -24,8 +24,8 @@ from localchat.app.server.client import (
     _chunk,
     _final,
     _raise_for_status,
-    _reason,
     request_fields,
+    stream_error,
 )
 
 
@@ -114,10 +114,7 @@ class AsyncRemoteEngine:
                                    "the reply ended")
             yield _final(text, reason, None, metrics)
         except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.ConnectError):
-                raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
-            raise BackendError(f"the server at {self.base_url} stopped mid-reply: "
-                               f"{_reason(exc)}") from None
+            raise stream_error(self.base_url, exc) from None
 
     async def _refresh_stats(self) -> None:
         import httpx

@@ -158,10 +158,7 @@ class RemoteEngine:
                                        "before the reply ended")
                 yield _final(text, reason, None, metrics)
         except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.ConnectError):
-                raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
-            raise BackendError(f"the server at {self.base_url} stopped mid-reply: "
-                               f"{_reason(exc)}") from None
+            raise stream_error(self.base_url, exc) from None
 
     def close(self) -> None:
         self._http.close()
@@ -234,6 +231,17 @@ def _raise_for_status(r: Any, url: str) -> None:
         pass
     raise BackendError(f"{url} answered {r.status_code}"
                        + (f": {' '.join(str(message).split())}" if message else ""))
+
+
+def stream_error(base_url: str, exc: Exception) -> BackendError:
+    """The one-line ``BackendError`` for an ``httpx`` error while streaming from ``base_url``:
+    unreachable (``ConnectError``), else stopped mid-reply. Shared by the sync and async
+    clients."""
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError):
+        return BackendError(f"cannot reach {base_url}: {_reason(exc)}")
+    return BackendError(f"the server at {base_url} stopped mid-reply: {_reason(exc)}")
 
 
 def _reason(exc: BaseException) -> str:
