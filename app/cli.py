@@ -53,6 +53,11 @@ def _root(
                      show_default=False),
     ] = None,
     theme: ThemeOpt = None,
+    endpoint: Annotated[
+        str | None, typer.Option("--endpoint", help="OpenAI-compatible server URL the chat "
+                                 "TUI talks to (env LOCALCHAT_ENDPOINT, config 'endpoint').",
+                                 show_default=False)
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """localchat: chat with local LLMs run by localchat's own engine.
@@ -64,7 +69,7 @@ def _root(
         if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
             typer.echo(ctx.get_help())
             raise typer.Exit(cli_io.EXIT_OK)
-        _open_tui(model, theme, {})
+        _open_tui(model, theme, {}, endpoint=endpoint)
 
 
 @app.command()
@@ -271,8 +276,9 @@ def chat(
                            "even when a 'localchat serve' is running.")
     ] = False,
     endpoint: Annotated[
-        str | None, typer.Option("--endpoint", help="With --jsonl: OpenAI-compatible server "
-                                 "URL to answer.", show_default=False)
+        str | None, typer.Option("--endpoint", help="OpenAI-compatible server URL to answer "
+                                 "(the TUI or --jsonl; env LOCALCHAT_ENDPOINT).",
+                                 show_default=False)
     ] = None,
     debug: DebugOpt = False,
 ) -> None:
@@ -283,7 +289,7 @@ def chat(
                                        "'localchat chat --jsonl' or 'localchat ask'")
         knobs = {"seed": seed, "temperature": temperature, "max_tokens": max_tokens}
         _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None},
-                  context=context)
+                  context=context, endpoint=endpoint)
         return
     from localchat.app.chat_jsonl import JsonlArgs, run_jsonl
 
@@ -349,11 +355,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],
-              context: int | None = None) -> None:
+              context: int | None = None, endpoint: str | None = None) -> None:
     """Run the chat TUI (``app/tui``) until the user quits."""
     from localchat.app.tui.app import run_tui
 
-    raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context))
+    raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context,
+                             endpoint=endpoint))
 
 
 def _resolve(spec: str) -> Any:

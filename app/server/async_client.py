@@ -24,6 +24,7 @@ from localchat.app.server.client import (
     _chunk,
     _final,
     _raise_for_status,
+    _reason,
     request_fields,
     stream_error,
 )
@@ -129,6 +130,28 @@ class AsyncRemoteEngine:
                 num_waiting=int(doc.get("waiting") or 0),
                 kv_cache_usage=float(doc.get("kv_cache_usage") or 0.0),
                 max_model_len=doc.get("max_model_len") or self.max_model_len)
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """The model cards ``/v1/models`` lists (dicts with at least ``id``; a ``localchat
+        serve`` adds ``max_model_len``), in the server's order.
+
+        Raises:
+            BackendError: the server cannot be reached, refuses, or does not answer JSON.
+        """
+        import httpx
+
+        url = self.base_url + "/models"
+        try:
+            r = await self._http().get(url)
+        except httpx.HTTPError as exc:
+            raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
+        _raise_for_status(r, url)
+        try:
+            doc = r.json()
+        except ValueError:
+            raise BackendError(f"{url} did not answer JSON") from None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        return [m for m in (data or []) if isinstance(m, dict) and m.get("id")]
 
     def get_stats(self) -> RemoteStats:
         return self._stats

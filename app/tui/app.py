@@ -37,8 +37,8 @@ class ChatApp(App[None]):
         theme: theme name (``dark``/``light``/``high-contrast`` or any registered theme).
         settings: a ``Settings`` (default: ``load_settings()``).
         engine: an already loaded engine (tests); skips loading.
-        engine_loader: ``(spec, quant=, draft=, progress=, context=) -> engine``, run on a
-            thread.
+        engine_loader: ``(spec, quant=, draft=, progress=, context=, endpoint=) -> engine``,
+            run on a thread (``endpoint`` only when the settings name one).
         context: context size in tokens (``--context``; default: the settings' ``context``,
             else the model's, at most 8192 on CPU).
         store: the history store (default: ``TuiStore()`` on the user's history file),
@@ -133,6 +133,8 @@ class ChatApp(App[None]):
         try:
             extra = {} if self.context is None else {"context": self.context,
                                                      "context_origin": self.context_origin}
+            if getattr(self.settings, "endpoint", None):
+                extra["endpoint"] = self.settings.endpoint
             engine = self._engine_loader(model, quant=self.quant, draft=draft,
                                          progress=progress, **extra)
             from localchat.app.model_defaults import recommended_sampling
@@ -231,11 +233,13 @@ def _shutdown(engine: Any) -> None:
 
 
 def run_tui(model: str | None = None, theme: str | None = None,
-            sampling: dict[str, Any] | None = None, context: int | None = None) -> int:
+            sampling: dict[str, Any] | None = None, context: int | None = None,
+            endpoint: str | None = None) -> int:
     """Run the TUI in this terminal until the user quits; returns the exit code (0).
 
     ``sampling`` holds ``SamplingParams`` fields from command-line flags; they override the
-    settings' defaults for every conversation of this session.
+    settings' defaults for every conversation of this session. ``endpoint`` (``--endpoint``)
+    names an OpenAI-compatible server to chat with, over the settings' ``endpoint``.
 
     Raises:
         LocalchatError: bad settings (before the UI starts); an unusable history file does
@@ -255,6 +259,8 @@ def run_tui(model: str | None = None, theme: str | None = None,
         except ValueError as exc:
             raise CliUsageError(str(exc)) from None
         settings = replace(settings, sampling=merged)
+    if endpoint:
+        settings = replace(settings, endpoint=endpoint)
     from localchat.app.cli_io import debug_requested
 
     if context is not None and context < 1:

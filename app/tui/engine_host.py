@@ -24,12 +24,13 @@ ENGINE_LOCK = threading.RLock()
 
 def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None = None,
                       progress: Progress | None = None, context: int | None = None,
-                      context_origin: str = "--context") -> Any:
+                      context_origin: str = "--context", endpoint: str | None = None) -> Any:
     """Resolve ``spec`` (downloading with ``progress`` lines) and load an ``AsyncLLMEngine``.
 
     ``quant`` is a weight format (None: ``auto``); ``draft`` a draft model spec for
     speculative decoding (``auto``: the catalog's pairing; None/``none``: off); ``context``
-    the context size in tokens (None: the model's, at most 8192 on CPU). It is
+    the context size in tokens (None: the model's, at most 8192 on CPU); ``endpoint`` an
+    OpenAI-compatible server URL (over the settings' ``endpoint``) to chat with instead. It is
     ``engine_loader.load``, the one load path, with progress to the callback: the TUI owns
     the terminal, so nothing may be written to stderr.
 
@@ -37,24 +38,27 @@ def load_async_engine(spec: str, *, quant: str | None = None, draft: str | None 
         LocalchatError: unknown model, download or load failure, a bad draft (one line).
         CliUsageError: ``context`` is above the model's trained context (both named).
     """
-    remote = _remote(spec, quant, draft, context)
+    remote = _remote(spec, quant, draft, context, endpoint)
     if remote is not None:
         return remote
     with ENGINE_LOCK:
         return _load(spec, quant, draft, progress, context, context_origin)
 
 
-def _remote(spec: str, quant: str | None, draft: str | None, context: int | None) -> Any:
-    """An ``AsyncRemoteEngine`` when an endpoint is configured (``LOCALCHAT_ENDPOINT`` or
-    ``endpoint`` in config.toml) or a ``localchat serve`` for ``spec`` runs (and no weight
-    format, draft or context was asked for: the server's own would apply); else None."""
+def _remote(spec: str, quant: str | None, draft: str | None, context: int | None,
+            endpoint: str | None = None) -> Any:
+    """An ``AsyncRemoteEngine`` when an endpoint is given (``--endpoint``,
+    ``LOCALCHAT_ENDPOINT`` or ``endpoint`` in config.toml) or a ``localchat serve`` for
+    ``spec`` runs (and no weight format, draft or context was asked for: the server's own
+    would apply); else None."""
     from localchat.app.server.async_client import connect
     from localchat.app.server.state import find_server
     from localchat.app.settings import load_settings
 
     settings = load_settings()
-    if settings.endpoint:
-        return connect(settings.endpoint, settings.api_key, spec)
+    endpoint = endpoint or settings.endpoint
+    if endpoint:
+        return connect(endpoint, settings.api_key, spec)
     if quant not in (None, "auto") or draft not in (None, "", "none", "off") or context:
         return None
     info = find_server(spec)

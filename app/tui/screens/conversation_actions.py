@@ -198,8 +198,11 @@ class ConversationActions(MixinBase):
             if alias and alias != self.app.model_name:
                 self.switch_model(alias, self.app.draft)
 
+        engine = self.app.engine
+        remote = engine if getattr(engine, "remote", False) else None
         self.app.push_screen(ModelPickerScreen(self.app.model_name,
-                                               getattr(self.app, "context", None)), done)
+                                               getattr(self.app, "context", None),
+                                               remote=remote), done)
 
     def switch_model(self, model: str, draft: str | None) -> None:
         """Load another model for this and later replies (running replies are stopped)."""

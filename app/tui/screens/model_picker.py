@@ -1,11 +1,17 @@
 """The model picker: the catalog with each model's cache state, the memory plan of the
 highlighted cached model (weights format and bytes, from ``engine/memory/planner.py``), and a
 pull with progress for models not cached yet. Dismisses with the chosen alias or None.
+
+When the chat runs against a server (``--endpoint`` or a running ``localchat serve``: the
+engine is an ``AsyncRemoteEngine``), the picker lists that server's ``GET /v1/models`` instead
+(id, context when reported, owner); picking one switches the chat to that model on the same
+server. Nothing is pulled or planned locally then.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -17,15 +23,28 @@ from textual.widgets import DataTable, Label, ProgressBar, Static
 from localchat.app.tui.engine_host import describe_error, plan_for
 
 
+@dataclass(frozen=True)
+class RemoteModel:
+    """A row of a server's ``/v1/models``: ``alias`` is the model id (``cached``: always
+    usable), ``max_model_len`` in tokens when the server reports it."""
+
+    alias: str
+    max_model_len: int | None = None
+    owned_by: str | None = None
+    cached: bool = True
+
+
 class ModelPickerScreen(ModalScreen[str | None]):
     """Enter picks the highlighted model (pulling it first when not cached); Esc cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), Binding("p", "pull", "Pull")]
 
-    def __init__(self, current: str | None = None, context: int | None = None) -> None:
+    def __init__(self, current: str | None = None, context: int | None = None,
+                 remote: Any = None) -> None:
         super().__init__()
         self.current = current
         self.context = context  # the session's --context / config value (None: default)
+        self.remote = remote  # an AsyncRemoteEngine: list its server's models instead
         self.rows: list = []
         self.pulling = False
 
@@ -39,7 +58,31 @@ class ModelPickerScreen(ModalScreen[str | None]):
             yield bar
 
     def on_mount(self) -> None:
-        self.load_rows()
+        if self.remote is not None:
+            self.query_one(".title", Label).update(
+                f"Models at {self.remote.base_url} (Enter: use, Esc: cancel)")
+            self.load_remote_rows()
+        else:
+            self.load_rows()
+
+    @work(exclusive=True, group="list")
+    async def load_remote_rows(self) -> None:
+        try:
+            cards = await self.remote.list_models()
+        except Exception as exc:  # noqa: BLE001 - shown, not raised
+            self.notify(describe_error(exc), severity="error")
+            return
+        self.rows = [RemoteModel(str(c["id"]), c.get("max_model_len"), c.get("owned_by"))
+                     for c in cards]
+        table = self.query_one(DataTable)
+        table.add_columns("model", "context", "owned by")
+        for info in self.rows:
+            current = " (current)" if info.alias == self.current else ""
+            context = "-" if not info.max_model_len else f"{info.max_model_len:,} tokens"
+            table.add_row(info.alias + current, context, info.owned_by or "-", key=info.alias)
+        if not self.rows:
+            self.query_one("#plan", Static).update(
+                f"{self.remote.base_url}/models lists no model")
 
     @work(thread=True, exclusive=True, group="list")
     def load_rows(self) -> None:
@@ -73,6 +116,10 @@ class ModelPickerScreen(ModalScreen[str | None]):
         info = self._highlighted()
         if info is None:
             return
+        if self.remote is not None:
+            self.query_one("#plan", Static).update(
+                f"{info.alias}: served by {self.remote.base_url}")
+            return
         if info.cached and info.path is not None:
             self.query_one("#plan", Static).update("planning memory…")
             self.show_plan(info.alias, info.path)
@@ -99,6 +146,9 @@ class ModelPickerScreen(ModalScreen[str | None]):
     def action_pull(self) -> None:
         info = self._highlighted()
         if info is None or self.pulling:
+            return
+        if self.remote is not None:
+            self.notify("the server's models are not pulled here; Enter uses one")
             return
         self.pulling = True
         self.query_one(ProgressBar).display = True
