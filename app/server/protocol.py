@@ -7,6 +7,23 @@ Ranges follow the OpenAI API (``temperature`` in [0, 2], penalties in [-2, 2], `
 ``top_logprobs`` <= 20); ``top_k``, ``min_p`` and ``repetition_penalty`` are the usual
 extensions (vLLM, llama-server). Reference: the OpenAI API reference for
 ``/v1/chat/completions`` and ``/v1/completions``; vLLM's ``protocol.py`` (read, not copied).
+
+Fields the OpenAI API defines fall in three sets (the README lists them):
+
+- used: the sampling fields above, ``messages`` / ``prompt``, ``stream``, ...;
+- accepted and ignored (``IGNORED_FIELDS``): they do not change what this server would
+  generate (``user``, ``metadata``, ``store``, ``service_tier``, ``parallel_tool_calls``,
+  ``prompt_cache_key``, ...), or they are the "off" value of a feature we lack (``tools: []``,
+  ``tool_choice: "none"``, ``response_format: {"type": "text"}``, ``logit_bias: {}``,
+  ``modalities: ["text"]``); ``ignored_fields`` names the ones a request set, which the
+  routes log at debug level;
+- refused with 400 naming the field: a feature we cannot honour (``tools`` with a function,
+  ``tool_choice`` other than ``none``, ``response_format`` other than ``text``, ``n`` or
+  ``best_of`` > 1, a non-empty ``logit_bias``, ``audio``, ``functions``, ``suffix``, ...).
+
+A name the OpenAI API does not define is refused too (400 ``unknown field``): unlike vLLM,
+which logs and ignores it, we keep a misspelt ``max_token`` or ``temprature`` from being
+silently dropped.
 """
 
 from __future__ import annotations
@@ -33,12 +50,27 @@ class TextPart(_Strict):
     text: str
 
 
+def _off(value: Any, field: str, allowed: str) -> Any:
+    """Refuse ``value`` unless it is the "feature off" value of ``field`` (None or empty)."""
+    if value not in (None, [], {}):
+        raise ValueError(f"'{field}' is not supported by this server (only {allowed})")
+    return value
+
+
 class ChatMessage(_Strict):
-    """A chat message; ``developer`` is treated as ``system`` (OpenAI's newer name)."""
+    """A chat message; ``developer`` is treated as ``system`` (OpenAI's newer name).
+    ``refusal`` is ignored; ``tool_calls`` must be empty (no tool support)."""
 
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    refusal: str | None = None
+    tool_calls: list[Any] | None = None
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _no_tool_calls(cls, value: Any) -> Any:
+        return _off(value, "tool_calls", "an empty list")
 
     @field_validator("content", mode="before")
     @classmethod
@@ -82,7 +114,14 @@ class _SamplingFields(_Strict):
     n: Annotated[int, Field(ge=1, le=1)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    # OpenAI fields accepted and ignored (IGNORED_FIELDS), or refused unless "off".
     user: str | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_logit_bias(cls, value: Any) -> Any:
+        return _off(value, "logit_bias", "an empty object")
 
     @field_validator("stop")
     @classmethod
@@ -99,12 +138,67 @@ class _SamplingFields(_Strict):
 
 
 class ChatCompletionRequest(_SamplingFields):
-    """``POST /v1/chat/completions``; ``max_completion_tokens`` is the newer ``max_tokens``."""
+    """``POST /v1/chat/completions``; ``max_completion_tokens`` is the newer ``max_tokens``.
+    See the module docstring for the fields accepted and ignored or refused."""
 
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    # Accepted and ignored: no effect on what this server generates.
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    parallel_tool_calls: bool | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    prediction: dict[str, Any] | None = None
+    # Refused unless "off".
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+
+    @field_validator("tools", "functions")
+    @classmethod
+    def _no_tools(cls, value: Any, info: Any) -> Any:
+        return _off(value, info.field_name, "an empty list: no tool calling")
+
+    @field_validator("tool_choice", "function_call")
+    @classmethod
+    def _tool_choice_none(cls, value: Any, info: Any) -> Any:
+        if value not in (None, "none"):
+            raise ValueError(f"'{info.field_name}' is not supported by this server "
+                             "(only \"none\": no tool calling)")
+        return value
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_format(cls, value: Any) -> Any:
+        if value is not None and value != {"type": "text"}:
+            raise ValueError("'response_format' is not supported by this server (only "
+                             "{\"type\": \"text\"})")
+        return value
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        if value not in (None, ["text"]):
+            raise ValueError("'modalities' is not supported by this server (only [\"text\"])")
+        return value
+
+    @field_validator("audio", "web_search_options")
+    @classmethod
+    def _absent(cls, value: Any, info: Any) -> Any:
+        if value is not None:
+            raise ValueError(f"'{info.field_name}' is not supported by this server")
+        return value
 
 
 class CompletionRequest(_SamplingFields):
@@ -114,6 +208,29 @@ class CompletionRequest(_SamplingFields):
              | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)])
     logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     echo: Literal[False] | None = None
+    best_of: Annotated[int, Field(ge=1, le=1)] | None = None
+    suffix: str | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("'suffix' is not supported by this server (no insertion)")
+        return value
+
+
+# Fields a request may set that change nothing here (logged at debug by the routes). The
+# "off" values of refused features (``tools: []``, ``tool_choice: "none"``, ...) are too.
+IGNORED_FIELDS = frozenset({
+    "user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key",
+    "safety_identifier", "reasoning_effort", "verbosity", "prediction", "tools",
+    "tool_choice", "functions", "function_call", "response_format", "modalities",
+    "logit_bias", "best_of", "suffix"})
+
+
+def ignored_fields(body: BaseModel) -> list[str]:
+    """The fields of ``IGNORED_FIELDS`` that the request set, sorted (for a debug log)."""
+    return sorted(IGNORED_FIELDS & body.model_fields_set)
 
 
 def parse_body(raw: bytes, model_cls: type[_Strict]) -> Any:
@@ -139,7 +256,8 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> Any:
         elif kind == "missing":
             message = f"missing required field '{loc}'"
         else:
-            message = f"'{loc}': {err.get('msg', 'invalid value')}"
+            text = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+            message = text if text.startswith(f"'{loc}'") else f"'{loc}': {text}"
         raise APIError(400, message, param=loc or None, code="invalid_value") from None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 import warnings
@@ -26,9 +27,15 @@ from localchat.app.server import encode
 from localchat.app.server.errors import APIError, install_handlers
 from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, check_api_key
 from localchat.app.server.metrics import ServerMetrics, StatusCounter
-from localchat.app.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+from localchat.app.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ignored_fields,
+    parse_body,
+)
 
 DEFAULT_MAX_IN_FLIGHT = 64
+logger = logging.getLogger("localchat.server")
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     async def chat_completions(request: Request) -> Any:
         server.authorize(request)
         body = parse_body(await request.body(), ChatCompletionRequest)
+        _log_ignored(request, body)
         server.check_model(body.model)
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
@@ -156,6 +164,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     async def completions(request: Request) -> Any:
         server.authorize(request)
         body = parse_body(await request.body(), CompletionRequest)
+        _log_ignored(request, body)
         server.check_model(body.model)
         prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
         max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens")
@@ -163,6 +172,14 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         return await _generate(server, request, "text", prompt_ids, params, body)
 
     return app
+
+
+def _log_ignored(request: Request, body: Any) -> None:
+    """Log at debug the OpenAI fields the request set that this server ignores."""
+    if logger.isEnabledFor(logging.DEBUG):
+        names = ignored_fields(body)
+        if names:
+            logger.debug("%s: ignored request fields: %s", request.url.path, ", ".join(names))
 
 
 # -- generation ---------------------------------------------------------------------------
@@ -295,10 +312,7 @@ def _as_api_error(exc: BaseException) -> APIError:
         return APIError(400, str(exc), code="invalid_value")
     if type(exc).__name__ == "EngineDeadError":
         return APIError(503, "the engine has stopped; restart the server", code="engine_dead")
-    import logging
-
-    logging.getLogger("localchat.server").error("generation failed: %s: %s",
-                                                type(exc).__name__, exc)
+    logger.error("generation failed: %s: %s", type(exc).__name__, exc)
     return APIError(500, f"generation failed ({type(exc).__name__})", code="internal_error")
 
 
