@@ -308,7 +308,9 @@ def serve(
                                       "needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port (0: any free one).")] = 8088,
     api_key: Annotated[
-        str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY'.",
+        str | None, typer.Option("--api-key", envvar="LOCALCHAT_API_KEY",
+                                 help="Require 'Authorization: Bearer KEY' (the environment "
+                                 "keeps the key out of 'ps'; never logged).",
                                  show_default=False)
     ] = None,
     insecure_no_auth: Annotated[
@@ -330,6 +332,10 @@ def serve(
         int | None, typer.Option("--max-model-len", help="Context size in tokens.",
                                  show_default="the model's, capped by memory")
     ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="critical|error|warning|info (one line per "
+                          "request)|debug (also the request fields ignored).")
+    ] = "warning",
     debug: DebugOpt = False,
 ) -> None:
     """Serve one model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
@@ -337,7 +343,8 @@ def serve(
 
     run_serve(ServeArgs(model=model, host=host, port=port, api_key=api_key,
                         insecure_no_auth=insecure_no_auth, draft=draft, quant=quant,
-                        max_num_seqs=max_num_seqs, max_model_len=max_model_len))
+                        max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                        log_level=log_level))
 
 
 app.add_typer(history_app)

@@ -2,9 +2,11 @@
 
 Binds ``127.0.0.1`` by default. Any other host needs ``--api-key`` (or ``--insecure-no-auth``,
 which is printed as a warning): the API runs a model on this machine for whoever reaches it.
+The key comes from ``--api-key`` or ``LOCALCHAT_API_KEY`` (the environment keeps it out of
+``ps``).
 Once listening, the server writes its state file (``state.py``) so ``ask``, ``chat --jsonl``
 and the TUI find it; it removes the file when it stops (Ctrl+C / SIGTERM). The API key is
-never printed or logged.
+never printed or logged (``logs.RedactFilter`` guards every handler).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class ServeArgs:
     max_model_len: int | None = None
     max_in_flight: int = 64
     max_tokens_limit: int | None = None
+    log_level: str = "warning"
 
 
 def is_loopback(host: str) -> bool:
@@ -64,6 +67,10 @@ def check_exposure(args: ServeArgs) -> None:
         raise CliUsageError("--api-key: the key is empty")
     if not 0 <= args.port <= 65535:
         raise CliUsageError(f"--port {args.port}: must be between 0 and 65535")
+    from localchat.app.server.logs import LOG_LEVELS
+
+    if args.log_level not in LOG_LEVELS:
+        raise CliUsageError(f"--log-level {args.log_level}: one of {', '.join(LOG_LEVELS)}")
     if not 1 <= args.max_num_seqs <= 256:
         raise CliUsageError(f"--max-num-seqs {args.max_num_seqs}: must be between 1 and 256")
     if is_loopback(args.host) or args.api_key:
@@ -171,8 +178,12 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
                 print(f"localchat: serving {model_id} at {url}/v1 "
                       f"(Ctrl+C stops)", file=sys.stderr, flush=True)
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+    from localchat.app.server.logs import configure_logging
+
+    config = uvicorn.Config(app, log_level=args.log_level,
+                            access_log=args.log_level in ("info", "debug"), lifespan="off",
                             timeout_graceful_shutdown=5)
+    configure_logging(args.log_level, args.api_key)
     try:
         _Server(config).run(sockets=[sock])
     finally:

@@ -233,3 +233,63 @@ def test_chat_jsonl_against_an_endpoint_keeps_the_history_client_side(env):
     assert replies[1]["usage"]["cached_tokens"] == 3
     assert [m["content"] for m in seen[1]["body"]["messages"] if m["role"] != "system"] == \
         ["One?", "Hello world", "Two?"]
+
+
+SECRET = "sk-local-7f3e91c2b8d4"
+
+
+def test_serve_key_from_the_environment_is_required_and_never_logged(env):
+    """``LOCALCHAT_API_KEY`` gives ``serve`` its key (``--help`` says so) and ``ask`` its
+    bearer token: wrong or missing keys get 401, ``ask`` in the same environment answers
+    through the server. With ``--log-level debug`` (access lines, ignored fields) nothing the
+    server writes, nor its state file nor any response, contains the key."""
+    help_text = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--help"],
+                               capture_output=True, env={**env, "COLUMNS": "200"},
+                               timeout=120, check=True).stdout.decode()
+    assert "LOCALCHAT_API_KEY" in help_text
+    env = {**env, "LOCALCHAT_API_KEY": SECRET}
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0", "--max-model-len",
+         "512", "--log-level", "debug"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env)
+    try:
+        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
+        deadline = time.monotonic() + 240
+        while not state_file.exists():
+            assert serve.poll() is None, serve.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        text = state_file.read_text()
+        doc = json.loads(text)
+        assert doc["auth"] is True and SECRET not in text
+        url = doc["url"]
+        bodies = []
+        for headers in ({}, {"authorization": "Bearer wrong"},
+                        {"authorization": f"Basic {SECRET}"}):
+            r = httpx.get(url + "/v1/models", headers=headers, timeout=30)
+            assert r.status_code == 401
+            bodies.append(r.text)
+        good = {"authorization": f"Bearer {SECRET}"}
+        r = httpx.post(url + "/v1/chat/completions", headers=good, timeout=120, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+            "temperature": 0, "user": "someone", "metadata": {"k": "v"}})
+        assert r.status_code == 200, r.text
+        bodies.append(r.text)
+        proc = ask(env, "--json", "--temperature", "0", "--max-tokens", "2", QUESTION)
+        assert proc.returncode == 0, proc.stderr
+        metrics = httpx.get(url + "/metrics", headers=good, timeout=30).text
+        assert 'requests_total{route="/v1/chat/completions",status="200"} 2' in metrics
+        bodies += [metrics, httpx.get(url + "/health", timeout=30).text]
+        assert not any(SECRET in b for b in bodies)
+        serve.send_signal(signal.SIGINT)
+        out, err = serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+    log = out.decode() + err.decode()
+    assert serve.returncode in (0, 130), log  # 130: stopped by Ctrl+C (SIGINT)
+    assert "ignored request fields: metadata, user" in log  # debug logging was on
+    assert "/v1/models" in log and "401" in log  # and so were the access lines
+    assert SECRET not in log
+    assert not state_file.exists()
