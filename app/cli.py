@@ -205,7 +205,8 @@ def ask(
     ] = False,
     endpoint: Annotated[
         str | None, typer.Option("--endpoint", help="OpenAI-compatible server URL to answer "
-                                 "(env LOCALCHAT_ENDPOINT, config 'endpoint').",
+                                 "(env LOCALCHAT_ENDPOINT, config 'endpoint'; its key: env "
+                                 "LOCALCHAT_API_KEY, config 'api_key').",
                                  show_default=False)
     ] = None,
     debug: DebugOpt = False,

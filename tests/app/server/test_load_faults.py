@@ -1,11 +1,20 @@
-"""Load and faults on a live server (127.0.0.1), bounded in count and time for a 2-core CI.
+"""Load and faults on a live server (127.0.0.1) at the issue's counts, kept fast for a 2-core
+CI by short replies (3 greedy tokens) on the SmolLM2 test model and one server for the run.
 
-- 16 concurrent streaming clients x 2 requests: all complete, greedy replies equal the
-  single-request replies of a separately loaded engine, nothing lost, KV usage back to 0.
-- 24 clients that disconnect mid-stream, a non-streaming client that gives up before its
+- 16 concurrent streaming clients x 32 requests each (512): all complete within a bound,
+  greedy replies equal the single-request replies of a separately loaded engine, every
+  request is counted once as a 200 (none lost), KV usage back to 0.
+- 50 clients that disconnect mid-stream, a non-streaming client that gives up before its
   reply, a client that never reads: the server keeps serving (a later reply is still the
   reference), every request is aborted or finished, KV usage back to 0.
 - A full queue answers 429 in OpenAI's error shape.
+
+Run time: the whole file used 133 s of CPU (user + sys) on the 2-core dev machine, so
+about 70-130 s of wall time when idle (456 s measured at load average 17): over the 60 s
+mark because of the issue's counts (512 streamed requests, each a short prefill and 3 decode
+steps in batches of up to 16, plus the HTTP and SSE work of both ends in one process) and
+because it loads the two engines it shares with the other server tests (reference and
+served). Each wait is bounded (480 s for the load, 300 s for the disconnects).
 """
 
 from __future__ import annotations
@@ -21,8 +30,12 @@ import pytest
 from localchat.engine.sampling_params import SamplingParams
 from tests.app.server.conftest import MODEL_ID, serve
 
-PROMPTS = ["Name a fruit.", "Name a planet.", "What colour is the sky?", "Say a greeting."]
-TOKENS = 8
+PROMPTS = ["Name a fruit.", "Name a planet.", "What colour is the sky?", "Say a greeting.",
+           "Name a river.", "What is two plus two?", "Name a bird.", "Say goodbye."]
+TOKENS = 3
+CLIENTS = 16
+REQUESTS_PER_CLIENT = 32
+LEAVERS = 50
 
 
 def wait_idle(engine, timeout: float = 30.0) -> None:
@@ -74,25 +87,29 @@ async def stream_reply(client: httpx.AsyncClient, prompt: str) -> tuple[str, str
 
 
 def test_sixteen_concurrent_streaming_clients(live_server, async_engine, references):
+    state = live_server.server.config.app.state.server
+    ok_before = state.metrics.requests[("/v1/chat/completions", 200)]
+
     async def client_task(i: int) -> list[tuple[str, str, str | None]]:
         out = []
         async with httpx.AsyncClient(base_url=live_server.url, timeout=120) as c:
-            for j in range(2):
+            for j in range(REQUESTS_PER_CLIENT):
                 prompt = PROMPTS[(i + j) % len(PROMPTS)]
                 out.append((prompt, *await stream_reply(c, prompt)))
         return out
 
     async def main():
-        return await asyncio.wait_for(asyncio.gather(*(client_task(i) for i in range(16))),
-                                      timeout=400)
+        return await asyncio.wait_for(
+            asyncio.gather(*(client_task(i) for i in range(CLIENTS))), timeout=480)
 
     results = [r for rs in asyncio.run(main()) for r in rs]
-    assert len(results) == 32
+    assert len(results) == CLIENTS * REQUESTS_PER_CLIENT
     for prompt, text, reason in results:
         assert text == references[prompt], prompt
         assert reason in ("stop", "length")
     wait_idle(async_engine)
-    assert live_server.server.config.app.state.server.in_flight == 0
+    assert state.in_flight == 0
+    assert state.metrics.requests[("/v1/chat/completions", 200)] - ok_before == len(results)
 
 
 def test_disconnects_mid_stream_free_their_blocks(live_server, async_engine, references):
@@ -108,13 +125,14 @@ def test_disconnects_mid_stream_free_their_blocks(live_server, async_engine, ref
                     break  # first content chunk: hang up
 
     async def main():
-        await asyncio.wait_for(asyncio.gather(*(leaver(i) for i in range(24))), timeout=300)
+        await asyncio.wait_for(asyncio.gather(*(leaver(i) for i in range(LEAVERS))),
+                               timeout=300)
 
     asyncio.run(main())
     wait_idle(async_engine)
     state = live_server.server.config.app.state.server
     assert state.in_flight == 0
-    assert state.metrics.aborted - aborted_before == 24
+    assert state.metrics.aborted - aborted_before == LEAVERS
     # The server keeps serving, with the same replies.
     r = httpx.post(live_server.url + "/v1/chat/completions", json=body(PROMPTS[0], stream=False),
                    timeout=120)
