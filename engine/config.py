@@ -10,9 +10,10 @@ with the device and dtype. Vocabulary follows vLLM (``num_kv_heads``, ``block_si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device or dtype is resolved, not to read configs
+    import torch
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,8 @@ class EngineConfig:
     seed: int = 0
 
     def resolved_device(self) -> torch.device:
+        import torch
+
         if self.device is not None:
             return torch.device(self.device)
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

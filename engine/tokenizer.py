@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from localchat.engine.errors import ModelLoadError, ModelNotFoundError
-from localchat.engine.loader.gguf import gguf_cache_key
 
 # Used when a model ships no chat template: plain ChatML (SmolLM2, Qwen and many fine-tunes).
 CHATML_TEMPLATE = (
@@ -92,6 +91,8 @@ class Tokenizer:
             return cls(hf, extra_eos_ids=_generation_config_eos(path))
         if cache_dir is None:
             return cls(_load_gguf(path))
+        from localchat.engine.loader.gguf import gguf_cache_key
+
         target = Path(cache_dir) / "gguf-tokenizers" / gguf_cache_key(path)
         if target.is_dir():
             try:

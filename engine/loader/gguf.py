@@ -98,16 +98,31 @@ def gguf_cache_key(path: Path) -> str:
     """Cache key of a GGUF file's converted metadata (config, tensor table, tokenizer):
     ``<stem>-<16 hex>`` hashing its name, size, first and last MiB and the transformers
     version (the conversion's author), so a changed file or a new transformers re-converts."""
-    import transformers
-
     size = path.stat().st_size
-    digest = hashlib.sha256(f"{path.name}|{size}|{transformers.__version__}".encode())
+    digest = hashlib.sha256(f"{path.name}|{size}|{transformers_version()}".encode())
     with open(path, "rb") as f:
         digest.update(f.read(_MIB))
         if size > 2 * _MIB:
             f.seek(size - _MIB)
         digest.update(f.read(_MIB))
     return f"{path.stem}-{digest.hexdigest()[:16]}"
+
+
+def transformers_version() -> str:
+    """The installed transformers version, read from its package metadata: importing
+    transformers itself costs seconds, and a cached load must not pay that."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return "none"
+
+
+def meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
+    """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file, or
+    ``None`` without a cache folder."""
+    return _meta_dir(Path(path), cache_dir)
 
 
 def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
