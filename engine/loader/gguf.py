@@ -9,7 +9,6 @@ llama.cpp's ``convert_hf_to_gguf.py``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cache_keys import gguf_cache_key, transformers_version  # noqa: F401 (re-exported)
 from ..errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 _GGUF_MAGIC = b"GGUF"
-_MIB = 1 << 20
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
 _LAYER_NAMES = {
@@ -92,31 +91,6 @@ def open_gguf(path: Path):
             f"cannot read GGUF file {path}: truncated, or its header or metadata is corrupt "
             f"({type(exc).__name__}: {exc})"
         ) from exc
-
-
-def gguf_cache_key(path: Path) -> str:
-    """Cache key of a GGUF file's converted metadata (config, tensor table, tokenizer):
-    ``<stem>-<16 hex>`` hashing its name, size, first and last MiB and the transformers
-    version (the conversion's author), so a changed file or a new transformers re-converts."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(f"{path.name}|{size}|{transformers_version()}".encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(_MIB))
-        if size > 2 * _MIB:
-            f.seek(size - _MIB)
-        digest.update(f.read(_MIB))
-    return f"{path.stem}-{digest.hexdigest()[:16]}"
-
-
-def transformers_version() -> str:
-    """The installed transformers version, read from its package metadata: importing
-    transformers itself costs seconds, and a cached load must not pay that."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("transformers")
-    except PackageNotFoundError:
-        return "none"
 
 
 def meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
