@@ -157,6 +157,12 @@ class SchedulerConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
 
 
+# Weight formats ``QuantConfig.scheme`` accepts (``quant.schemes.QuantScheme`` plus "auto").
+# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/memory/auto.py);
+# resolve_scheme, used by load_model, treats it as the unquantized format.
+SCHEME_NAMES = ("auto", "native", "none", "fp8", "int8", "int4")
+
+
 @dataclass(frozen=True)
 class QuantConfig:
     """Weight format: ``scheme`` is "auto" | "none" | "int8" | "int4" | "fp8" (see
@@ -175,8 +181,6 @@ class QuantConfig:
     use_cache: bool = True
 
     def __post_init__(self) -> None:
-        from .quant.schemes import SCHEME_NAMES
-
         if self.scheme not in SCHEME_NAMES:
             raise ValueError(
                 f"unknown quantization {self.scheme!r} (choose from {', '.join(SCHEME_NAMES)})"
