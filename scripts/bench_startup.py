@@ -7,7 +7,8 @@ Usage::
     python scripts/bench_startup.py --no-serve             # skip the warm-server figure
     python scripts/bench_startup.py --llama-cli PATH       # time llama.cpp's CLI as the peer
 
-Whole-process wall times (spawn to exit, min and median over ``--repeats``), all in one run
+Whole-process wall times (spawn to exit) and CPU times (user + system: the steadier figure on
+a shared machine), min and median over ``--repeats``, all in one run
 on the same (shared, noisy) machine, in a temporary ``LOCALCHAT_HOME`` whose cache links to
 the real model cache (so every load below is a *cached* load):
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -75,21 +77,28 @@ print(json.dumps({"phases_s": {b: t[b] - t[a] for a, b in zip(names, names[1:])}
 """
 
 
-def timed(cmd: list[str], env: dict, timeout: float = 600) -> float:
-    """Wall seconds of ``cmd`` from spawn to exit; raises SystemExit when it fails."""
+def timed(cmd: list[str], env: dict, timeout: float = 900) -> tuple[float, float]:
+    """(wall seconds from spawn to exit, CPU seconds user + system) of ``cmd``; raises
+    SystemExit when it fails. On an oversubscribed machine the CPU time is the steadier
+    figure: the wall time there mostly measures the other processes."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, env=env,
                           timeout=timeout, check=False)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): "
                          f"{proc.stderr.decode()[-400:]}")
-    return wall
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def repeat(cmd: list[str], env: dict, n: int) -> dict:
-    walls = [timed(cmd, env) for _ in range(n)]
-    return {"min": min(walls), "median": statistics.median(walls), "all": walls}
+    runs = [timed(cmd, env) for _ in range(n)]
+    walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+    return {"min": min(walls), "median": statistics.median(walls), "all": walls,
+            "cpu_min": min(cpus), "cpu_median": statistics.median(cpus)}
 
 
 def start_server(cli: list[str], env: dict, model: str) -> subprocess.Popen:
@@ -162,9 +171,12 @@ def main() -> None:
     shutil.rmtree(home, ignore_errors=True)
 
     torch_floor = rows["import torch"]["min"]
-    print(f"\n{'command':28} {'min s':>7} {'median s':>9} {'min - import torch':>19}")
+    cpu_floor = rows["import torch"]["cpu_min"]
+    print(f"\n{'command':28} {'wall min s':>10} {'median':>7} {'- torch':>8} "
+          f"{'cpu min s':>10} {'median':>7} {'- torch':>8}")
     for name, r in rows.items():
-        print(f"{name:28} {r['min']:7.2f} {r['median']:9.2f} {r['min'] - torch_floor:19.2f}")
+        print(f"{name:28} {r['min']:10.2f} {r['median']:7.2f} {r['min'] - torch_floor:8.2f} "
+              f"{r['cpu_min']:10.2f} {r['cpu_median']:7.2f} {r['cpu_min'] - cpu_floor:8.2f}")
     print("\nphases of one cached in-process answer (s):")
     for name, secs in phases["phases_s"].items():
         print(f"  {name:14} {secs:6.2f}")
