@@ -10,9 +10,10 @@ with the device and dtype. Vocabulary follows vLLM (``num_kv_heads``, ``block_si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device or dtype is resolved, not to read configs
+    import torch
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,12 @@ class SchedulerConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
 
 
+# Weight formats ``QuantConfig.scheme`` accepts (``quant.schemes.QuantScheme`` plus "auto").
+# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/memory/auto.py);
+# resolve_scheme, used by load_model, treats it as the unquantized format.
+SCHEME_NAMES = ("auto", "native", "none", "fp8", "int8", "int4")
+
+
 @dataclass(frozen=True)
 class QuantConfig:
     """Weight format: ``scheme`` is "auto" | "none" | "int8" | "int4" | "fp8" (see
@@ -174,8 +181,6 @@ class QuantConfig:
     use_cache: bool = True
 
     def __post_init__(self) -> None:
-        from .quant.schemes import SCHEME_NAMES
-
         if self.scheme not in SCHEME_NAMES:
             raise ValueError(
                 f"unknown quantization {self.scheme!r} (choose from {', '.join(SCHEME_NAMES)})"
@@ -222,6 +227,8 @@ class EngineConfig:
     seed: int = 0
 
     def resolved_device(self) -> torch.device:
+        import torch
+
         if self.device is not None:
             return torch.device(self.device)
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

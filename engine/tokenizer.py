@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from localchat.engine.errors import ModelLoadError, ModelNotFoundError
-from localchat.engine.loader.gguf import gguf_cache_key
+from localchat.engine.tokenizer_files import TokenizerFiles
 
 # Used when a model ships no chat template: plain ChatML (SmolLM2, Qwen and many fine-tunes).
 CHATML_TEMPLATE = (
@@ -39,6 +39,11 @@ END_OF_TURN_TOKENS = (
 _SENTINEL = "Lc7Sentinel"
 
 
+# Tokenizers read from the GGUF tokenizer cache in this process, by cache folder (the folder
+# name hashes the file, so a changed file gets a new entry).
+_CACHED: dict[Path, Tokenizer] = {}
+
+
 class SystemPromptFoldedWarning(UserWarning):
     """The chat template rejects the system role; the system text went into the first user
     turn instead (``system + "\n\n" + user``). The CLI prints it as ``localchat: note:``."""
@@ -51,7 +56,8 @@ class Tokenizer:
     transformers fast tokenizer (``extra_eos_ids``: more EOS ids, e.g. from a generation config).
 
     Attributes:
-        hf: the underlying transformers tokenizer.
+        hf: the underlying transformers fast tokenizer, or on a cached GGUF load a
+            ``TokenizerFiles`` (the same interface read with ``tokenizers`` alone).
         loaded_from_cache: ``True`` when it was read from the GGUF tokenizer cache.
     """
 
@@ -79,6 +85,10 @@ class Tokenizer:
         For a GGUF file with ``cache_dir``, the converted tokenizer is cached under
         ``cache_dir/gguf-tokenizers/<key>`` (``loader.gguf.gguf_cache_key``: file name, size,
         a hash of its first and last MiB, and the transformers version), written atomically.
+        transformers converts it on the first load only: a cached load reads the folder with
+        the ``tokenizers`` library (``tokenizer_files.TokenizerFiles``) and renders the chat
+        template with ``engine.chat_template`` (transformers' renderer, rebuilt on jinja2),
+        so it imports no transformers code. A damaged cache entry is rebuilt.
 
         Raises:
             ModelNotFoundError: ``path`` does not exist.
@@ -92,12 +102,19 @@ class Tokenizer:
             return cls(hf, extra_eos_ids=_generation_config_eos(path))
         if cache_dir is None:
             return cls(_load_gguf(path))
+        from localchat.engine.cache_keys import gguf_cache_key
+
         target = Path(cache_dir) / "gguf-tokenizers" / gguf_cache_key(path)
+        if target in _CACHED:  # the pre-load prompt check and the load read it once
+            return _CACHED[target]
         if target.is_dir():
             try:
-                return cls(_load_hf(target), loaded_from_cache=True)
+                tokenizer = cls(TokenizerFiles(target), loaded_from_cache=True)
             except ModelLoadError:
                 shutil.rmtree(target, ignore_errors=True)  # a damaged cache entry: rebuild it
+            else:
+                _CACHED[target] = tokenizer
+                return tokenizer
         hf = _load_gguf(path)
         _save_atomically(hf, target)
         return cls(hf)
@@ -228,9 +245,8 @@ class Tokenizer:
         tail = text[text.rindex(_SENTINEL) + len(_SENTINEL):].lstrip()
         known = {self.hf.convert_ids_to_tokens(i) for i in self.special_ids}
         candidates = sorted(known | set(END_OF_TURN_TOKENS), key=len, reverse=True)
-        vocab = self.hf.get_vocab()
         for tok in candidates:
-            if tail.startswith(tok) and tok in vocab:
+            if tail.startswith(tok) and self.backend.token_to_id(tok) is not None:
                 return tok
         return None
 

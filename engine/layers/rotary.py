@@ -56,6 +56,12 @@ class RotaryEmbedding(nn.Module):
         rope_scaling: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        if torch.get_default_device().type == "meta":
+            # Meta-device construction (the loader refills this buffer afterwards): computing
+            # the table through meta kernels would import torch._dynamo (~2 s) for nothing.
+            cache = torch.empty(max_position, head_dim, dtype=torch.float32)
+            self.register_buffer("cos_sin_cache", cache, persistent=False)
+            return
         inv_freq = rope_inv_freq(head_dim, base, rope_scaling)
         t = torch.arange(max_position, dtype=torch.float32)
         freqs = torch.outer(t, inv_freq)

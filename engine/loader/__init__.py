@@ -44,7 +44,42 @@ def load_hf_config(path: Path, cache_dir: Path | None = None):
 
 
 def load_model_config(path: Path, cache_dir: Path | None = None) -> ModelConfig:
-    """``ModelConfig`` for an HF folder or GGUF file. Raises ``ModelLoadError``."""
+    """``ModelConfig`` for an HF folder or GGUF file. Raises ``ModelLoadError``.
+
+    For a GGUF file with ``cache_dir``, the derived config is cached
+    (``loader/config_cache.py``): a cached load reads one small JSON file and imports no
+    transformers code; a missing, corrupt or stale entry is rebuilt through transformers.
+    Within one process the result is memoized per (file, size, mtime, cache folder), so the
+    pre-load prompt check and the load read it once.
+    """
+    path = Path(path)
+    if not (is_gguf(path) and cache_dir is not None):
+        return _model_config_from_hf(path, cache_dir)
+    from .config_cache import read_cached_model_config, write_cached_model_config
+    from .gguf import check_gguf_header, meta_dir, transformers_version
+
+    check_gguf_header(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    memo_key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, str(cache_dir))
+    if memo_key in _CONFIG_MEMO:
+        return _CONFIG_MEMO[memo_key]
+    meta = meta_dir(path, cache_dir)
+    config = read_cached_model_config(meta)
+    if config is None:
+        config = _model_config_from_hf(path, cache_dir)
+        write_cached_model_config(meta, config, f"transformers {transformers_version()}")
+    _CONFIG_MEMO[memo_key] = config
+    return config
+
+
+_CONFIG_MEMO: dict[tuple, ModelConfig] = {}
+
+
+def _model_config_from_hf(path: Path, cache_dir: Path | None) -> ModelConfig:
+    """``ModelConfig`` derived from transformers' config of ``path`` (no engine cache)."""
     hf_config = load_hf_config(path, cache_dir)
     try:
         config = ModelConfig.from_hf_config(hf_config)

@@ -9,7 +9,6 @@ llama.cpp's ``convert_hf_to_gguf.py``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cache_keys import gguf_cache_key, transformers_version  # noqa: F401 (re-exported)
 from ..errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 _GGUF_MAGIC = b"GGUF"
-_MIB = 1 << 20
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
 _LAYER_NAMES = {
@@ -94,20 +93,10 @@ def open_gguf(path: Path):
         ) from exc
 
 
-def gguf_cache_key(path: Path) -> str:
-    """Cache key of a GGUF file's converted metadata (config, tensor table, tokenizer):
-    ``<stem>-<16 hex>`` hashing its name, size, first and last MiB and the transformers
-    version (the conversion's author), so a changed file or a new transformers re-converts."""
-    import transformers
-
-    size = path.stat().st_size
-    digest = hashlib.sha256(f"{path.name}|{size}|{transformers.__version__}".encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(_MIB))
-        if size > 2 * _MIB:
-            f.seek(size - _MIB)
-        digest.update(f.read(_MIB))
-    return f"{path.stem}-{digest.hexdigest()[:16]}"
+def meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
+    """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file, or
+    ``None`` without a cache folder."""
+    return _meta_dir(Path(path), cache_dir)
 
 
 def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:

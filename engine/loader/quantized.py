@@ -57,12 +57,14 @@ def materialize(model: nn.Module, device: torch.device, skip: Iterable[nn.Module
         for name, p in module._parameters.items():
             if p is None or not p.is_meta or (name == "weight" and id(module) in skip_ids):
                 continue
+            # torch.empty, not empty_like: empty_like of a meta tensor runs the Python
+            # reference kernels, which import sympy and torch.fx (about 1 s).
             module._parameters[name] = nn.Parameter(
-                torch.empty_like(p, device=device), requires_grad=False
+                torch.empty(p.shape, dtype=p.dtype, device=device), requires_grad=False
             )
         for name, b in module._buffers.items():
             if b is not None and b.is_meta:
-                module._buffers[name] = torch.empty_like(b, device=device)
+                module._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
 
 
 def load_quantized_model(

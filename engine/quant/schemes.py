@@ -40,9 +40,9 @@ class QuantScheme(str, enum.Enum):
         return self is not QuantScheme.NONE
 
 
-# "auto" is resolved by the memory planner in LLMEngine.from_path (engine/memory/auto.py);
-# resolve_scheme, used by load_model, treats it as the unquantized format.
-SCHEME_NAMES = ("auto", "native", "none", "fp8", "int8", "int4")
+# The names (auto, native, none, fp8, int8, int4) live in the torch-free engine/config.py, so
+# that checking a --quant value imports no torch.
+from ..config import SCHEME_NAMES  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)
