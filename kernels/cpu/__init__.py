@@ -73,6 +73,8 @@ def available() -> bool:
         log.setLevel(logging.ERROR)  # its ABI / compiler-version warnings, not ours to show
         here = Path(__file__).resolve().parent
         out = build_dir()
+        if _load_built(out / f"{_NAME}.so"):
+            return True
         if not (out / f"{_NAME}.so").exists():
             print("localchat: building the CPU kernels (once, about a minute)...",
                   file=sys.stderr, flush=True)
@@ -91,6 +93,23 @@ def available() -> bool:
         return False
     finally:
         log.setLevel(level)
+    return True
+
+
+def _load_built(library: Path) -> bool:
+    """Load an already built extension directly (0.1 s). The build folder's name hashes every
+    source and header, the torch version and the Python ABI, so a library there is this
+    source's build. ``cpp_extension.load`` would import setuptools and run ninja on every
+    start instead (seconds), and rebuild whenever another checkout of the same sources at
+    another path shares the folder (its build.ninja names absolute source paths). False when
+    there is no library yet, or it does not load (a build in progress): then it is built."""
+    if not library.is_file():
+        return False
+    try:
+        torch.ops.load_library(str(library))
+        torch.ops.localchat_cpu.best_isa()
+    except (OSError, RuntimeError, AttributeError):
+        return False
     return True
 
 
