@@ -19,7 +19,7 @@ from ..quant.schemes import QuantScheme, resolve_scheme
 from .checks import checked
 from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
 from .native import load_native_gguf
-from .quantized import load_quantized_model
+from .quantized import load_quantized_model, materialize
 from .safetensors import iter_safetensors
 
 
@@ -151,7 +151,7 @@ def load_model(
             cache_dir=cache_dir, kernel=quant_kernel,
             init_buffers=lambda m: _init_buffers(m, model_config, max_position),
         )
-    model = model.to_empty(device=device)
+    materialize(model, device)  # like to_empty, without torch's Python meta kernels (sympy)
     _init_buffers(model, model_config, max_position)
     weights = _iter_weights(path, model_config, dtype, cache_dir)
     try:
