@@ -57,7 +57,7 @@ def _compile(template: str) -> Any:
         """``{% generation %}...{% endgeneration %}``: renders its body (transformers uses it
         to track assistant tokens; rendering is the same)."""
 
-        tags = {"generation"}
+        tags = frozenset({"generation"})
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno

@@ -50,7 +50,7 @@ class TokenizerFiles:
             self.backend_tokenizer = Backend.from_file(str(folder / "tokenizer.json"))
             config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
             if not isinstance(config, dict):
-                raise ValueError("tokenizer_config.json is not an object")
+                raise TypeError("tokenizer_config.json is not an object")
             template_file = folder / "chat_template.jinja"
             template = (template_file.read_text(encoding="utf-8") if template_file.is_file()
                         else config.get("chat_template"))

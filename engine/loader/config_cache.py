@@ -69,15 +69,16 @@ _INT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_lay
 
 
 def _check_types(config: ModelConfig) -> None:
-    """Raise ``ValueError`` for a field of the wrong type (a hand-edited or damaged entry)."""
+    """Raise ``TypeError`` (or ``ValueError``) for a field of the wrong type or range (a
+    hand-edited or damaged entry)."""
     for name in _INT_FIELDS:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name} = {value!r} is not a positive integer")
+            raise TypeError(f"{name} = {value!r} is not a positive integer")
     for name in ("rms_norm_eps", "rope_theta"):
         if not isinstance(getattr(config, name), (int, float)):
-            raise ValueError(f"{name} is not a number")
+            raise TypeError(f"{name} is not a number")
     if not isinstance(config.architecture, str) or not config.architecture:
-        raise ValueError("architecture is not a name")
+        raise TypeError("architecture is not a name")
     if config.rope_scaling is not None and not isinstance(config.rope_scaling, dict):
-        raise ValueError("rope_scaling is not a mapping")
+        raise TypeError("rope_scaling is not a mapping")

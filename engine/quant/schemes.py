@@ -42,7 +42,7 @@ class QuantScheme(str, enum.Enum):
 
 # The names (auto, native, none, fp8, int8, int4) live in the torch-free engine/config.py, so
 # that checking a --quant value imports no torch.
-from ..config import SCHEME_NAMES  # noqa: E402
+from ..config import SCHEME_NAMES
 
 
 @functools.lru_cache(maxsize=1)
