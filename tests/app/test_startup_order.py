@@ -53,3 +53,46 @@ def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf):
     lines = out.stdout.strip().splitlines()
     assert lines and lines[-2].startswith("ERROR") and "20" in lines[-2], out.stderr[-2000:]
     assert lines[-1] == "LOADED []"
+
+
+_ASK_REMOTE = r"""
+import sys
+from localchat.app.cli import main
+sys.argv = ["localchat", "ask", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+heavy = [m for m in ("torch", "transformers", "numpy") if m in sys.modules]
+print(f"EXIT {code} HEAVY {heavy}", file=sys.stderr)
+"""
+
+
+def test_ask_through_a_server_imports_no_torch(tmp_path):
+    """An ``ask`` answered by an OpenAI-compatible server (here a fake one on 127.0.0.1, as
+    a warm ``localchat serve`` answers) imports neither torch, transformers nor numpy."""
+    import os
+
+    from localchat.app import settings
+    from tests.app.server.live import ServerThread
+    from tests.app.server.test_ask_backend import fake_openai
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(home)
+    app, seen = fake_openai()
+    server = ServerThread(app).start()
+    try:
+        out = subprocess.run([sys.executable, "-c", _ASK_REMOTE, "--endpoint", server.url,
+                              "--temperature", "0", "--max-tokens", "4", "Hi"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             env=env, timeout=300, check=False)
+    finally:
+        server.stop()
+    assert out.stdout.strip() == "Hello world", out.stderr[-2000:]
+    assert len(seen) == 1
+    assert out.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY []", out.stderr[-2000:]
