@@ -32,7 +32,8 @@ import torch
 
 ISA_ENV = "LOCALCHAT_CPU_ISA"
 ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
-SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp")
+SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
+           "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp")
 _NAME = "localchat_cpu_kernels"
 
 
@@ -157,4 +158,35 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
     if group_size is None:
         group_size = x.shape[-1] // (scales.shape[1] if scales.dim() == 2 else 1)
     return _ops().int8_matmul(
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
+@functools.cache
+def has_vnni() -> bool:
+    """True when this CPU has AVX-512 VNNI (``vpdpbusd``), which the integer-dot kernels use
+    at the ``avx512`` ISA level (without it they take the AVX2 ``maddubs`` path)."""
+    return bool(_ops().has_vnni())
+
+
+def int4_matmul_a8(x, qweight, scales, mins, group_size: int, isa: int | None = None):
+    """W4A8: ``x [M, K]`` (fp32/bf16/fp16, ``K % 32 == 0``) quantized per row and 32-column
+    block to int8, integer dot products with int4 group-wise weights -> ``[M, N]`` in
+    ``x.dtype`` (``reference.int4_matmul_a8``'s math; ``scales``/``mins`` fp32 or fp16
+    ``[N, K // G]``, G a multiple of 32). ISA level 2 = AVX-512 VNNI where present, else AVX2.
+    Raises ``RuntimeError`` on a bad layout."""
+    return _ops().int4_matmul_a8(
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
+def int8_matmul_a8(x, qweight, scales, mins=None, group_size: int | None = None,
+                   isa: int | None = None):
+    """W8A8: ``x [M, K]`` @ int8 group-wise weights with int8-quantized activations
+    (``reference.int8_matmul_a8``; G = 16 or a multiple of 32, 1-D ``scales`` = per channel).
+    Raises ``RuntimeError`` on a bad layout."""
+    if scales.dim() == 1:
+        scales = scales[:, None]
+        mins = None if mins is None else mins.reshape(-1, 1)
+    if group_size is None:
+        group_size = x.shape[-1] // scales.shape[1]
+    return _ops().int8_matmul_a8(
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "qa8.h"
 #include "quant.h"
 
 namespace localchat_cpu {
@@ -23,6 +24,15 @@ int64_t best_isa() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return kAvx2;
 #endif
   return kScalar;
+}
+
+bool has_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return best_isa() == kAvx512 && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
 }
 
 int64_t clamp_isa(int64_t isa) {
@@ -99,11 +109,114 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   return run_rows(x32, x, a, fn);
 }
 
+
+// ---- integer-dot (W4A8 / W8A8) matmuls, qa8.h -------------------------------------------
+
+typedef void (*A8Fn)(const A8Args&, int64_t, int64_t);
+
+// Checks the scale / min tensors: [N, ngroups] fp32 or fp16, contiguous, both one dtype.
+bool a8_scales(const char* op, const at::Tensor& scales, const at::Tensor* mins, int64_t N,
+               int64_t ng) {
+  const auto dt = scales.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.numel() == N * ng &&
+                  scales.size(0) == N && scales.is_contiguous(),
+              op, ": scales must be contiguous fp32 or fp16 [", N, ", ", ng, "], got ",
+              scales.sizes(), " ", dt);
+  if (mins)
+    TORCH_CHECK(mins->scalar_type() == dt && mins->numel() == N * ng && mins->is_contiguous(),
+                op, ": mins must be contiguous [", N, ", ", ng, "] of the scales' dtype");
+  return dt == at::kHalf;
+}
+
+at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn) {
+  const at::Tensor x32 = x.to(at::kFloat).contiguous();
+  const int64_t M = a.M, Kp = a.Kp, ng = a.ngroups;
+  at::Tensor xq = at::empty({M, Kp}, x32.options().dtype(at::kChar));
+  at::Tensor dd = at::empty({M, Kp / 32}, x32.options());
+  at::Tensor nc = int4 ? at::Tensor() : at::empty({M, Kp / 4}, x32.options().dtype(at::kInt));
+  at::Tensor xs = a.mins ? at::empty({M, ng}, x32.options()) : at::Tensor();
+  at::Tensor b2g = at::empty({Kp / 32}, x32.options().dtype(at::kInt));
+  int32_t* tbl = b2g.data_ptr<int32_t>();
+  for (int64_t b = 0; b < Kp / 32; ++b)
+    tbl[b] = static_cast<int32_t>(std::min(b, a.K / 32 - 1) * 32 / a.group_size);
+  a8_quantize_rows(x32.data_ptr<float>(), a, xq.data_ptr<int8_t>(),
+                   int4 ? nullptr : nc.data_ptr<int32_t>(), dd.data_ptr<float>(),
+                   a.mins ? xs.data_ptr<float>() : nullptr, int4);
+  a.xq = xq.data_ptr<int8_t>();
+  a.ncorr = int4 ? nullptr : nc.data_ptr<int32_t>();
+  a.d = dd.data_ptr<float>();
+  a.xs = a.mins ? xs.data_ptr<float>() : nullptr;
+  a.blk2grp = tbl;
+  at::Tensor out = at::empty({M, a.N}, x32.options());
+  a.out = out.data_ptr<float>();
+  // Threads split output columns; each output is computed by one thread in a fixed order.
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * M));
+  at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+}
+
+A8Fn pick_a8(int64_t isa, A8Fn vnni, A8Fn avx2, A8Fn scalar) {
+  const int64_t use = clamp_isa(isa);
+  static const bool vnni_ok = has_vnni();
+  if (use == kAvx512 && vnni_ok) return vnni;
+  return use >= kAvx2 ? avx2 : scalar;
+}
+
+at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
+                          const at::Tensor& scales, const at::Tensor& mins, int64_t group_size,
+                          int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && qweight.dim() == 2, "int4_matmul_a8: x [M, K], qweight [N, K/2]");
+  const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
+  TORCH_CHECK(qweight.scalar_type() == at::kByte && qweight.size(1) * 2 == K &&
+                  qweight.is_contiguous(),
+              "int4_matmul_a8: qweight must be contiguous uint8 [N, K/2], got ", qweight.sizes(),
+              " for K=", K);
+  TORCH_CHECK(K > 0 && group_size > 0 && group_size % 32 == 0 && K % group_size == 0,
+              "int4_matmul_a8: group_size ", group_size, " must be a multiple of 32 dividing K=",
+              K);
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int4_matmul_a8: x must be fp32/bf16/fp16");
+  const int64_t ng = K / group_size;
+  const bool half = a8_scales("int4_matmul_a8", scales, &mins, N, ng);
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
+           mins.data_ptr(), half, nullptr, M, N, K, (K + 63) / 64 * 64, group_size, ng};
+  return run_a8(x, a, true, pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar));
+}
+
+at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
+                          const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
+                          int64_t group_size, int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && qweight.dim() == 2, "int8_matmul_a8: x [M, K], qweight [N, K]");
+  const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
+  TORCH_CHECK(qweight.scalar_type() == at::kChar && qweight.size(1) == K &&
+                  qweight.is_contiguous(),
+              "int8_matmul_a8: qweight must be contiguous int8 [N, K], got ", qweight.sizes(),
+              " for K=", K);
+  TORCH_CHECK(K > 0 && K % 32 == 0 && group_size > 0 && K % group_size == 0 &&
+                  (group_size == 16 || group_size % 32 == 0),
+              "int8_matmul_a8: group_size ", group_size,
+              " must be 16 or a multiple of 32 dividing K=", K, " (K a multiple of 32)");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int8_matmul_a8: x must be fp32/bf16/fp16");
+  const int64_t ng = K / group_size;
+  const bool has_min = mins.has_value() && mins->defined();
+  const bool half = a8_scales("int8_matmul_a8", scales, has_min ? &*mins : nullptr, N, ng);
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
+           has_min ? mins->data_ptr() : nullptr, half, nullptr, M, N, K, (K + 63) / 64 * 64,
+           group_size, ng};
+  return run_a8(x, a, false, pick_a8(isa, int8_a8_vnni, int8_a8_avx2, int8_a8_scalar));
+}
+
 }  // namespace
 }  // namespace localchat_cpu
 
 TORCH_LIBRARY(localchat_cpu, m) {
   m.def("best_isa() -> int", &localchat_cpu::best_isa);
+  m.def("has_vnni() -> bool", &localchat_cpu::has_vnni);
+  m.def("int4_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
+        "int isa) -> Tensor");
+  m.def("int8_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, "
+        "int group_size, int isa) -> Tensor");
   m.def("int4_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
         "int isa) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
@@ -113,4 +226,6 @@ TORCH_LIBRARY(localchat_cpu, m) {
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul", &localchat_cpu::int4_matmul);
   m.impl("int8_matmul", &localchat_cpu::int8_matmul);
+  m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
+  m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
 }

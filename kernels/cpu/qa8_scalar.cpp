@@ -1,0 +1,71 @@
+// Portable scalar integer-dot matmuls (qa8.h): per sub-block an exact int32 dot, summed in k
+// order in fp32, then the min term in group order.
+#include <cstring>
+
+#include "qa8.h"
+
+namespace localchat_cpu {
+namespace {
+
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      uint32_t m = man;
+      do { m <<= 1; ++e; } while (!(m & 0x400));
+      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float ld(const A8Args& a, const void* p, int64_t i) {
+  return a.half ? f16_to_f32(static_cast<const uint16_t*>(p)[i])
+                : static_cast<const float*>(p)[i];
+}
+
+template <bool INT4>
+void rows(const A8Args& a, int64_t n0, int64_t n1) {
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, sub = a.group_size == 16 ? 16 : 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t m = 0; m < a.M; ++m) {
+      const int8_t* xq = a.xq + m * Kp;
+      const float* d = a.d + m * (Kp / 32);
+      float acc = 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += sub) {
+        int32_t dot = 0;
+        if (INT4) {  // sub == 32
+          const uint8_t* w = static_cast<const uint8_t*>(a.qweight) + n * (K / 2) + k0 / 2;
+          for (int j = 0; j < 16; ++j)
+            dot += (w[j] & 0x0F) * xq[k0 + j] + (w[j] >> 4) * xq[k0 + 16 + j];
+        } else {
+          const int8_t* w = static_cast<const int8_t*>(a.qweight) + n * K + k0;
+          for (int j = 0; j < sub; ++j) dot += w[j] * xq[k0 + j];
+        }
+        const float sd = ld(a, a.scales, n * ng + k0 / a.group_size) * d[k0 / 32];
+        acc += static_cast<float>(dot) * sd;
+      }
+      float accm = 0.0f;
+      if (a.mins)
+        for (int64_t g = 0; g < ng; ++g) accm += ld(a, a.mins, n * ng + g) * a.xs[m * ng + g];
+      a.out[m * a.N + n] = acc + accm;
+    }
+  }
+}
+
+}  // namespace
+
+void int4_a8_scalar(const A8Args& a, int64_t n0, int64_t n1) { rows<true>(a, n0, n1); }
+void int8_a8_scalar(const A8Args& a, int64_t n0, int64_t n1) { rows<false>(a, n0, n1); }
+
+}  // namespace localchat_cpu
