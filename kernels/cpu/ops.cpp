@@ -142,6 +142,14 @@ at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn) {
   a8_quantize_rows(x32.data_ptr<float>(), a, xq.data_ptr<int8_t>(),
                    int4 ? nullptr : nc.data_ptr<int32_t>(), dd.data_ptr<float>(),
                    a.mins ? xs.data_ptr<float>() : nullptr, int4);
+  at::Tensor dv = at::empty({M, Kp / 64, 16}, x32.options());
+  {
+    const float* dp = dd.data_ptr<float>();
+    float* vp = dv.data_ptr<float>();
+    for (int64_t i = 0; i < M * (Kp / 64); ++i)
+      for (int j = 0; j < 16; ++j) vp[i * 16 + j] = dp[2 * i + j / 8];
+  }
+  a.dv = dv.data_ptr<float>();
   a.xq = xq.data_ptr<int8_t>();
   a.ncorr = int4 ? nullptr : nc.data_ptr<int32_t>();
   a.d = dd.data_ptr<float>();
@@ -178,7 +186,7 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
                   x.scalar_type() == at::kHalf, "int4_matmul_a8: x must be fp32/bf16/fp16");
   const int64_t ng = K / group_size;
   const bool half = a8_scales("int4_matmul_a8", scales, &mins, N, ng);
-  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
            mins.data_ptr(), half, nullptr, M, N, K, (K + 63) / 64 * 64, group_size, ng};
   return run_a8(x, a, true, pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar));
 }
@@ -201,7 +209,7 @@ at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
   const int64_t ng = K / group_size;
   const bool has_min = mins.has_value() && mins->defined();
   const bool half = a8_scales("int8_matmul_a8", scales, has_min ? &*mins : nullptr, N, ng);
-  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(), scales.data_ptr(),
            has_min ? mins->data_ptr() : nullptr, half, nullptr, M, N, K, (K + 63) / 64 * 64,
            group_size, ng};
   return run_a8(x, a, false, pick_a8(isa, int8_a8_vnni, int8_a8_avx2, int8_a8_scalar));

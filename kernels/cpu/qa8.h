@@ -22,6 +22,7 @@ struct A8Args {
   const int8_t* xq;      // [M, Kp] quantized activations (layout above)
   const int32_t* ncorr;  // [M, Kp / 4]: -128 * sum of each 4 consecutive xq (int8 only)
   const float* d;        // [M, Kp / 32] activation block scales
+  const float* dv;       // [M, Kp / 64, 16]: per 64-column chunk, d of block 0 x 8, block 1 x 8
   const float* xs;       // [M, ngroups] or nullptr (no mins)
   const int32_t* blk2grp;  // [Kp / 32] weight group of each activation block (padded: last)
   const void* qweight;   // int4: uint8 [N, K / 2]; int8: int8 [N, K]

@@ -86,8 +86,7 @@ inline void tile(const A8Args& a, int64_t n, int64_t m0) {
       const __m512i init = INT4 ? _mm512_setzero_si512()
                                 : _mm512_loadu_si512(a.ncorr + m * (Kp / 4) + c * 16);
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xq);
-      const float* d = a.d + m * (Kp / 32) + 2 * c;
-      const __m512 dv = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(d[1]), 1);
+      const __m512 dv = _mm512_loadu_ps(a.dv + (m * (Kp / 64) + c) * 16);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
     }
   }

@@ -29,6 +29,13 @@ ISAS = ["avx512", "avx2", "scalar"]
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None  # what cpu.py builds with
 
 
+@pytest.fixture(autouse=True)
+def exact_kernels(monkeypatch):
+    """These tests are of the exact fp32-activation kernels (the integer-dot ones, the CPU
+    default, are tested in test_cpu_quant_a8.py)."""
+    monkeypatch.setenv("LOCALCHAT_CPU_A8", "0")
+
+
 @pytest.fixture(scope="module")
 def built():
     """The extension must build wherever a C++ compiler is installed."""
