@@ -1,14 +1,19 @@
 """CPU quantized matmuls: localchat's C++ kernels against PyTorch's own CPU kernels.
 
-For each shape (Qwen2.5-Coder-1.5B's MLP and SmolLM2-135M's, ``N x K``) and M in 1, 5, 16
+For each shape (Qwen2.5-Coder-1.5B's MLP, SmolLM2-135M's MLP and its 49152 x 576 output
+layer, ``N x K``) and M in 1, 5, 16
 activation rows, in rounds interleaved so the machine's load hits every method alike (the best
 of the rounds is kept):
 
-- ``lc int4 g32`` (``localchat.kernels.cpu.int4_matmul``, the active ISA, and ``avx2`` forced),
+- ``lc int4 a8`` / ``lc int8 a8``: the integer-dot kernels (``cpu.int4_matmul_a8`` /
+  ``int8_matmul_a8``; activations quantized to int8 per 32 columns; VNNI, and ``avx2``
+  forced; fp16 scales too), the CPU default for up to 16 rows;
+- ``lc int4 g32`` (``localchat.kernels.cpu.int4_matmul``, exact fp32 activations, the
+  ``LOCALCHAT_CPU_A8=0`` path),
   against ``torch int4pack`` (``aten._weight_int4pack_mm_for_cpu``, bf16 activations, the
   same weights repacked);
 - ``lc int8`` per channel, against ``torch int8pack`` (``aten._weight_int8pack_mm``, bf16);
-- ``F.linear`` on the fp32 weight.
+- ``F.linear`` on the fp32 and bf16 weights.
 
 Printed: ms per call; GB/s of weight bytes (packed weight + fp32 scales/mins) at M = 1; the time
 at M = 5 over the time at M = 1 (what verifying 4 draft tokens costs relative to one decode
@@ -28,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-SHAPES = [(8960, 1536), (1536, 8960), (1536, 576)]  # (N, K)
+SHAPES = [(8960, 1536), (1536, 8960), (1536, 576), (576, 1536), (49152, 576)]  # (N, K)
 ROWS = (1, 5, 16)
 
 
@@ -46,13 +51,24 @@ def _methods(n: int, k: int, m_rows: int):
     s8 = torch.rand(n, generator=gen) * 0.01
     s8b = s8.bfloat16()
     wf = torch.randn(n, k, generator=gen)
+    wb = wf.bfloat16()
     x = torch.randn(m_rows, k, generator=gen)
     xb = x.bfloat16()
     best = cpu.best_isa()
     avx2 = min(best, cpu.ISAS["avx2"])
     int4_bytes = n * k // 2 + 8 * n * (k // g)
     int8_bytes = n * k + 4 * n
+    s4h, m4h = s4.half(), m4.half()
+    q8g = q8
+    s8g = torch.rand(n, k // g, generator=gen) * 0.01
+    a8 = "vnni" if best == 2 and cpu.has_vnni() else cpu.isa_name(min(best, 1))
     return {
+        f"lc int4 a8 {a8}": (lambda: cpu.int4_matmul_a8(x, q4, s4, m4, g, best), int4_bytes),
+        "lc int4 a8 fp16 scales": (lambda: cpu.int4_matmul_a8(x, q4, s4h, m4h, g, best),
+                                   n * k // 2 + 4 * n * (k // g)),
+        "lc int4 a8 avx2": (lambda: cpu.int4_matmul_a8(x, q4, s4, m4, g, avx2), int4_bytes),
+        f"lc int8 g32 a8 {a8}": (lambda: cpu.int8_matmul_a8(x, q8g, s8g, None, g, best),
+                                 n * k + 4 * n * (k // g)),
         f"lc int4 g32 {cpu.isa_name(best)}": (lambda: cpu.int4_matmul(x, q4, s4, m4, g, best),
                                               int4_bytes),
         "lc int4 g32 avx2": (lambda: cpu.int4_matmul(x, q4, s4, m4, g, avx2), int4_bytes),
@@ -60,8 +76,10 @@ def _methods(n: int, k: int, m_rows: int):
             xb, packed, g, sz), int4_bytes),
         f"lc int8 {cpu.isa_name(best)}": (lambda: cpu.int8_matmul(x, q8, s8, None, k, best),
                                           int8_bytes),
+        f"lc int8 a8 {a8}": (lambda: cpu.int8_matmul_a8(x, q8, s8, None, k, best), int8_bytes),
         "torch int8pack": (lambda: torch.ops.aten._weight_int8pack_mm(xb, q8, s8b), int8_bytes),
         "F.linear fp32": (lambda: F.linear(x, wf), 4 * n * k),
+        "F.linear bf16": (lambda: F.linear(xb, wb), 2 * n * k),
     }
 
 

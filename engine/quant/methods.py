@@ -128,65 +128,35 @@ class Int8LinearMethod(_PerChannelLinearMethod):
     def _packed_cpu(self) -> bool:
         return self.device.type == "cpu" and self.kernel == "packed"
 
-    def process_weights_after_loading(self, layer):
-        if self._packed_cpu():  # the CPU kernel wants scales in the activation dtype (bf16)
-            _set_buffer(layer, "scales", layer.scales.to(torch.bfloat16))
+    def _own_cpu_rows(self) -> int:
+        """Rows up to which CPU calls use localchat's integer-dot kernel over the contract
+        layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when the C++
+        kernels are built and ``LOCALCHAT_CPU_A8`` is not ``0``, else 0 (torch's int4pack for
+        every M, as before)."""
+        from localchat import kernels
+        from localchat.kernels import cpu
 
-    def apply(self, layer, x):
-        x2 = _flat(x)
-        if self._packed_cpu():
-            y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), layer.qweight,
-                                                   layer.scales).to(x.dtype)
-        elif x.is_cuda and self.kernel == "packed" and _kernel("int8_matmul") is not None:
-            y = _kernel("int8_matmul")(x2, layer.qweight, layer.scales)
-        else:
-            y = F.linear(x2, dequantize_int8(layer.qweight, layer.scales, x.dtype))
-        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
-
-    def weight_bytes(self, out_features, in_features, dtype):
-        return int8_weight_bytes(out_features, in_features, 2 if self._packed_cpu() else 4)
-
-
-class Int4LinearMethod(LinearMethod):
-    """W4A16 int4 group-wise (``int4.py``), ``group_size`` chosen per layer by
-    :func:`pick_group_size` (the loader leaves layers without one unquantized). ``kernel``:
-    "packed" (CPU ``_weight_int4pack_mm_for_cpu`` over a repacked copy; on CUDA
-    ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
-
-    scheme = QuantScheme.INT4
-
-    def __init__(self, device: torch.device, group_size: int, kernel: str = "packed") -> None:
-        self.device = torch.device(device)
-        self.group_size = group_size
-        self.kernel = kernel
-
-    def _packed_cpu(self) -> bool:
-        return self.device.type == "cpu" and self.kernel == "packed"
-
-    def quantize_weights(self, layer):
-        qweight, scales, mins = quantize_int4(layer.weight.data, self.group_size)
-        layer.weight = None
-        _set_buffer(layer, "qweight", qweight)
-        _set_buffer(layer, "scales", scales)
-        _set_buffer(layer, "mins", mins)
-
-    def create_weights(self, layer, device):
-        n, k, g = layer.out_features, layer.in_features, self.group_size
-        layer.weight = None
-        _set_buffer(layer, "qweight", torch.empty(n, k // 2, dtype=torch.uint8, device=device))
-        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
-        _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        if not self._packed_cpu() or not kernels.cpu_a8_enabled() or not cpu.available():
+            return 0
+        return kernels.CPU_MAX_ROWS
 
     def process_weights_after_loading(self, layer):
         if self._packed_cpu():
             packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.mins)
-            _drop(layer, "qweight", "scales", "mins")
+            if self._own_cpu_rows() == 0:
+                _drop(layer, "qweight", "scales", "mins")
+            # else the contract layout stays for M <= CPU_MAX_ROWS (decode, verification):
+            # the int4pack copy serves prefill, where torch's kernel is faster than ours
             _set_buffer(layer, "qweight_cpu", packed)
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
 
     def apply(self, layer, x):
         x2 = _flat(x)
-        if self._packed_cpu():
+        if self._packed_cpu() and x2.shape[0] <= self._own_cpu_rows() \
+                and getattr(layer, "qweight", None) is not None:
+            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.mins,
+                                       self.group_size).to(x.dtype)
+        elif self._packed_cpu():
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
             ).to(x.dtype)
@@ -199,9 +169,14 @@ class Int4LinearMethod(LinearMethod):
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 
     def weight_bytes(self, out_features, in_features, dtype):
-        # the CPU repack keeps scales and PyTorch's zero points as bf16 [K // G, N, 2]
-        return int4_weight_bytes(out_features, in_features, self.group_size,
-                                 2 if self._packed_cpu() else 4)
+        # the CPU repack keeps scales and PyTorch's zero points as bf16 [K // G, N, 2]; with
+        # the integer-dot kernels the contract layout (fp32 scales / mins) stays as well
+        if not self._packed_cpu():
+            return int4_weight_bytes(out_features, in_features, self.group_size, 4)
+        packed = int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        own = int4_weight_bytes(out_features, in_features, self.group_size, 4) \
+            if self._own_cpu_rows() else 0
+        return packed + own
 
 
 class Fp8LinearMethod(_PerChannelLinearMethod):

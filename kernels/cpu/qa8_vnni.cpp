@@ -27,6 +27,17 @@ inline __m128 ld4(const ST* p) {
 }
 
 template <class ST>
+inline __m128 ld2(const ST* p) {
+  if constexpr (sizeof(ST) == 2) {
+    uint32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v)));
+  } else {
+    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+  }
+}
+
+template <class ST>
 inline float min_term(const ST* mn, const float* xs, int64_t ng) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; g += 16) {
@@ -76,6 +87,8 @@ inline void tile(const A8Args& a, int64_t n, int64_t m0) {
       sv = _mm512_permutexvar_ps(idx4, _mm512_castps128_ps512(
           half_chunk ? _mm_setr_ps(ld1(s + 4 * c), ld1(s + 4 * c + 1), 0.0f, 0.0f)
                      : ld4(s + 4 * c)));
+    } else if (a.group_size == 32 && !half_chunk) {  // GGUF groups: two consecutive scales
+      sv = _mm512_permutexvar_ps(idx2, _mm512_castps128_ps512(ld2(s + 2 * c)));
     } else {
       sv = _mm512_insertf32x8(_mm512_set1_ps(ld1(s + a.blk2grp[2 * c])),
                               _mm256_set1_ps(ld1(s + a.blk2grp[2 * c + 1])), 1);
