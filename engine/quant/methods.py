@@ -128,6 +128,56 @@ class Int8LinearMethod(_PerChannelLinearMethod):
     def _packed_cpu(self) -> bool:
         return self.device.type == "cpu" and self.kernel == "packed"
 
+    def process_weights_after_loading(self, layer):
+        if self._packed_cpu():  # the CPU kernel wants scales in the activation dtype (bf16)
+            _set_buffer(layer, "scales", layer.scales.to(torch.bfloat16))
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        if self._packed_cpu():
+            y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), layer.qweight,
+                                                   layer.scales).to(x.dtype)
+        elif x.is_cuda and self.kernel == "packed" and _kernel("int8_matmul") is not None:
+            y = _kernel("int8_matmul")(x2, layer.qweight, layer.scales)
+        else:
+            y = F.linear(x2, dequantize_int8(layer.qweight, layer.scales, x.dtype))
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        return int8_weight_bytes(out_features, in_features, 2 if self._packed_cpu() else 4)
+
+
+class Int4LinearMethod(LinearMethod):
+    """W4A16 int4 group-wise (``int4.py``), ``group_size`` chosen per layer by
+    :func:`pick_group_size` (the loader leaves layers without one unquantized). ``kernel``:
+    "packed" (CPU: ``localchat.kernels.int4_matmul``, the W4A8 integer-dot kernel, for up to
+    ``CPU_MAX_ROWS`` rows and ``_weight_int4pack_mm_for_cpu`` over a repacked copy for more;
+    on CUDA ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
+
+    scheme = QuantScheme.INT4
+
+    def __init__(self, device: torch.device, group_size: int, kernel: str = "packed") -> None:
+        self.device = torch.device(device)
+        self.group_size = group_size
+        self.kernel = kernel
+
+    def _packed_cpu(self) -> bool:
+        return self.device.type == "cpu" and self.kernel == "packed"
+
+    def quantize_weights(self, layer):
+        qweight, scales, mins = quantize_int4(layer.weight.data, self.group_size)
+        layer.weight = None
+        _set_buffer(layer, "qweight", qweight)
+        _set_buffer(layer, "scales", scales)
+        _set_buffer(layer, "mins", mins)
+
+    def create_weights(self, layer, device):
+        n, k, g = layer.out_features, layer.in_features, self.group_size
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k // 2, dtype=torch.uint8, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32, device=device))
+
     def _own_cpu_rows(self) -> int:
         """Rows up to which CPU calls use localchat's integer-dot kernel over the contract
         layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when the C++
