@@ -150,8 +150,9 @@ class Int8LinearMethod(_PerChannelLinearMethod):
 class Int4LinearMethod(LinearMethod):
     """W4A16 int4 group-wise (``int4.py``), ``group_size`` chosen per layer by
     :func:`pick_group_size` (the loader leaves layers without one unquantized). ``kernel``:
-    "packed" (CPU: ``localchat.kernels.int4_matmul``, the W4A8 integer-dot kernel, for up to
-    ``CPU_MAX_ROWS`` rows and ``_weight_int4pack_mm_for_cpu`` over a repacked copy for more;
+    "packed" (CPU ``_weight_int4pack_mm_for_cpu`` over a repacked copy; with
+    ``LOCALCHAT_CPU_INT4_A8=1`` the W4A8 ``localchat.kernels.int4_matmul`` for up to
+    ``CPU_MAX_ROWS`` rows, see ``_own_cpu_rows``;
     on CUDA ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
 
     scheme = QuantScheme.INT4
@@ -180,13 +181,18 @@ class Int4LinearMethod(LinearMethod):
 
     def _own_cpu_rows(self) -> int:
         """Rows up to which CPU calls use localchat's integer-dot kernel over the contract
-        layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when the C++
-        kernels are built and ``LOCALCHAT_CPU_A8`` is not ``0``, else 0 (torch's int4pack for
-        every M, as before)."""
+        layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when
+        ``LOCALCHAT_CPU_INT4_A8=1``, the C++ kernels are built and ``LOCALCHAT_CPU_A8`` is not
+        ``0``; else 0 (torch's int4pack for every M, the default). Opt-in because it keeps the
+        contract layout beside the int4pack copy that prefill still needs (int4 would then
+        hold more bytes than int8) until a blocked prefill kernel replaces int4pack."""
+        import os
+
         from localchat import kernels
         from localchat.kernels import cpu
 
-        if not self._packed_cpu() or not kernels.cpu_a8_enabled() or not cpu.available():
+        if not self._packed_cpu() or os.environ.get("LOCALCHAT_CPU_INT4_A8", "0") != "1" \
+                or not kernels.cpu_a8_enabled() or not cpu.available():
             return 0
         return kernels.CPU_MAX_ROWS
 
