@@ -14,7 +14,10 @@ line on stderr saying so, and ``localchat.kernels`` runs the PyTorch references 
 
 Ops (shapes and contracts as in ``localchat.kernels.reference``):
 ``int4_matmul(x, qweight, scales, mins, group_size, isa)`` and
-``int8_matmul(x, qweight, scales, mins, group_size, isa)``.
+``int8_matmul(x, qweight, scales, mins, group_size, isa)`` (exact fp32 activations), and the
+integer-dot ``int4_matmul_a8`` / ``int8_matmul_a8`` (activations quantized per 32 columns to
+int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VNNI
+(``vpdpbusd``) when the CPU has it (:func:`has_vnni`) and the AVX2 ``maddubs`` path otherwise.
 """
 
 from __future__ import annotations
