@@ -6,8 +6,8 @@ lives on a CUDA device runs the Triton launcher (``triton_*.py``, imported on fi
 call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` for
 ``M <= CPU_MAX_ROWS`` rows) runs the C++ kernel, built on first use (one stderr line; if it
 cannot be built, one line says so and the reference runs); anything else runs the reference.
-By default those CPU matmuls quantize activations to int8 and use integer dot products
-(W4A8 / W8A8, ``reference.int4_matmul_a8``); ``LOCALCHAT_CPU_A8=0`` keeps the exact
+With ``LOCALCHAT_CPU_A8=1`` those CPU matmuls quantize activations to int8 and use integer
+dot products (W4A8 / W8A8, ``reference.int4_matmul_a8``); by default they run the exact
 fp32-activation kernels. ``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
 debugging) and never builds the C++ kernels; ``LOCALCHAT_KERNELS=triton`` sends CPU tensors
 through the Triton launchers too (under ``TRITON_INTERPRET=1``, for tests). The Triton modules
@@ -63,7 +63,7 @@ def _use_triton(t: torch.Tensor) -> bool:
 
 # Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
 CPU_MAX_ROWS = 16
-# "0" keeps the exact fp32-activation CPU kernels instead of the integer-dot (W4A8/W8A8) ones.
+# "1" sends CPU quantized matmuls to the integer-dot (W4A8/W8A8) kernels (opt-in).
 A8_ENV = "LOCALCHAT_CPU_A8"
 
 
@@ -136,9 +136,11 @@ def apply_rope(positions, query, key, cos_sin_cache):
 
 def cpu_a8_enabled() -> bool:
     """Whether CPU quantized matmuls (``M <= CPU_MAX_ROWS``) take the integer-dot W4A8 / W8A8
-    kernels (activations quantized per 32-column block to int8): yes unless
-    ``LOCALCHAT_CPU_A8=0``, which keeps the exact fp32-activation kernels."""
-    return os.environ.get(A8_ENV, "1").strip() not in ("0", "false", "no", "off")
+    kernels (activations quantized per 32-column block to int8): only with
+    ``LOCALCHAT_CPU_A8=1`` for now (opt-in: on SmolLM2 native, speculative greedy output
+    stopped equalling plain greedy with them, not yet explained); otherwise the exact
+    fp32-activation kernels."""
+    return os.environ.get(A8_ENV, "0").strip() in ("1", "true", "yes", "on")
 
 
 def _a8_group_ok(k: int, g: int, int4: bool) -> bool:
@@ -152,10 +154,10 @@ def _scales_ok(scales, mins) -> bool:
 
 def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     """See ``reference.int8_matmul`` (group-wise int8, optional ``mins``; ``group_size``
-    None = ``K // scales.shape[1]``). On CPU for up to ``CPU_MAX_ROWS`` rows: the W8A8
+    None = ``K // scales.shape[1]``). On CPU for up to ``CPU_MAX_ROWS`` rows: with ``LOCALCHAT_CPU_A8=1`` the W8A8
     integer-dot kernel (``reference.int8_matmul_a8``'s math; fp32 or fp16 scales read in
-    place) when K is a multiple of 32 and G is 16 or a multiple of 32, else (or with
-    ``LOCALCHAT_CPU_A8=0``) the exact fp32-activation kernel."""
+    place) when K is a multiple of 32 and G is 16 or a multiple of 32, else (and by default)
+    the exact fp32-activation kernel."""
     if _use_triton(x):
         return _triton("triton_quant").int8_matmul(x, qweight, scales, mins, group_size)
     if qweight.dtype == torch.int8 and qweight.dim() == 2 and x.shape[-1] == qweight.shape[1] \
@@ -176,8 +178,9 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
 
 def int4_matmul(x, qweight, scales, mins, group_size: int):
     """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise). On CPU for up to
-    ``CPU_MAX_ROWS`` rows: the W4A8 integer-dot kernel (``reference.int4_matmul_a8``; fp32 or
-    fp16 scales/mins) unless ``LOCALCHAT_CPU_A8=0`` (the exact fp32-activation kernel)."""
+    ``CPU_MAX_ROWS`` rows: with ``LOCALCHAT_CPU_A8=1`` the W4A8 integer-dot kernel
+    (``reference.int4_matmul_a8``; fp32 or fp16 scales/mins), else the exact fp32-activation
+    kernel."""
     if _use_triton(x):
         return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
     if qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0 \

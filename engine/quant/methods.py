@@ -182,8 +182,8 @@ class Int4LinearMethod(LinearMethod):
     def _own_cpu_rows(self) -> int:
         """Rows up to which CPU calls use localchat's integer-dot kernel over the contract
         layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when
-        ``LOCALCHAT_CPU_INT4_A8=1``, the C++ kernels are built and ``LOCALCHAT_CPU_A8`` is not
-        ``0``; else 0 (torch's int4pack for every M, the default). Opt-in because it keeps the
+        ``LOCALCHAT_CPU_INT4_A8=1`` and ``LOCALCHAT_CPU_A8=1`` and the C++ kernels are built;
+        else 0 (torch's int4pack for every M, the default). Opt-in because it keeps the
         contract layout beside the int4pack copy that prefill still needs (int4 would then
         hold more bytes than int8) until a blocked prefill kernel replaces int4pack."""
         import os

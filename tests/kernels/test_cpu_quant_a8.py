@@ -17,7 +17,7 @@ reference against the fp32-activation references.
 - Batch invariance: row i of any M-row call equals the 1-row call bit for bit; 1 thread
   equals 2.
 - Dispatch: ``kernels.int4_matmul`` / ``int8_matmul`` take these kernels on CPU for up to
-  ``CPU_MAX_ROWS`` rows unless ``LOCALCHAT_CPU_A8=0`` (then the exact fp32 kernels).
+  ``CPU_MAX_ROWS`` rows with ``LOCALCHAT_CPU_A8=1`` (opt-in), else the exact fp32 kernels.
 """
 
 from __future__ import annotations
@@ -209,12 +209,14 @@ def test_vnni_path_is_distinct(built):
 
 def test_dispatch(built, monkeypatch):
     """``kernels.int4_matmul`` / ``int8_matmul`` on CPU: the integer-dot kernels up to
-    ``CPU_MAX_ROWS`` rows by default, the exact fp32-activation kernels with
-    ``LOCALCHAT_CPU_A8=0``; fp16 scales are accepted either way."""
+    ``CPU_MAX_ROWS`` rows with ``LOCALCHAT_CPU_A8=1``, the exact fp32-activation kernels by
+    default and with ``LOCALCHAT_CPU_A8=0``; fp16 scales are accepted either way."""
     q, s, m = int4_weights(40, 128, 32, torch.float16, seed=2)
     q8, s8, m8 = int8_weights(40, 128, 16, True, torch.float32, seed=2)
     x = activations(3, 128, seed=4)
     monkeypatch.delenv("LOCALCHAT_CPU_A8", raising=False)
+    assert torch.equal(kernels.int8_matmul(x, q8, s8, m8), cpu.int8_matmul(x, q8, s8, m8))
+    monkeypatch.setenv("LOCALCHAT_CPU_A8", "1")
     assert torch.equal(kernels.int4_matmul(x, q, s, m, 32), cpu.int4_matmul_a8(x, q, s, m, 32))
     assert torch.equal(kernels.int8_matmul(x, q8, s8, m8), cpu.int8_matmul_a8(x, q8, s8, m8))
     xb = x.bfloat16()
