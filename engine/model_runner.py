@@ -66,7 +66,9 @@ class ModelRunner:
         # CUDA graphs for decode batches (engine/cuda_graphs.py), captured by
         # ``capture_cuda_graphs``; None on CPU or before capture.
         self.graphs = None
-        self.staging = StagingBuffers(device)
+        # The step's input tensors: on CPU views of persistent ring buffers, rebuilt only
+        # when the batch layout changes (``StagingBuffers.to_device``).
+        self.staging = StagingBuffers(device, persistent=True)
         self._generators: dict[str, torch.Generator] = {}
 
     def capture_cuda_graphs(self, max_model_len: int,

@@ -227,9 +227,9 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     shifted = logits - logits.max(dim=-1, keepdim=True).values
     tiny = torch.finfo(torch.float32).tiny
     scaled = shifted / temps.clamp_min(tiny)[:, None]
-    top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
-    top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
     if any(p.top_k > 0 or p.top_p < 1 for p in params):  # decided on the host: no sync
+        top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
+        top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
         scaled = _filter_top_k_top_p(scaled, top_k, top_p)
     if any(p.min_p > 0.0 and not p.greedy for p in params):
         min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],
@@ -257,11 +257,19 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, metadata: SamplingMetadata) -> torch.Tensor:
         """``logits [n, vocab]`` fp32 (penalized) -> ``[n]`` int64 token ids."""
-        greedy_tokens = logits.argmax(dim=-1)
         if metadata.all_greedy:
-            return greedy_tokens
+            return logits.argmax(dim=-1)
+        if not any(p.greedy for p in metadata.params):
+            greedy_tokens = None
+        else:
+            greedy_tokens = logits.argmax(dim=-1)
         device = logits.device
         params = metadata.params
-        sampled = exponential_race(sampling_probs(logits, params), list(metadata.generators))
+        gens = metadata.generators
+        # No seeded row: one draw of the global RNG fills the whole noise tensor.
+        sampled = exponential_race(sampling_probs(logits, params),
+                                   list(gens) if any(g is not None for g in gens) else None)
+        if not any(p.greedy for p in params):
+            return sampled
         is_greedy = torch.tensor([p.greedy for p in params], device=device)
         return torch.where(is_greedy, greedy_tokens, sampled)

@@ -98,15 +98,19 @@ class StagingBuffers:
     records (on CUDA) an event after the copy that read it, and a buffer is reused only after
     its event completed, so several copies may be in flight without a sync per step (the
     draft's rounds within one step). On CPU the buffers are plain tensors and the "copy" is a
-    clone.
+    clone, or with ``persistent=True`` the slot itself (see ``to_device``).
     """
 
-    def __init__(self, device: torch.device, slots: int = 4) -> None:
+    def __init__(self, device: torch.device, slots: int = 4, persistent: bool = False) -> None:
         self.device = torch.device(device)
         self._pin = self.device.type == "cuda"
         self._bufs: list[torch.Tensor | None] = [None] * slots
         self._events: list = [None] * slots
         self._next = 0
+        # CPU with ``persistent``: the step's tensors are views of the slot's own buffer (no
+        # clone), kept per slot while the step's layout (part sizes) repeats.
+        self._persistent = persistent and self.device.type == "cpu"
+        self._views: list[tuple | None] = [None] * slots
 
     def take(self, numel: int) -> tuple[int, torch.Tensor]:
         """``(slot, buffer)``: an int64 host buffer of ``>= numel`` elements, safe to write."""
@@ -130,6 +134,8 @@ class StagingBuffers:
         else into a fresh device tensor. Returns the device tensor (``host`` itself on CPU
         when no ``dst``)."""
         if dst is None:
+            if self._persistent:
+                return host  # views of the slot itself (see ``to_device``)
             if self.device.type == "cpu":
                 return host.clone()  # the ring buffer is rewritten by later steps
             out = host.to(self.device, non_blocking=True)
@@ -144,23 +150,36 @@ class StagingBuffers:
     def to_device(self, hb: HostBatch, logits_rows: list[int] | None = None):
         """``(input_ids [T], positions [T], AttentionMetadata, logits_index)`` on the device
         from one packed copy. ``logits_index``: ``[len(logits_rows)]`` int64 device rows (to
-        index the hidden states without a host index), ``None`` without ``logits_rows``."""
-        t, s, w = len(hb.input_ids), hb.num_seqs, hb.width
+        index the hidden states without a host index), ``None`` without ``logits_rows``.
+
+        With ``persistent`` on CPU the tensors are views of the ring slot's buffer, valid
+        until the slot comes round again (``slots`` calls later): the model runner uses a
+        step's inputs within that step only. A step whose layout (tokens, sequences, block
+        table width, logits rows) equals the slot's previous one reuses its views: the
+        integers are written in place and no tensor op runs."""
+        s, w = hb.num_seqs, hb.width
         rows = logits_rows or []
         parts = (hb.input_ids, hb.positions, hb.slot_mapping, hb.seq_lens,
                  hb.query_start_loc, [b for row in hb.block_tables for b in row], rows)
-        sizes = [len(p) for p in parts]
-        slot, buf = self.take(sum(sizes))
-        host = buf[: sum(sizes)]
-        view = host.numpy()
+        sizes = tuple(len(p) for p in parts)
+        total = sum(sizes)
+        slot, buf = self.take(total)
+        view = buf.numpy() if self._persistent else buf[:total].numpy()
         offset = 0
         for part, n in zip(parts, sizes):
             view[offset: offset + n] = part
             offset += n
-        dev = self.copy(slot, host)
-        chunks = dev.split(sizes)
+        key = (sizes, w, buf.data_ptr())
+        cached = self._views[slot] if self._persistent else None
+        if cached is not None and cached[0] == key:
+            chunks = cached[1]
+        else:
+            chunks = list(self.copy(slot, buf[:total]).split(sizes))
+            chunks[5] = chunks[5].view(s, w)
+            if self._persistent:
+                self._views[slot] = (key, chunks)
         meta = AttentionMetadata(
-            slot_mapping=chunks[2], block_tables=chunks[5].view(s, w), seq_lens=chunks[3],
+            slot_mapping=chunks[2], block_tables=chunks[5], seq_lens=chunks[3],
             query_start_loc=chunks[4], max_query_len=hb.max_query_len,
             max_seq_len=hb.max_seq_len)
-        return chunks[0][:t], chunks[1], meta, (chunks[6] if logits_rows is not None else None)
+        return chunks[0], chunks[1], meta, (chunks[6] if logits_rows is not None else None)

@@ -29,6 +29,7 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.q_size, self.kv_size = config.q_size, config.kv_size
         self.head_dim = config.head_dim
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
         self.qkv_proj = QKVLinear(
             config.hidden_size, config.q_size, config.kv_size, bias=config.attention_bias
         )
@@ -47,9 +48,10 @@ class LlamaAttention(nn.Module):
     def forward(self, positions, hidden_states, kv_cache, attn_metadata):
         num_tokens = hidden_states.shape[0]
         qkv = self.qkv_proj(hidden_states)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.reshape(num_tokens, -1, self.head_dim)
-        k = k.reshape(num_tokens, -1, self.head_dim)
+        # One view to [tokens, heads, head_dim] and one split over the heads: q, k, v come
+        # out already in the attention layer's shapes (no reshape per tensor).
+        q, k, v = qkv.view(num_tokens, -1, self.head_dim).split(
+            [self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
         if self.qk_norm:
             q = self.q_norm(q)
             k = self.k_norm(k)
@@ -100,7 +102,9 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata):
         # a quantized embedding dequantizes its rows to fp32; activations follow the norms
-        hidden_states = self.embed_tokens(input_ids).to(self.norm.weight.dtype)
+        hidden_states = self.embed_tokens(input_ids)
+        if hidden_states.dtype != self.norm.weight.dtype:  # a no-op .to() still costs an op
+            hidden_states = hidden_states.to(self.norm.weight.dtype)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
             hidden_states, residual = layer(
@@ -145,8 +149,10 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:  # tied: the embedding matrix doubles as the output layer
-            return self.model.embed_tokens.logits(hidden_states).float()
-        return self.lm_head(hidden_states).float()
+            logits = self.model.embed_tokens.logits(hidden_states)
+        else:
+            logits = self.lm_head(hidden_states)
+        return logits if logits.dtype == torch.float32 else logits.float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors into the fused parameters.
