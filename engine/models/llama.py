@@ -3,7 +3,10 @@
 One definition covers the four HF architectures; they differ only in flags read from
 ``ModelConfig``: Qwen2 has a bias on q/k/v, Qwen3 RMS-normalizes q and k per head before RoPE,
 Llama 3.x scales RoPE frequencies. Projections are fused (``qkv_proj``, ``gate_up_proj``);
-``load_weights`` maps HF parameter names onto them. Reference design: transformers'
+``load_weights`` maps HF parameter names onto them. Inside the decoder stack submodules are
+called through ``.forward`` directly: ``nn.Module.__call__``'s hook machinery costs about a
+microsecond per call, some 300 calls per SmolLM2 step, and no module of the engine carries
+hooks (register one on the top-level model if you need one). Reference design: transformers'
 ``modeling_llama.py`` / ``modeling_qwen3.py`` and vLLM's ``llama.py``.
 """
 
@@ -47,17 +50,17 @@ class LlamaAttention(nn.Module):
 
     def forward(self, positions, hidden_states, kv_cache, attn_metadata):
         num_tokens = hidden_states.shape[0]
-        qkv = self.qkv_proj(hidden_states)
+        qkv = self.qkv_proj.forward(hidden_states)
         # One view to [tokens, heads, head_dim] and one split over the heads: q, k, v come
         # out already in the attention layer's shapes (no reshape per tensor).
         q, k, v = qkv.view(num_tokens, -1, self.head_dim).split(
             [self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
         if self.qk_norm:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
-        q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q, k, v, kv_cache, attn_metadata)
-        return self.o_proj(out)
+            q = self.q_norm.forward(q)
+            k = self.k_norm.forward(k)
+        q, k = self.rotary_emb.forward(positions, q, k)
+        out = self.attn.forward(q, k, v, kv_cache, attn_metadata)
+        return self.o_proj.forward(out)
 
 
 class LlamaMLP(nn.Module):
@@ -83,12 +86,12 @@ class LlamaDecoderLayer(nn.Module):
     def forward(self, positions, hidden_states, residual, kv_cache, attn_metadata):
         if residual is None:
             residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
+            hidden_states = self.input_layernorm.forward(hidden_states)
         else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions, hidden_states, kv_cache, attn_metadata)
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+            hidden_states, residual = self.input_layernorm.forward(hidden_states, residual)
+        hidden_states = self.self_attn.forward(positions, hidden_states, kv_cache, attn_metadata)
+        hidden_states, residual = self.post_attention_layernorm.forward(hidden_states, residual)
+        return self.mlp.forward(hidden_states), residual
 
 
 class LlamaModel(nn.Module):
@@ -107,7 +110,7 @@ class LlamaModel(nn.Module):
             hidden_states = hidden_states.to(self.norm.weight.dtype)
         residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden_states, residual = layer(
+            hidden_states, residual = layer.forward(
                 positions, hidden_states, residual, kv_cache, attn_metadata
             )
         hidden_states, _ = self.norm(hidden_states, residual)
