@@ -71,3 +71,23 @@ def test_native_loses_to_a_smaller_forced_format():
     got, _ = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=12 * GiB,
                            native_bytes=plan.choice.weight_bytes)
     assert got == "native"
+
+
+def test_native_planned_when_no_other_format_fits():
+    # A GGUF whose own format is smaller than any requantized copy (a Q4_K file against int4
+    # with fp32 embedding and LM head) is planned in it rather than refused ...
+    cfg = model_config("llama-3.1-8b")
+    with pytest.raises(MemoryPlanError):
+        choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB)
+    got, plan = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB,
+                              native_bytes=2 * GiB)
+    assert got == "native" and plan.format == "native"
+    assert plan.choice.weight_bytes == 2 * GiB and plan.choice.total_bytes <= 4 * GiB
+    # ... at a lowered context when the full one does not fit, and never past the budget
+    tight = plan.choice.total_bytes - plan.choice.kv_bytes // 2
+    got, low = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=tight,
+                             native_bytes=2 * GiB)
+    assert got == "native" and low.context_len < 8192 and low.choice.total_bytes <= tight
+    with pytest.raises(MemoryPlanError):
+        choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB,
+                      native_bytes=4 * GiB)
