@@ -141,9 +141,14 @@ class NativeInt4LinearMethod(Int4LinearMethod):
                                                  device=device))
 
     def weight_bytes(self, out_features, in_features, dtype):
-        # the CPU repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2]
-        scale_bytes = 2 if self._packed_cpu() else self.scale_dtype.itemsize
-        return int4_weight_bytes(out_features, in_features, self.group_size, scale_bytes)
+        # the CPU repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2]; with the
+        # opt-in integer-dot kernels (``_own_cpu_rows``) the contract layout stays as well
+        own = int4_weight_bytes(out_features, in_features, self.group_size,
+                                self.scale_dtype.itemsize)
+        if not self._packed_cpu():
+            return own
+        packed = int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        return packed + (own if self._own_cpu_rows() else 0)
 
     def embed(self, layer, ids, dtype):
         return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype)
