@@ -131,7 +131,9 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     plan = plan_memory(target.config, budget, ctx, max_num_seqs,
                        drafted.config if drafted else None, device, quant=quant,
                        int4_group_size=target.int4_group_size,
-                       draft_int4_group_size=drafted.int4_group_size if drafted else None)
+                       draft_int4_group_size=drafted.int4_group_size if drafted else None,
+                       native_weight_bytes=None if drafted else _native_bytes(model, target.config,
+                                                                             device))
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
     return {
         "model": _describe(target),
@@ -143,21 +145,28 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     }
 
 
-def _native_row(spec: str, config, device, plan) -> dict[str, Any] | None:
-    """The GGUF's own format (``--quant native``) beside the planner's rows: its exact weight
-    bytes from the local file's tensor table (no tensor read), and the plan's choice with
-    those weights instead; ``None`` when ``spec`` is not a local GGUF."""
+def _native_bytes(spec: str, config, device) -> int | None:
+    """Exact bytes of a local GGUF's own format (float tensors in the device's unquantized
+    dtype), or ``None`` (not a local GGUF, or a type native cannot hold)."""
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.loader.native import gguf_native_bytes
+    from localchat.engine.memory.planner import unquantized_format
 
     try:
         path = resolve_model(spec, cache_dir=cache_dir(), download=False).path
     except LocalchatError:
         return None
-    dtype = _float_dtype(plan.choice.format)
-    native = gguf_native_bytes(path, config, device.type, dtype, cache_dir())
+    dtype = _float_dtype(unquantized_format(device))
+    return gguf_native_bytes(path, config, device.type, dtype, cache_dir())
+
+
+def _native_row(spec: str, config, device, plan) -> dict[str, Any] | None:
+    """The GGUF's own format (``--quant native``) beside the planner's rows: its exact weight
+    bytes from the local file's tensor table (no tensor read), and the plan's choice with
+    those weights instead; ``None`` when ``spec`` is not a local GGUF."""
+    native = _native_bytes(spec, config, device)
     if native is None:
         return None
     c = plan.choice

@@ -22,12 +22,13 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..layers.linear import Linear
-from ..quant.cache import cache_path, load_quantized_mmap, save_quantized
+from ..quant.cache import NATIVE_FORMAT, cache_path, load_quantized_mmap, save_quantized
 from ..quant.gguf_repack import (
     GGML_TYPES,
     dequantize_repacked,
     ggml_layout,
     repack_gguf_tensor,
+    scale_dtype,
     unpermute_rows,
 )
 from ..quant.methods import LinearMethod
@@ -38,12 +39,13 @@ from .quantized import materialize
 logger = logging.getLogger(__name__)
 
 
-def _layout_of(t: dict) -> tuple[str, int, bool]:
-    """``(layout, group_size, has_mins)`` a tensor-table entry repacks onto."""
+def _layout_of(t: dict) -> tuple[str, int, bool, torch.dtype | None]:
+    """``(layout, group_size, has_mins, scale_dtype)`` a tensor-table entry repacks onto."""
     layout = ggml_layout(t["type"], t["name"])
     qname, block = GGML_TYPES[t["type"]][0], GGML_TYPES[t["type"]][1]
     group = 16 if qname in ("Q6_K", "Q3_K", "Q2_K") else (32 if block > 1 else 0)
-    return layout, group, qname in ("Q4_0", "Q4_1", "Q4_K", "Q5_1", "Q5_K", "Q2_K")
+    return (layout, group, qname in ("Q4_0", "Q4_1", "Q4_K", "Q5_1", "Q5_K", "Q2_K"),
+            scale_dtype(t["type"]))
 
 
 def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
@@ -98,7 +100,7 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     init_buffers(model)
     cached = None
     if cache_dir is not None and use_cache:
-        cached = cache_path(cache_dir, path, "native", 32, dtype)
+        cached = cache_path(cache_dir, path, "native", 32, dtype, NATIVE_FORMAT)
     model.quant_cache_hit = False
     # int4 layers that PyTorch's CPU kernel repacks are copied (then repacked one at a time);
     # everything else is a view of the mapped cache file
@@ -113,13 +115,15 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             finished.add(name)
 
     if cached is not None and cached.is_file() and load_quantized_mmap(
-            model, cached, copy_modules=repacked, on_module_loaded=finish):
+            model, cached, copy_modules=repacked, on_module_loaded=finish,
+            fmt=NATIVE_FORMAT):
         model.quant_cache_hit = True
     else:
         _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
         if cached is not None:
             try:
-                save_quantized(model, cached, {"scheme": "native", "model": path.name})
+                save_quantized(model, cached, {"scheme": "native", "model": path.name,
+                                               "format": NATIVE_FORMAT})
             except OSError as exc:  # a full or read-only cache must not fail the load
                 logger.warning("could not write quantized cache %s: %s", cached, exc)
     for name, module in model.named_modules():
@@ -239,16 +243,25 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
 
 
 def native_is_fast(path, device, cache_dir=None) -> bool:
-    """Whether every native layer of GGUF ``path`` has a fast kernel on ``device``: on CUDA
-    always (Triton int4/int8); on CPU only int4 and float layers (PyTorch's int4 kernel)
-    until ``localchat.kernels`` has a C++ group-wise int8 kernel, since the row-block int8
-    path is 2-3x slower than an fp32 GEMV. ``--quant auto`` offers native only when True, so
-    the default never decodes slower than before."""
+    """Whether every native layer of GGUF ``path`` has a fast kernel on ``device`` (the one
+    place ``--quant auto`` decides whether to offer the file's own format): on CUDA always
+    (Triton int4/int8); on CPU int4 and float layers always (PyTorch's int4 kernel) and
+    group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) only when ``localchat.kernels``' C++ int8
+    kernel is built, since the row-block fallback is 2-3x slower than an fp32 GEMV. Measured
+    with the C++ kernels (``scripts/bench_load.py``'s decode column, README): native decodes
+    faster than bf16 and int4 on SmolLM2 and Qwen2.5-Coder-0.5B. Without a compiler (or with
+    ``LOCALCHAT_KERNELS=reference``) a GGUF with int8 layers keeps the planner's float choice,
+    so the default never decodes slower than before."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
     try:
-        return all(_layout_of(t)[0] != "int8" for t in index["tensors"]
+        int8 = any(_layout_of(t)[0] == "int8" for t in index["tensors"]
                    if hf_name(t["name"]) is not None)
     except ModelLoadError:
         return False
+    if not int8:
+        return True
+    from ..quant.native import _cpu_kernel_rows
+
+    return _cpu_kernel_rows() > 0

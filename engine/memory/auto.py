@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 # Planner format -> QuantConfig scheme (the unquantized formats load as "none").
 _SCHEME = {"fp32": "none", "bf16": "none", "fp16": "none", "fp8": "fp8", "int8": "int8",
-           "int4": "int4"}
+           "int4": "int4", "native": "native"}
 
 
 def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: int, *,
@@ -44,7 +44,8 @@ def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: 
     budget = budget_bytes if budget_bytes is not None else default_budget_bytes(device.type)
     plan = plan_memory(model_config, budget, context_len, 1, draft, spec,
                        max_num_batched_tokens=max_num_batched_tokens,
-                       int4_group_size=int4_group_size)
+                       int4_group_size=int4_group_size,
+                       native_weight_bytes=native_bytes if draft is None else None)
     logger.info("memory plan: %s at %d tokens of context (budget %.2f GiB, needs %.2f GiB)%s",
                 plan.format, plan.context_len, budget / 2**30, plan.choice.total_bytes / 2**30,
                 f"; {plan.note}" if plan.note else "")

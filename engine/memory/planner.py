@@ -141,6 +141,7 @@ def plan_memory(
     block_size: int = 16,
     int4_group_size: int = INT4_GROUP_SIZE,
     draft_int4_group_size: int | None = None,
+    native_weight_bytes: int | None = None,
 ) -> MemoryPlan:
     """Plan weights + KV + draft + activations + runtime overhead for each weight format.
 
@@ -152,6 +153,10 @@ def plan_memory(
     ``DeviceSpec`` or ``"cpu"``/``"cuda"`` (detected here). ``overhead_bytes`` defaults to the
     device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``). ``int4_group_size`` /
     ``draft_int4_group_size``: the int4 groups the loader will use (32 for GGUF sources).
+    ``native_weight_bytes`` (a GGUF target without a draft, under ``auto``: the exact bytes of
+    its own format, ``loader.native.native_weight_bytes``): when no other format fits, the
+    ``native`` format is planned (at the requested context, then lowered) before giving up, so
+    a 1.1 GB Q4_K file is not refused for want of a 1.6 GB int4 copy.
 
     Raises ``ValueError`` for bad arguments (unknown or unavailable format, non-positive sizes)
     and ``MemoryPlanError`` (with the numbers) when nothing fits at ``MIN_CONTEXT_LEN`` tokens.
@@ -176,8 +181,8 @@ def plan_memory(
         tokens = _round_up(ctx * max_num_seqs, block_size)
         rows_per_seq = 1 + (num_speculative_tokens if draft is not None else 0)
         parts = {
-            "weight_bytes": format_weight_bytes(model_config, fmt, act, device.type,
-                                                int4_group_size),
+            "weight_bytes": native_weight_bytes if fmt == "native" else format_weight_bytes(
+                model_config, fmt, act, device.type, int4_group_size),
             "kv_bytes": kv_bytes(model_config, tokens, act),
             "draft_weight_bytes": format_weight_bytes(
                 draft, fmt, act, device.type, draft_int4_group_size or int4_group_size
@@ -204,6 +209,11 @@ def plan_memory(
         if r.format in candidates and r.fits:
             return MemoryPlan(choice=r, **common)
     floor = min(MIN_CONTEXT_LEN, context_len)
+    if native_weight_bytes is not None and draft is None and not forced:
+        native = row("native", context_len)
+        if native.fits:
+            return MemoryPlan(choice=native, **common)
+        candidates.append("native")  # tried last at a lowered context
     for fmt in candidates:
         ctx = _max_context(lambda n, fmt=fmt: row(fmt, n).fits, floor, context_len, block_size)
         if ctx is not None:

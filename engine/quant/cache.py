@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 
 # 2: int4 stores mins (q * scale + min) instead of zeros; the native GGUF format
 FORMAT = "localchat-quant-2"
+# the native format's own version (its layouts change apart from int4/int8's): 3 stores fp16
+# scales/mins for the GGUF types whose block scales are fp16. It is part of the file name, so
+# builds of different versions sharing one cache do not overwrite each other's entries.
+NATIVE_FORMAT = "localchat-native-3"
 _MIB = 1 << 20
 
 
@@ -50,10 +54,13 @@ def model_cache_key(path: Path) -> str:
 
 
 def cache_path(cache_dir: Path, model_path: Path, scheme: str, group_size: int,
-               dtype: torch.dtype) -> Path:
-    """Where the quantized weights of ``model_path`` under ``scheme`` live in ``cache_dir``."""
+               dtype: torch.dtype, fmt: str = FORMAT) -> Path:
+    """Where the quantized weights of ``model_path`` under ``scheme`` live in ``cache_dir``
+    (a format other than :data:`FORMAT` adds its version to the name: ``...-v3``)."""
     dtype_name = str(dtype).removeprefix("torch.")
-    name = f"{model_cache_key(model_path)}-{scheme}-g{group_size}-{dtype_name}.safetensors"
+    version = "" if fmt == FORMAT else f"-v{fmt.rpartition('-')[2]}"
+    name = (f"{model_cache_key(model_path)}-{scheme}-g{group_size}-{dtype_name}{version}"
+            ".safetensors")
     return Path(cache_dir) / "quant" / name
 
 
@@ -106,7 +113,7 @@ _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16
 
 
 def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
-                        on_module_loaded=None) -> bool:
+                        on_module_loaded=None, fmt: str = FORMAT) -> bool:
     """Like :func:`load_quantized`, but the tensors become views of a private (copy-on-write)
     memory map of ``path`` instead of copies: the cached weights cost page cache, not
     allocations. Tensors of modules named in ``copy_modules`` (those a device repack will
@@ -114,7 +121,7 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
     instead, so no mapped page of theirs stays resident; ``on_module_loaded(module_name)``
     runs as soon as each module's tensors are all in (the caller repacks it there, one layer
     in flight). Returns ``False`` (nothing replaced) when the file is unreadable or does not
-    match the model's names, shapes, dtypes or format.
+    match the model's names, shapes, dtypes or format (``fmt``, the metadata's ``format``).
     """
     import json
     import mmap
@@ -129,7 +136,7 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
         return False
     meta = header.pop("__metadata__", {}) or {}
     state = model.state_dict()
-    if meta.get("format") != FORMAT or set(header) != set(state):
+    if meta.get("format") != fmt or set(header) != set(state):
         logger.warning("quantized cache %s does not match the model; rebuilding", path)
         return False
     base = 8 + header_len
@@ -149,23 +156,44 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
         by_module.setdefault(name.rpartition(".")[0], []).append(name)
     import warnings
 
-    for module_name, names in by_module.items():
-        module = modules[module_name]
-        for name in names:
-            offset, nbytes, dtype = views[name]
-            attr = name.rpartition(".")[2]
-            if nbytes == 0:
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the map is copy-on-write: writable
-                t = torch.frombuffer(mm, dtype=dtype, count=nbytes // dtype.itemsize,
-                                     offset=offset).view(state[name].shape)
-            if module_name in copy_modules:
-                state[name].copy_(t)
-            elif attr in module._parameters:
-                module._parameters[attr] = nn.Parameter(t, requires_grad=False)
-            else:
-                module._buffers[attr] = t
-        if on_module_loaded is not None:
-            on_module_loaded(module_name)
+    try:
+        reader = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
+        return False
+    with reader:
+        for module_name, names in by_module.items():
+            module = modules[module_name]
+            for name in names:
+                offset, nbytes, dtype = views[name]
+                attr = name.rpartition(".")[2]
+                if nbytes == 0:
+                    continue
+                if module_name in copy_modules:
+                    # read, not mapped: a mapped page once touched would stay in the process's
+                    # RSS for as long as the map lives, beside the repacked copy
+                    t = _read_tensor(reader, offset, state[name])
+                else:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # the map is copy-on-write: writable
+                        t = torch.frombuffer(mm, dtype=dtype, count=nbytes // dtype.itemsize,
+                                             offset=offset).view(state[name].shape)
+                if attr in module._parameters:
+                    module._parameters[attr] = nn.Parameter(t, requires_grad=False)
+                else:
+                    module._buffers[attr] = t
+            if on_module_loaded is not None:
+                on_module_loaded(module_name)
     return True
+
+
+def _read_tensor(reader, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """A new tensor shaped and typed as ``like``, filled with the bytes of open file
+    ``reader`` at ``offset`` (``like``'s own storage, allocated but never touched, is dropped
+    with it: one layer's bytes in flight). Raises ``OSError`` on a short read."""
+    t = torch.empty(like.shape, dtype=like.dtype)
+    reader.seek(offset)
+    buf = t.view(-1).view(torch.uint8).numpy()
+    if reader.readinto(memoryview(buf)) != buf.nbytes:
+        raise OSError(f"short read at offset {offset}")
+    return t

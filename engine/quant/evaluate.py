@@ -45,7 +45,8 @@ def teacher_forced_logits(model, token_ids: list[int]) -> torch.Tensor:
     config = model.config
     n = len(token_ids)
     num_blocks = max(1, -(-n // _BLOCK_SIZE))
-    first = next(t for t in model.state_dict().values() if t.is_floating_point())
+    # the activation dtype: the final norm's (quantized layouts may keep fp16 scales)
+    first = model.model.norm.weight
     device = first.device
     kv_caches = allocate_kv_caches(
         config.num_hidden_layers, num_blocks, _BLOCK_SIZE, config.num_kv_heads,

@@ -13,6 +13,13 @@ Every supported GGML type maps with no loss onto one of three layouts (the share
   non-linear 16-entry table's int8 values, G 32).
 * ``float``: F32, F16, BF16 kept in their own dtype.
 
+Scales and mins are stored as fp16 for the types whose per-block floats are fp16 values in the
+file (:data:`FP16_SCALE_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; Q4_0's ``-8 d`` is an
+fp16 times a power of two), so Q8_0 holds 34 bytes per 32 weights as in the file, not 36. The
+K-quants' products ``d * sc`` have up to 17-18 significant bits and stay fp32: on the Qwen2.5
+bundles no Q4_K or Q6_K tensor has all its products exact in fp16 (5-36% of them are), so the
+rule is by type and known from the tensor table before any tensor is read.
+
 Each product ``q * scale`` is exact in fp32 (an fp16 ``d`` has 11 significant bits, a 6-bit
 sub-scale and a <= 6-bit q add at most 12) and the only rounding is the final ``+ min``, the
 same single rounding ``gguf.quants.dequantize`` performs, so :func:`dequantize_repacked` equals
@@ -49,6 +56,9 @@ GGML_TYPES: dict[int, tuple[str, int, int, str]] = {
     30: ("BF16", 1, 2, "float"),
 }
 
+# types whose scales (and mins) are fp16 values: stored as fp16, exactly
+FP16_SCALE_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"})
+
 _IQ4_NL_VALUES = np.array(
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8
 )
@@ -60,8 +70,8 @@ class RepackedWeight:
 
     ``layout`` "int4" | "int8" | "float"; ``qweight`` (int4: uint8 ``[N, K // 2]``; int8: int8
     ``[N, K]``; float: the tensor ``[N, K]`` or ``[K]`` in its GGUF dtype); ``scales`` and
-    ``mins`` fp32 ``[N, K // group_size]`` (``mins`` ``None`` for symmetric int8 types;
-    both ``None`` for float); ``group_size`` weights per scale (0 for float); ``ggml_type``
+    ``mins`` ``[N, K // group_size]``, fp16 for :data:`FP16_SCALE_TYPES` and fp32 otherwise
+    (``mins`` ``None`` for symmetric int8 types; both ``None`` for float); ``group_size`` weights per scale (0 for float); ``ggml_type``
     the source type's name.
     """
 
@@ -83,6 +93,15 @@ class RepackedWeight:
         """Bytes held by this weight's tensors."""
         return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.mins)
                    if t is not None)
+
+
+def scale_dtype(ggml_type: int) -> torch.dtype | None:
+    """The dtype of the scales/mins GGML type ``ggml_type`` repacks onto: fp16 for
+    :data:`FP16_SCALE_TYPES`, fp32 for the other quantized types, ``None`` for float types."""
+    name, _, _, layout = GGML_TYPES[ggml_type]
+    if layout == "float":
+        return None
+    return torch.float16 if name in FP16_SCALE_TYPES else torch.float32
 
 
 def ggml_type_name(ggml_type: int) -> str:
@@ -236,9 +255,10 @@ def repack_gguf_tensor(
     q, scale, mins = _decode(name, raw.reshape(-1, type_size))
     groups = scale.shape[1]
     group = block // groups
-    scales = torch.from_numpy(np.ascontiguousarray(scale.reshape(n, k // group), np.float32))
-    mins_t = (None if mins is None else
-              torch.from_numpy(np.ascontiguousarray(mins.reshape(n, k // group), np.float32)))
+    np_scale = np.float16 if name in FP16_SCALE_TYPES else np.float32
+    scales = _scale_tensor(scale.reshape(n, k // group), np_scale, tensor_name)
+    mins_t = None if mins is None else _scale_tensor(mins.reshape(n, k // group), np_scale,
+                                                     tensor_name)
     if layout == "int4":
         q = q.reshape(n, k).astype(np.uint8)
         packed = q[:, 0::2] | (q[:, 1::2] << 4)
@@ -246,6 +266,19 @@ def repack_gguf_tensor(
                               mins_t, group, name)
     qweight = torch.from_numpy(np.ascontiguousarray(q.reshape(n, k).astype(np.int8)))
     return RepackedWeight("int8", qweight, scales, mins_t, group, name)
+
+
+def _scale_tensor(values: np.ndarray, np_dtype, tensor_name: str) -> torch.Tensor:
+    """fp32 ``values`` -> a tensor of ``np_dtype``; raises ``ModelLoadError`` when an fp16
+    store would not give back the same fp32 values (Q4_0 with ``|d| > 8188``: never in a
+    real model, but never silently rounded)."""
+    with np.errstate(over="ignore"):  # an overflow is the error raised below
+        out = np.ascontiguousarray(values, np_dtype)
+    if np_dtype is not np.float32 and not np.array_equal(out.astype(np.float32), values,
+                                                              equal_nan=True):
+        raise ModelLoadError(f"tensor {tensor_name}: block scales out of the fp16 range: "
+                             "the GGUF file is corrupt")
+    return torch.from_numpy(out)
 
 
 def dequantize_repacked(w: RepackedWeight) -> torch.Tensor:

@@ -46,7 +46,7 @@ def dequantize_int8_grouped(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Group-wise int8: ``qweight int8 [N, K]``, ``scales fp32 [N, K // G]`` (``[N, 1]`` or
+    """Group-wise int8: ``qweight int8 [N, K]``, ``scales [N, K // G]`` (fp32 or fp16) (``[N, 1]`` or
     ``[N]`` is per channel), ``mins`` like ``scales`` or ``None`` -> weights ``[N, K]``:
     ``q * scale (+ min)`` in fp32, then cast to ``dtype``. The GGUF types Q8_0, Q5_0, Q5_1,
     Q5_K, Q6_K (``engine/quant/gguf_repack.py``) use this layout with G = 32 or 16."""
@@ -60,7 +60,8 @@ def dequantize_int8_grouped(
 
 
 def int8_grouped_weight_bytes(out_features: int, in_features: int, group_size: int,
-                              has_mins: bool) -> int:
-    """Bytes of one group-wise int8 weight: ``N * K`` plus fp32 scales (and mins) per group."""
+                              has_mins: bool, scale_bytes: int = 4) -> int:
+    """Bytes of one group-wise int8 weight: ``N * K`` plus a scale (and a min) of
+    ``scale_bytes`` each per group."""
     groups = out_features * (in_features // group_size)
-    return out_features * in_features + groups * 4 * (2 if has_mins else 1)
+    return out_features * in_features + groups * scale_bytes * (2 if has_mins else 1)

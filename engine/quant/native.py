@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .int4 import dequantize_int4
+from .int4 import dequantize_int4, int4_weight_bytes
 from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
 from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
 from .schemes import QuantScheme
@@ -40,26 +40,29 @@ def _cpu_kernel_rows() -> int:
 
 class Int8GroupLinearMethod(LinearMethod):
     """Group-wise int8 (``w = q * scale (+ min)``, ``qweight`` int8 ``[N, K]``, ``scales`` /
-    ``mins`` fp32 ``[N, K // group_size]``); ``apply(layer, x [..., K]) -> [..., N]`` in x's
-    dtype with fp32 accumulation."""
+    ``mins`` ``[N, K // group_size]`` in ``scale_dtype``: fp16 when every shard's GGUF type
+    has fp16 block scales, else fp32); ``apply(layer, x [..., K]) -> [..., N]`` in x's dtype
+    with fp32 accumulation."""
 
     scheme = QuantScheme.NATIVE
 
     def __init__(self, device: torch.device, group_size: int, has_mins: bool,
-                 kernel: str = "packed") -> None:
+                 kernel: str = "packed", scale_dtype: torch.dtype = torch.float32) -> None:
         self.device = torch.device(device)
         self.group_size = group_size
         self.has_mins = has_mins
         self.kernel = kernel
+        self.scale_dtype = scale_dtype
         self._buf: torch.Tensor | None = None
 
     def create_weights(self, layer, device):
         n, k, g = layer.out_features, layer.in_features, self.group_size
         layer.weight = None
         _set_buffer(layer, "qweight", torch.empty(n, k, dtype=torch.int8, device=device))
-        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
+        _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=self.scale_dtype,
+                                                 device=device))
         if self.has_mins:
-            _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32,
+            _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=self.scale_dtype,
                                                    device=device))
 
     def process_weights_after_loading(self, layer):
@@ -113,18 +116,39 @@ class Int8GroupLinearMethod(LinearMethod):
 
     def weight_bytes(self, out_features, in_features, dtype):
         return int8_grouped_weight_bytes(out_features, in_features, self.group_size,
-                                         self.has_mins)
+                                         self.has_mins, self.scale_dtype.itemsize)
 
 
 class NativeInt4LinearMethod(Int4LinearMethod):
     """int4 groups of 32 (``q * scale + min``) filled from GGUF blocks rather than quantized
-    here; ``keep_rows`` keeps the contract layout (no CPU repack) so rows can be gathered
-    (the embedding), computing with the dequantize path."""
+    here, scales and mins in ``scale_dtype`` (fp16 for Q4_0 / Q4_1, fp32 for Q4_K);
+    ``keep_rows`` keeps the contract layout (no CPU repack) so rows can be gathered (the
+    embedding), computing with the dequantize path."""
 
     scheme = QuantScheme.NATIVE
 
-    def __init__(self, device, kernel: str = "packed", keep_rows: bool = False) -> None:
+    def __init__(self, device, kernel: str = "packed", keep_rows: bool = False,
+                 scale_dtype: torch.dtype = torch.float32) -> None:
         super().__init__(device, 32, "dequant" if keep_rows else kernel)
+        self.scale_dtype = scale_dtype
+
+    def create_weights(self, layer, device):
+        n, k, g = layer.out_features, layer.in_features, self.group_size
+        layer.weight = None
+        _set_buffer(layer, "qweight", torch.empty(n, k // 2, dtype=torch.uint8, device=device))
+        for name in ("scales", "mins"):
+            _set_buffer(layer, name, torch.empty(n, k // g, dtype=self.scale_dtype,
+                                                 device=device))
+
+    def weight_bytes(self, out_features, in_features, dtype):
+        # the CPU repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2]; with the
+        # opt-in integer-dot kernels (``_own_cpu_rows``) the contract layout stays as well
+        own = int4_weight_bytes(out_features, in_features, self.group_size,
+                                self.scale_dtype.itemsize)
+        if not self._packed_cpu():
+            return own
+        packed = int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        return packed + (own if self._own_cpu_rows() else 0)
 
     def embed(self, layer, ids, dtype):
         return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype)
@@ -135,19 +159,22 @@ def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torc
     return F.embedding(ids, layer.weight).to(dtype)
 
 
-def native_method(layouts: list[tuple[str, int, bool]], device: torch.device | str,
+def native_method(layouts: list[tuple], device: torch.device | str,
                   kernel: str = "packed", keep_rows: bool = False) -> LinearMethod:
     """The method for one layer whose GGUF shards repack onto ``layouts`` (each ``(layout,
-    group_size, has_mins)``): int4 when all are int4; group-wise int8 at the smallest group
-    (with mins when any shard has them) when all are quantized; else the float method."""
-    kinds = {lay for lay, _, _ in layouts}
-    if kinds == {"int4"}:
-        return NativeInt4LinearMethod(device, kernel, keep_rows)
+    group_size, has_mins, scale_dtype)``): int4 when all are int4; group-wise int8 at the
+    smallest group (with mins when any shard has them) when all are quantized; else the float
+    method. Scales are fp16 only when every shard's are (fp16 widens to fp32 exactly)."""
+    kinds = {lay[0] for lay in layouts}
     if "float" in kinds:
         return LinearMethod()
-    group = min(g for _, g, _ in layouts)
-    has_mins = any(m for _, _, m in layouts)
-    return Int8GroupLinearMethod(device, group, has_mins, kernel)
+    sdtype = torch.float16 if all(lay[3] == torch.float16 for lay in layouts) \
+        else torch.float32
+    if kinds == {"int4"}:
+        return NativeInt4LinearMethod(device, kernel, keep_rows, sdtype)
+    group = min(lay[1] for lay in layouts)
+    has_mins = any(lay[2] for lay in layouts)
+    return Int8GroupLinearMethod(device, group, has_mins, kernel, sdtype)
 
 
 def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:

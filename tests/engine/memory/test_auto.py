@@ -40,20 +40,25 @@ def test_no_format_fits_is_a_clear_error():
                       budget_bytes=2 * GiB)
 
 
-def test_auto_offers_native_only_where_it_is_fast(smollm2_gguf, smollm2_engine, cache_dir):
+@pytest.mark.parametrize("cpu_int8_kernel", [True, False])
+def test_auto_offers_native_only_where_it_is_fast(monkeypatch, smollm2_gguf, smollm2_engine,
+                                                  cache_dir, cpu_int8_kernel):
     # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
-    # can fit here, so auto would load the file's own format ...
+    # can fit here, so auto loads the file's own format when its Q8_0 embedding / LM head has
+    # the C++ int8 kernel (native then decodes faster than bf16 and int4: README's load
+    # table), and the planner's float choice without one (the row-block int8 fallback is
+    # slower than a float GEMV: the default must not decode slower than before).
     from localchat.engine.config import EngineConfig
     from localchat.engine.llm_engine import _resolve_auto_quant
-
     from localchat.engine.loader.native import native_is_fast
+    from localchat.engine.quant import native
 
+    monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 16 if cpu_int8_kernel else 0)
     config, _ = _resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
                                     EngineConfig(device="cpu"), 2048, cache_dir)
-    # ... except on CPU while its Q8_0 embedding/LM head has no fast int8 kernel there (the
-    # default must not decode slower than the planner's float choice)
-    assert not native_is_fast(smollm2_gguf, "cpu", cache_dir)
-    assert config.quant.scheme != "native"
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is cpu_int8_kernel
+    assert (config.quant.scheme == "native") is cpu_int8_kernel
+    assert native_is_fast(smollm2_gguf, "cuda", cache_dir)
 
 
 def test_native_loses_to_a_smaller_forced_format():
@@ -66,3 +71,23 @@ def test_native_loses_to_a_smaller_forced_format():
     got, _ = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=12 * GiB,
                            native_bytes=plan.choice.weight_bytes)
     assert got == "native"
+
+
+def test_native_planned_when_no_other_format_fits():
+    # A GGUF whose own format is smaller than any requantized copy (a Q4_K file against int4
+    # with fp32 embedding and LM head) is planned in it rather than refused ...
+    cfg = model_config("llama-3.1-8b")
+    with pytest.raises(MemoryPlanError):
+        choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB)
+    got, plan = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB,
+                              native_bytes=2 * GiB)
+    assert got == "native" and plan.format == "native"
+    assert plan.choice.weight_bytes == 2 * GiB and plan.choice.total_bytes <= 4 * GiB
+    # ... at a lowered context when the full one does not fit, and never past the budget
+    tight = plan.choice.total_bytes - plan.choice.kv_bytes // 2
+    got, low = choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=tight,
+                             native_bytes=2 * GiB)
+    assert got == "native" and low.context_len < 8192 and low.choice.total_bytes <= tight
+    with pytest.raises(MemoryPlanError):
+        choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB,
+                      native_bytes=4 * GiB)

@@ -14,6 +14,7 @@ from localchat.engine.quant.gguf_repack import (
     GGML_TYPES,
     dequantize_repacked,
     repack_gguf_tensor,
+    scale_dtype,
     unpermute_rows,
 )
 
@@ -56,7 +57,19 @@ def test_random_blocks_repack_exactly(ggml_type):
     else:
         assert w.qweight.dtype == torch.int8 and w.qweight.shape == (n, k)
         assert w.group_size in (16, 32)
-    assert w.scales.dtype == torch.float32 and w.scales.shape == (n, k // w.group_size)
+    # fp16 block scales stay fp16 (exactly), the K-quants' products d * sc fp32
+    want_dtype = torch.float16 if GGML_TYPES[ggml_type][0] in (
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL") else torch.float32
+    assert scale_dtype(ggml_type) == want_dtype
+    assert w.scales.dtype == want_dtype and w.scales.shape == (n, k // w.group_size)
+    assert w.mins is None or w.mins.dtype == want_dtype
+
+
+def test_q4_0_min_out_of_fp16_range_is_refused():
+    raw = _random_blocks(2, 4, 64, seed=0)  # Q4_0
+    raw.reshape(-1, 18)[3, 0:2] = np.array([60000.0], np.float16).view(np.uint8)  # -8 d: inf
+    with pytest.raises(ModelLoadError, match="blk.0.ffn_up.weight.*fp16 range"):
+        repack_gguf_tensor(raw, 2, (4, 64), "blk.0.ffn_up.weight")
 
 
 @pytest.mark.parametrize("ggml_type", _FLOAT_TYPES, ids=lambda t: GGML_TYPES[t][0])

@@ -76,20 +76,25 @@ def test_holds_the_planned_bytes_and_no_float_copy(smollm2_gguf, smollm2_engine,
                list(model.named_parameters()) + list(model.named_buffers())
                if "cos_sin_cache" not in n)
     assert held == native_weight_bytes(smollm2_gguf, config, "cpu", torch.float32, cache_dir)
-    # the file's quantized bytes, give or take fp32 scales (Q4_1 keeps fp16 d and m)
-    assert held < 1.35 * smollm2_gguf.stat().st_size
+    # the issue's target: within 5% of the file's tensor bytes (Q8_0 keeps its fp16 scales,
+    # 34 bytes per 32 weights as in the file; PyTorch's int4 kernel holds Q4_1's d and m as
+    # bf16 pairs, 20 bytes per 32; the norms are F32 in the file: equal here)
+    from localchat.engine.loader.gguf import _tensor_index
+
+    file_bytes = sum(t["n_bytes"] for t in _tensor_index(smollm2_gguf, cache_dir)["tensors"])
+    assert held <= 1.05 * file_bytes, (held, file_bytes)
 
 
 def test_cache_round_trip_and_stale_entry_rebuilt(smollm2_gguf, smollm2_engine, tmp_path,
                                                   ids):
     from safetensors.torch import save_file
 
-    from localchat.engine.quant.cache import cache_path
+    from localchat.engine.quant.cache import NATIVE_FORMAT, cache_path
 
     config = smollm2_engine.model_config
-    entry = cache_path(tmp_path, smollm2_gguf, "native", 32, torch.float32)
+    entry = cache_path(tmp_path, smollm2_gguf, "native", 32, torch.float32, NATIVE_FORMAT)
     entry.parent.mkdir(parents=True)
-    save_file({"x": torch.zeros(1)}, str(entry), metadata={"format": "localchat-quant-1"})
+    save_file({"x": torch.zeros(1)}, str(entry), metadata={"format": "localchat-native-2"})
     first = _native(smollm2_gguf, config, tmp_path, "dequant")
     assert not first.quant_cache_hit  # the stale entry was not trusted ...
     second = _native(smollm2_gguf, config, tmp_path, "dequant")
