@@ -292,18 +292,21 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, and report each request that progressed."""
         spec = self.speculator
+        drafts = draft_probs = None
         if spec is not None:
             running = self.scheduler.running
-            spec.propose(running, {r.request_id: self.runner.generator(r) for r in running})
-        sched = self.scheduler.schedule()
+            drafts = spec.propose(running,
+                                  {r.request_id: self.runner.generator(r) for r in running})
+            draft_probs = spec.draft_probs
+        sched = self.scheduler.schedule(drafts)
         if sched.is_empty:
             return []
         t0 = time.perf_counter()
-        sampled = self.runner.execute_model(sched)
+        result = self.runner.execute_model(sched, draft_probs)
         target_time = time.perf_counter() - t0
-        touched = self.scheduler.update_from_output(sched, sampled)
+        touched = self.scheduler.update_from_output(sched, result)
         if spec is not None:
-            spec.finish_step(sched, sampled, target_time)
+            spec.finish_step(sched, result, target_time)
         return [self._make_output(req) for req in touched]
 
     def _make_output(self, req: Request) -> RequestOutput:

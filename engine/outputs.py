@@ -20,6 +20,24 @@ def float_format(dtype: torch.dtype) -> str:
     return _FLOAT_FORMATS.get(name, name)
 
 
+@dataclass
+class ModelRunnerOutput:
+    """What one model step produced, as plain values (the runner mutates no ``Request``; the
+    scheduler applies this in ``Scheduler.update_from_output``). vLLM v1's
+    ``ModelRunnerOutput``, keyed by request id.
+
+    ``sampled_token_ids``: request id -> the new token ids of each request that sampled: one,
+    or for a request verifying k drafts the accepted drafts plus one target token (1 to
+    k + 1). ``num_accepted_tokens``: request id -> drafts accepted, for requests that verified
+    drafts. ``logprobs``: request id -> one ``{token_id: logprob}`` per sampled token, for
+    requests with ``sampling_params.logprobs`` set.
+    """
+
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    num_accepted_tokens: dict[str, int] = field(default_factory=dict)
+    logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     """What a loaded engine is: fixed from load to shutdown (``LLMEngine.get_info()``).

@@ -48,6 +48,9 @@ class DraftModelProposer:
         self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_prefix_caching)
         self.staging = StagingBuffers(device)
         self._shadows: dict[str, Request] = {}
+        # request id -> ``[k, vocab]`` fp32 distributions of the latest ``propose``'s drafts
+        # (sampled requests only), read by the rejection step through the engine.
+        self.draft_probs: dict[str, torch.Tensor] = {}
 
     def _shadow(self, req: Request) -> Request:
         shadow = self._shadows.get(req.request_id)
@@ -59,16 +62,19 @@ class DraftModelProposer:
 
     @torch.inference_mode()
     def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
-                generators: dict[str, torch.Generator | None]) -> None:
-        """Set ``req.spec_token_ids`` (k ids) and, when sampling, ``req.draft_probs``
-        (``[k, vocab]`` fp32) for each request in decode state (all but its last token
-        computed by the target) with ``num_spec_tokens[req_id] = k > 0``. A request the
-        draft's pool cannot hold gets no drafts this step.
+                generators: dict[str, torch.Generator | None]) -> dict[str, list[int]]:
+        """Draft for each request in decode state (all but its last token computed by the
+        target) with ``num_spec_tokens[req_id] = k > 0``; returns request id -> k draft token
+        ids (requests with drafts only). When sampling, the distributions the drafts were
+        drawn from are kept in ``self.draft_probs[req_id]`` (``[k, vocab]`` fp32) until the
+        next call. A request the draft's pool cannot hold gets no drafts this step. Target
+        requests are only read.
         """
+        self.draft_probs = {}
+        proposed: dict[str, list[int]] = {}
         active: list[tuple[Request, Request, int]] = []
         for req in requests:
             k = num_spec_tokens.get(req.request_id, 0)
-            req.spec_token_ids, req.draft_probs = [], None
             if k <= 0 or req.num_computed_tokens != req.num_tokens - 1:
                 continue
             shadow = self._shadow(req)
@@ -81,7 +87,7 @@ class DraftModelProposer:
             shadow.num_computed_tokens += num_hit
             active.append((req, shadow, k))
         if not active:
-            return
+            return proposed
         # Draft tokens stay on the device (0-d int64 tensors) and feed the next round
         # directly: no per-token sync. Only requests with penalties (which need the drafts'
         # ids on the host) read each token back. One read of every draft at the end.
@@ -119,10 +125,11 @@ class DraftModelProposer:
         offset = 0
         for req, _, _ in active:
             n = len(drafts[req.request_id])
-            req.spec_token_ids = values[offset: offset + n]
+            proposed[req.request_id] = values[offset: offset + n]
             offset += n
             if probs[req.request_id]:
-                req.draft_probs = torch.stack(probs[req.request_id])
+                self.draft_probs[req.request_id] = torch.stack(probs[req.request_id])
+        return proposed
 
     def _sample(self, logits: torch.Tensor, req: Request, host_drafts: list[int],
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -186,9 +186,9 @@ def test_draft_loop_reads_the_device_once_per_step(monkeypatch, temperature):
     pause_in_kernels(monkeypatch, guard)
     pause_in_staging(monkeypatch, guard)
     with guard:
-        proposer.propose(reqs, {"r0": 4, "r1": 4}, gens)
+        drafts = proposer.propose(reqs, {"r0": 4, "r1": 4}, gens)
     assert guard.events == ["tolist"]
-    assert all(len(r.spec_token_ids) == 4 for r in reqs)
+    assert sorted(drafts) == ["r0", "r1"] and all(len(d) == 4 for d in drafts.values())
     # reference: feed each request's tokens one forward at a time, eager reference model
     with torch.inference_mode():
         for i, r in enumerate(reqs):
@@ -211,7 +211,7 @@ def test_draft_loop_reads_the_device_once_per_step(monkeypatch, temperature):
                     t = int((p / torch.empty_like(p).exponential_(generator=gen)).argmax(-1))
                 got.append(t)
                 tokens.append(t)
-            assert r.spec_token_ids == got
+            assert drafts[r.request_id] == got
 
 
 def _llama_like(layers, kv_heads, head_dim, hidden, vocab=128256):

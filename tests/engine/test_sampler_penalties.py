@@ -290,7 +290,7 @@ def test_greedy_repetition_penalty_equals_transformers(smollm2_engine, smollm2_o
     assert ref != plain  # the penalty changed the greedy text, so the test bites
 
 
-def test_runner_appends_logprobs_per_token(smollm2_engine, smollm2_oracle):
+def test_engine_appends_logprobs_per_token(smollm2_engine, smollm2_oracle):
     eng = smollm2_engine
     ids = eng.tokenizer.apply_chat_template(CHAT)
     rid = eng.add_request(None, ids, SamplingParams(temperature=0.0, max_tokens=4,
