@@ -25,18 +25,6 @@ from .step_inputs import BatchEntry, HostBatch, StagingBuffers, flatten_batch
 logger = logging.getLogger(__name__)
 
 
-def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device,
-                staging: StagingBuffers | None = None):
-    """Flatten sequences into ``(input_ids [T] int64, positions [T] int64,
-    AttentionMetadata, row_groups)`` on ``device`` (one packed host-to-device copy through
-    ``staging``, pinned on CUDA); ``row_groups[i]`` lists the flat rows of entry ``i`` that
-    need logits."""
-    hb = flatten_batch(entries, block_size)
-    staging = staging or StagingBuffers(device, slots=1)
-    input_ids, positions, meta, _ = staging.to_device(hb)
-    return input_ids, positions, meta, hb.row_groups
-
-
 def check_first_logits(logits: torch.Tensor) -> None:
     """Raise ``ModelLoadError`` when a row of the first forward's logits ``[num_rows, vocab]``
     has no finite value: the model cannot answer (weights that overflow, a broken kernel), and

@@ -16,14 +16,14 @@ from localchat.engine.attention_metadata import seq_len_bucket
 from localchat.engine.config import EngineConfig, ModelConfig
 from localchat.engine.memory.budget import DeviceSpec
 from localchat.engine.memory.planner import plan_memory, unquantized_format
-from localchat.engine.model_runner import ModelRunner, build_batch
+from localchat.engine.model_runner import ModelRunner
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.quant import fp8 as fp8_mod
 from localchat.engine.quant.schemes import default_float_dtype
 from localchat.engine.request import Request
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.spec_decode.proposer import DraftModelProposer
-from localchat.engine.step_inputs import BatchEntry
+from localchat.engine.step_inputs import BatchEntry, build_batch
 
 from .host_sync_guard import HostSyncGuard, pause_in_kernels, pause_in_staging
 
