@@ -21,7 +21,7 @@ from torch import nn
 
 from ..kv_cache import KVCacheManager
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
+from ..sampler import apply_penalties_after_drafts, exponential_race, sampling_probs
 from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 
@@ -138,12 +138,9 @@ class DraftModelProposer:
         penalty the drafts so far count as output; they are kept on the host in
         ``host_drafts`` (appended here: the only per-token read, penalties only)."""
         params = req.sampling_params
-        row = logits[None]
         penalized = params.uses_repetition_penalty or params.uses_output_penalty
-        if penalized:
-            meta = SamplingMetadata([params], [None], [req.prompt_token_ids],
-                                    [list(req.output_token_ids) + host_drafts])
-            row = apply_penalties(row, meta)
+        row = apply_penalties_after_drafts(logits[None], params, req.prompt_token_ids,
+                                           req.output_token_ids, host_drafts)
         p = None
         if params.greedy:
             token = row.argmax(dim=-1)[0]
