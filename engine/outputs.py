@@ -49,6 +49,9 @@ class EngineInfo:
     cache. KV pool: ``num_blocks`` blocks of ``block_size`` tokens, ``kv_cache_bytes`` the bytes
     the engine allocated for them (K and V, all layers). ``max_model_len``: prompt + reply, in
     tokens. ``num_spec_tokens``: the largest draft length per step (0 without a draft).
+    ``allocated_bytes``: bytes of the distinct storages the target model and its KV pool hold
+    (weights, buffers, quantized layouts, KV cache; the draft's are not counted), or None
+    where the engine cannot count them (a remote server).
     """
 
     model: str
@@ -62,6 +65,7 @@ class EngineInfo:
     quant_group_size: int | None = None
     draft: str | None = None
     num_spec_tokens: int = 0
+    allocated_bytes: int | None = None
 
     @property
     def is_quantized(self) -> bool:
