@@ -51,13 +51,16 @@ class EngineInfo:
     tokens. ``num_spec_tokens``: the largest draft length per step (0 without a draft).
     ``allocated_bytes``: bytes of the distinct storages the target model and its KV pool hold
     (weights, buffers, quantized layouts, KV cache; the draft's are not counted), or None
-    where the engine cannot count them (a remote server).
+    where the engine cannot count them. A remote engine (``AsyncRemoteEngine.get_info``) fills
+    the fields from what its server reports; what a server does not report is None
+    (``weight_format``, ``dtype``, ``device``) or 0 (the KV pool's figures). A local engine
+    always sets them.
     """
 
     model: str
-    weight_format: str
-    dtype: torch.dtype
-    device: torch.device
+    weight_format: str | None
+    dtype: torch.dtype | None
+    device: torch.device | None
     max_model_len: int
     num_blocks: int
     block_size: int
@@ -69,7 +72,8 @@ class EngineInfo:
 
     @property
     def is_quantized(self) -> bool:
-        return self.weight_format not in _FLOAT_FORMATS.values()
+        return (self.weight_format is not None
+                and self.weight_format not in _FLOAT_FORMATS.values())
 
 
 @dataclass
