@@ -340,8 +340,7 @@ class LLMEngine:
             if detok.stop_matched is not None:
                 # The text ends at a stop string (maybe resolved only by the flush, or seen
                 # before the stop token that ended generation): report the string.
-                req.finish_reason = FinishReason.STOP
-                req.stop_reason = detok.stop_matched
+                self.scheduler.stop_at_string(req, detok.stop_matched)
             self._detoks.pop(req.request_id, None)
             self._release(req.request_id)
         return self._output(req, new_ids, delta, detok.text)

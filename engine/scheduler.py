@@ -199,6 +199,15 @@ class Scheduler:
         self.kv.free(req)
         self.requests.pop(req.request_id, None)
 
+    def stop_at_string(self, req: Request, stop: str) -> None:
+        """A stop string ended ``req``'s text (found by its detokenizer): finish it if it is
+        still running, and report ``FinishReason.STOP`` with the string as ``stop_reason``
+        (also when a token limit or a stop token finished it first: the text ends at the
+        string)."""
+        self.finish(req, FinishReason.STOP)
+        req.finish_reason = FinishReason.STOP
+        req.stop_reason = stop
+
     def abort_request(self, request_id: str) -> Request | None:
         """Finish ``request_id`` with ``FinishReason.ABORT``; unknown ids are ignored."""
         req = self.requests.get(request_id)
