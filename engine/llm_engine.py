@@ -21,6 +21,7 @@ from .errors import ContextLengthError
 from .kv_cache import KVCacheManager, allocate_kv_caches
 from .loader import load_model, load_model_config
 from .memory.footprint import kv_bytes
+from .memory.report import MemoryReport, allocated_bytes, memory_report, module_tensors
 from .model_runner import ModelRunner
 from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput, float_format
 from .request import FinishReason, Request
@@ -270,7 +271,8 @@ class LLMEngine:
         )
 
     def get_info(self) -> EngineInfo:
-        """What this engine loaded (model, weight format, dtype, device, KV pool, draft)."""
+        """What this engine loaded (model, weight format, dtype, device, KV pool, draft, bytes
+        allocated: counted now, one walk over the model's tensors)."""
         draft = self.config.speculative.draft_model if self.speculator is not None else None
         return EngineInfo(
             model=self.model_name, weight_format=self._weight_format, dtype=self.dtype,
@@ -279,7 +281,15 @@ class LLMEngine:
             quant_group_size=self._group_size,
             draft=None if draft is None else Path(draft).name,
             num_spec_tokens=0 if draft is None
-            else self.config.speculative.num_speculative_tokens)
+            else self.config.speculative.num_speculative_tokens,
+            allocated_bytes=allocated_bytes(module_tensors(self.runner.model)
+                                            + list(self.runner.kv_caches)))
+
+    def memory_report(self) -> MemoryReport:
+        """The planner's prediction for this engine as loaded beside a measurement
+        (``memory.report.memory_report``). Raises ``ValueError`` for a dtype the planner
+        does not know."""
+        return memory_report(self)
 
     def request_ids(self) -> list[str]:
         """Ids of the requests queued or running (not finished, not aborted)."""
@@ -292,18 +302,21 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, and report each request that progressed."""
         spec = self.speculator
+        drafts = draft_probs = None
         if spec is not None:
             running = self.scheduler.running
-            spec.propose(running, {r.request_id: self.runner.generator(r) for r in running})
-        sched = self.scheduler.schedule()
+            drafts = spec.propose(running,
+                                  {r.request_id: self.runner.generator(r) for r in running})
+            draft_probs = spec.draft_probs
+        sched = self.scheduler.schedule(drafts)
         if sched.is_empty:
             return []
         t0 = time.perf_counter()
-        sampled = self.runner.execute_model(sched)
+        result = self.runner.execute_model(sched, draft_probs)
         target_time = time.perf_counter() - t0
-        touched = self.scheduler.update_from_output(sched, sampled)
+        touched = self.scheduler.update_from_output(sched, result)
         if spec is not None:
-            spec.finish_step(sched, sampled, target_time)
+            spec.finish_step(sched, result, target_time)
         return [self._make_output(req) for req in touched]
 
     def _make_output(self, req: Request) -> RequestOutput:
@@ -327,8 +340,7 @@ class LLMEngine:
             if detok.stop_matched is not None:
                 # The text ends at a stop string (maybe resolved only by the flush, or seen
                 # before the stop token that ended generation): report the string.
-                req.finish_reason = FinishReason.STOP
-                req.stop_reason = detok.stop_matched
+                self.scheduler.stop_at_string(req, detok.stop_matched)
             self._detoks.pop(req.request_id, None)
             self._release(req.request_id)
         return self._output(req, new_ids, delta, detok.text)

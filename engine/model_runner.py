@@ -9,12 +9,13 @@ the paged cache. Logits are computed only for the last row of requests that samp
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
 from .cuda_graphs import DEFAULT_BATCH_SIZES
+from .outputs import ModelRunnerOutput
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
@@ -22,18 +23,6 @@ from .spec_decode.rejection_sampler import RejectionSampler
 from .step_inputs import BatchEntry, HostBatch, StagingBuffers, flatten_batch
 
 logger = logging.getLogger(__name__)
-
-
-def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device,
-                staging: StagingBuffers | None = None):
-    """Flatten sequences into ``(input_ids [T] int64, positions [T] int64,
-    AttentionMetadata, row_groups)`` on ``device`` (one packed host-to-device copy through
-    ``staging``, pinned on CUDA); ``row_groups[i]`` lists the flat rows of entry ``i`` that
-    need logits."""
-    hb = flatten_batch(entries, block_size)
-    staging = staging or StagingBuffers(device, slots=1)
-    input_ids, positions, meta, _ = staging.to_device(hb)
-    return input_ids, positions, meta, hb.row_groups
 
 
 def check_first_logits(logits: torch.Tensor) -> None:
@@ -134,11 +123,11 @@ class ModelRunner:
         """``(HostBatch, logits_rows, samplers, verify)`` for one step, on the host:
         ``logits_rows`` are the flat rows to sample, ``samplers`` their requests, and
         ``verify`` lists ``(request, rows)`` for requests verifying draft tokens
-        (``out.scheduled_spec_tokens``; a logits row at each of their ``1 + k`` positions)."""
+        (``out.scheduled_spec_decode_tokens``; a logits row at each of their ``1 + k`` positions)."""
         entries = []
         for req in out.scheduled:
             n = out.num_scheduled_tokens[req.request_id]
-            spec = out.scheduled_spec_tokens.get(req.request_id, [])
+            spec = out.scheduled_spec_decode_tokens.get(req.request_id, [])
             start = req.num_computed_tokens
             ids = req.token_ids(start, start + n - len(spec)) + spec
             if spec:
@@ -149,7 +138,7 @@ class ModelRunner:
         hb = flatten_batch(entries, self.block_size)
         logits_rows, samplers, verify = [], [], []
         for req, rows in zip(out.scheduled, hb.row_groups):
-            if req.request_id in out.scheduled_spec_tokens:
+            if req.request_id in out.scheduled_spec_decode_tokens:
                 verify.append((req, rows))
             elif rows:
                 logits_rows.extend(rows)
@@ -165,14 +154,18 @@ class ModelRunner:
         return input_ids, positions, meta, logits_rows, samplers, hb.row_groups
 
     @torch.inference_mode()
-    def execute_model(self, out: SchedulerOutput) -> dict[str, list[int]]:
-        """Run one step; returns ``{request_id: new token ids}`` for requests that sample:
-        one token, or for a request verifying k draft tokens the accepted drafts plus one
-        target token (``RejectionSampler``).
+    def execute_model(self, out: SchedulerOutput,
+                      draft_probs: Mapping[str, torch.Tensor] | None = None
+                      ) -> ModelRunnerOutput:
+        """Run one step and return what it sampled (``ModelRunnerOutput``; no ``Request`` is
+        modified here): for each request that samples, one token, or for a request verifying
+        k draft tokens (``out.scheduled_spec_decode_tokens``) the accepted drafts plus one
+        target token (``RejectionSampler``). ``draft_probs``: request id -> the ``[k, vocab]``
+        fp32 distributions its drafts were sampled from (the proposer's; absent when greedy).
 
         Requests with ``sampling_params.logprobs is not None`` also get one
-        ``{token_id: logprob}`` dict appended to ``req.output_logprobs`` per sampled token
-        (see ``engine.sampler`` for which distribution).
+        ``{token_id: logprob}`` dict per sampled token (see ``engine.sampler`` for which
+        distribution).
 
         Host work: one packed host-to-device copy of the step's inputs (or of a graph's
         static inputs), logits only for the needed rows (indexed on the device), and one
@@ -182,7 +175,7 @@ class ModelRunner:
         hb, rows, samplers, verify = self.plan_step(out)
         flat = [i for _, rws in verify for i in rws]
         hidden, index = self._forward(hb, rows + flat)
-        result: dict[str, list[int]] = {}
+        result = ModelRunnerOutput()
         if not rows and not flat:
             return result
         def pick(lo: int, hi: int) -> torch.Tensor:  # hidden rows of logits_rows[lo:hi]
@@ -197,20 +190,25 @@ class ModelRunner:
             sampled = self.sampler.forward(logits, metadata)
             for req, lp in zip(samplers, sampled.logprobs):
                 if lp is not None:
-                    req.output_logprobs.append(lp)
+                    result.logprobs[req.request_id] = [lp]
             for r, t in zip(samplers, sampled.token_ids.tolist()):
-                result[r.request_id] = [t]
+                result.sampled_token_ids[r.request_id] = [t]
         if verify:
             logits = self.model.compute_logits(pick(len(rows), len(rows) + len(flat)))
             offset = 0
+            probs = draft_probs or {}
             for req, rws in verify:
-                spec = out.scheduled_spec_tokens[req.request_id]
+                rid = req.request_id
+                spec = out.scheduled_spec_decode_tokens[rid]
                 target_logits = logits[offset: offset + len(rws)]
                 offset += len(rws)
                 # The budget may have cut the drafts short: their distributions too.
-                q = None if req.draft_probs is None else req.draft_probs[:len(spec)]
-                result[req.request_id] = self.rejection_sampler.verify(
-                    target_logits, spec, q, req, self.generator(req))
+                q = probs.get(rid)
+                tokens = self.rejection_sampler.verify(
+                    target_logits, spec, None if q is None else q[:len(spec)], req,
+                    self.generator(req))
+                result.sampled_token_ids[rid] = tokens
+                result.num_accepted_tokens[rid] = len(tokens) - 1
         return result
 
     def sampling_metadata(self, samplers: list[Request]) -> SamplingMetadata:

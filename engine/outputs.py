@@ -20,6 +20,24 @@ def float_format(dtype: torch.dtype) -> str:
     return _FLOAT_FORMATS.get(name, name)
 
 
+@dataclass
+class ModelRunnerOutput:
+    """What one model step produced, as plain values (the runner mutates no ``Request``; the
+    scheduler applies this in ``Scheduler.update_from_output``). vLLM v1's
+    ``ModelRunnerOutput``, keyed by request id.
+
+    ``sampled_token_ids``: request id -> the new token ids of each request that sampled: one,
+    or for a request verifying k drafts the accepted drafts plus one target token (1 to
+    k + 1). ``num_accepted_tokens``: request id -> drafts accepted, for requests that verified
+    drafts. ``logprobs``: request id -> one ``{token_id: logprob}`` per sampled token, for
+    requests with ``sampling_params.logprobs`` set.
+    """
+
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    num_accepted_tokens: dict[str, int] = field(default_factory=dict)
+    logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     """What a loaded engine is: fixed from load to shutdown (``LLMEngine.get_info()``).
@@ -31,12 +49,18 @@ class EngineInfo:
     cache. KV pool: ``num_blocks`` blocks of ``block_size`` tokens, ``kv_cache_bytes`` the bytes
     the engine allocated for them (K and V, all layers). ``max_model_len``: prompt + reply, in
     tokens. ``num_spec_tokens``: the largest draft length per step (0 without a draft).
+    ``allocated_bytes``: bytes of the distinct storages the target model and its KV pool hold
+    (weights, buffers, quantized layouts, KV cache; the draft's are not counted), or None
+    where the engine cannot count them. A remote engine (``AsyncRemoteEngine.get_info``) fills
+    the fields from what its server reports; what a server does not report is None
+    (``weight_format``, ``dtype``, ``device``) or 0 (the KV pool's figures). A local engine
+    always sets them.
     """
 
     model: str
-    weight_format: str
-    dtype: torch.dtype
-    device: torch.device
+    weight_format: str | None
+    dtype: torch.dtype | None
+    device: torch.device | None
     max_model_len: int
     num_blocks: int
     block_size: int
@@ -44,10 +68,12 @@ class EngineInfo:
     quant_group_size: int | None = None
     draft: str | None = None
     num_spec_tokens: int = 0
+    allocated_bytes: int | None = None
 
     @property
     def is_quantized(self) -> bool:
-        return self.weight_format not in _FLOAT_FORMATS.values()
+        return (self.weight_format is not None
+                and self.weight_format not in _FLOAT_FORMATS.values())
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from .sampling_params import SamplingParams
 
@@ -48,10 +47,6 @@ class Request:
     stop_reason: int | str | None = None
     # Per generated token, {token_id: logprob} of the top-n tokens (SamplingParams.logprobs).
     output_logprobs: list[dict[int, float]] = field(default_factory=list)
-    # Draft tokens proposed for the next step (speculative decoding) and, when sampling, the
-    # draft distributions they were drawn from, ``[k, vocab]`` fp32.
-    spec_token_ids: list[int] = field(default_factory=list)
-    draft_probs: Any = None
     # Chained hashes of the full blocks of prompt + output (``KVCacheManager.block_hashes``).
     block_hashes: list[int] = field(default_factory=list)
     # Prompt tokens found in the prefix cache when the request was first scheduled.

@@ -131,6 +131,34 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
     return out
 
 
+
+def apply_penalties_after_drafts(logits: torch.Tensor, params: SamplingParams,
+                                 prompt_token_ids: list[int], output_token_ids: list[int],
+                                 draft_token_ids: list[int]) -> torch.Tensor:
+    """Penalties for one request's rows at the positions after its draft tokens, with the
+    drafts before each position counted as output (speculative decoding: the draft shapes its
+    distributions and the target verifies with the same penalties plain decoding would
+    apply once those tokens were emitted).
+
+    ``logits [n, vocab]`` fp32: row ``i`` is the position after the first
+    ``len(draft_token_ids) - n + 1 + i`` drafts, so the last row follows every draft (the
+    verifier passes ``k + 1`` rows for ``k`` drafts; the proposer one row after the drafts so
+    far). Returns ``logits`` itself when ``params`` has no penalty, else a new tensor
+    (:func:`apply_penalties`).
+    """
+    if not (params.uses_repetition_penalty or params.uses_output_penalty):
+        return logits
+    n = logits.shape[0]
+    first = len(draft_token_ids) - n + 1
+    if first < 0:
+        raise ValueError(f"{n} rows need at least {n - 1} draft tokens, got "
+                         f"{len(draft_token_ids)}")
+    outputs = [list(output_token_ids) + draft_token_ids[:first + i] for i in range(n)]
+    meta = SamplingMetadata(params=[params] * n, generators=[None] * n,
+                            prompt_token_ids=[prompt_token_ids] * n, output_token_ids=outputs)
+    return apply_penalties(logits, meta)
+
+
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor):
     """Mask (``-inf``) everything outside top-k and the top-p nucleus, row-wise.
 

@@ -16,19 +16,23 @@ from dataclasses import dataclass, field
 
 from .config import SchedulerConfig
 from .kv_cache import KVCacheManager
+from .outputs import ModelRunnerOutput
 from .request import FinishReason, Request, RequestStatus
 
 
 @dataclass
 class SchedulerOutput:
     """This step's work: ``num_scheduled_tokens[request_id]`` new tokens per scheduled
-    request, in ``scheduled`` order (the order rows appear in the flattened batch)."""
+    request, in ``scheduled`` order (the order rows appear in the flattened batch).
+
+    ``scheduled_spec_decode_tokens``: request id -> the draft token ids scheduled for
+    verification (the last ``len(drafts)`` of that request's ``num_scheduled_tokens``); only
+    requests that speculate this step appear (vLLM v1's field of the same name).
+    """
 
     scheduled: list[Request] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
-    # request id -> the draft tokens scheduled for verification (the last of each request's
-    # ``num_scheduled_tokens``); only requests that speculate this step appear.
-    scheduled_spec_tokens: dict[str, list[int]] = field(default_factory=dict)
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -62,7 +66,11 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, spec_token_ids: dict[str, list[int]] | None = None) -> SchedulerOutput:
+        """This step's ``SchedulerOutput``. ``spec_token_ids``: request id -> draft token ids
+        proposed for a decoding request (the draft proposer's output); a request verifies as
+        many of them as the token budget leaves room for, in the same forward pass."""
+        drafts = spec_token_ids or {}
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         preempted = False
@@ -72,7 +80,7 @@ class Scheduler:
             req = self.running[i]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             # A decoding request with draft tokens verifies them in the same forward pass.
-            spec = req.spec_token_ids[:max(budget - n, 0)] if n == 1 else []
+            spec = drafts.get(req.request_id, [])[:max(budget - n, 0)] if n == 1 else []
             n += len(spec)
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()  # newest
@@ -80,14 +88,14 @@ class Scheduler:
                 preempted = True
                 out.scheduled = [r for r in out.scheduled if r is not victim]
                 budget += out.num_scheduled_tokens.pop(victim.request_id, 0)
-                out.scheduled_spec_tokens.pop(victim.request_id, None)
+                out.scheduled_spec_decode_tokens.pop(victim.request_id, None)
                 if victim is req:
                     break
             else:
                 out.scheduled.append(req)
                 out.num_scheduled_tokens[req.request_id] = n
                 if spec:
-                    out.scheduled_spec_tokens[req.request_id] = spec
+                    out.scheduled_spec_decode_tokens[req.request_id] = spec
                 budget -= n
                 i += 1
                 continue
@@ -119,41 +127,43 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
         req.num_computed_tokens = 0
-        req.spec_token_ids = []
-        req.draft_probs = None
         req.num_preemptions += 1
         self.num_preemptions += 1
         req.status = RequestStatus.WAITING
         self.waiting.appendleft(req)
 
-    def update_from_output(
-        self, scheduler_output: SchedulerOutput, sampled: dict[str, int | list[int]]
-    ) -> list[Request]:
-        """Advance ``num_computed_tokens``, append the sampled tokens, check stop conditions.
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           runner_output: ModelRunnerOutput) -> list[Request]:
+        """Apply one step's ``ModelRunnerOutput``: advance ``num_computed_tokens``, append the
+        sampled tokens (and their logprobs), count verified and accepted drafts, check stop
+        conditions. The scheduler is the only part of the engine that mutates a ``Request``
+        (nano-vllm's ``Scheduler.postprocess``).
 
-        ``sampled`` maps request id -> the token (or tokens: accepted drafts plus one target
-        token) sampled for it; only requests whose prompt is fully computed sample. K/V of
-        rejected drafts does not count as computed, and blocks past the request's tokens are
-        released (``KVCacheManager.truncate``). Tokens after a stop condition are dropped.
-        Returns the requests that got tokens or finished this step; ``req.num_new_tokens``
-        says how many tokens each got.
+        ``runner_output.sampled_token_ids`` maps request id -> the tokens sampled for it (one,
+        or for a request verifying drafts the accepted drafts plus one target token); only
+        requests whose prompt is fully computed sample. K/V of rejected drafts does not count
+        as computed, and blocks past the request's tokens are released
+        (``KVCacheManager.truncate``). Tokens after a stop condition are dropped. Returns the
+        requests that got tokens or finished this step; ``req.num_new_tokens`` says how many
+        tokens each got.
         """
         now = time.perf_counter()
         touched = []
+        sampled = runner_output.sampled_token_ids
         for req in scheduler_output.scheduled:
             rid = req.request_id
-            spec = scheduler_output.scheduled_spec_tokens.get(rid, [])
+            spec = scheduler_output.scheduled_spec_decode_tokens.get(rid, [])
             tokens = sampled.get(rid)
-            if isinstance(tokens, int):
-                tokens = [tokens]
-            num_accepted = len(tokens) - 1 if (spec and tokens) else 0
+            num_accepted = runner_output.num_accepted_tokens.get(rid, 0) if tokens else 0
             req.num_computed_tokens += (scheduler_output.num_scheduled_tokens[rid]
                                         - len(spec) + num_accepted)
-            req.spec_token_ids = []
-            req.draft_probs = None
             req.num_new_tokens = 0
             if not tokens:
                 continue
+            if spec:
+                req.num_draft_tokens += len(spec)
+                req.num_accepted_tokens += num_accepted
+            req.output_logprobs.extend(runner_output.logprobs.get(rid, ()))
             if req.first_token_time is None:
                 req.first_token_time = now
             req.last_token_time = now
@@ -188,6 +198,15 @@ class Scheduler:
                 pass
         self.kv.free(req)
         self.requests.pop(req.request_id, None)
+
+    def stop_at_string(self, req: Request, stop: str) -> None:
+        """A stop string ended ``req``'s text (found by its detokenizer): finish it if it is
+        still running, and report ``FinishReason.STOP`` with the string as ``stop_reason``
+        (also when a token limit or a stop token finished it first: the text ends at the
+        string)."""
+        self.finish(req, FinishReason.STOP)
+        req.finish_reason = FinishReason.STOP
+        req.stop_reason = stop
 
     def abort_request(self, request_id: str) -> Request | None:
         """Finish ``request_id`` with ``FinishReason.ABORT``; unknown ids are ignored."""

@@ -7,6 +7,8 @@ host buffer and copies it with one asynchronous host-to-device copy; the step's 
 views of that one device buffer (no pageable copies, no sync). The CUDA-graph runner fills its
 own static inputs the same way (``CudaGraphRunner.replay_batch``). Reference design: vLLM's
 ``InputBatch`` with pinned CPU tensors copied ``non_blocking`` into persistent device buffers.
+``build_batch`` does both for callers outside the step loop (tests, benchmarks); the target's
+runner and the draft proposer both build their batches here.
 """
 
 from __future__ import annotations
@@ -183,3 +185,15 @@ class StagingBuffers:
             query_start_loc=chunks[4], max_query_len=hb.max_query_len,
             max_seq_len=hb.max_seq_len)
         return chunks[0], chunks[1], meta, (chunks[6] if logits_rows is not None else None)
+
+
+def build_batch(entries: list[BatchEntry], block_size: int, device: torch.device,
+                staging: StagingBuffers | None = None):
+    """Flatten sequences into ``(input_ids [T] int64, positions [T] int64,
+    AttentionMetadata, row_groups)`` on ``device`` (one packed host-to-device copy through
+    ``staging``, pinned on CUDA); ``row_groups[i]`` lists the flat rows of entry ``i`` that
+    need logits."""
+    hb = flatten_batch(entries, block_size)
+    staging = staging or StagingBuffers(device, slots=1)
+    input_ids, positions, meta, _ = staging.to_device(hb)
+    return input_ids, positions, meta, hb.row_groups

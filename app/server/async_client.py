@@ -28,6 +28,8 @@ from localchat.app.server.client import (
     request_fields,
     stream_error,
 )
+from localchat.app.server.encode import engine_info_from_json
+from localchat.engine.outputs import EngineInfo
 
 
 @dataclass
@@ -61,10 +63,9 @@ class AsyncRemoteEngine:
         self.root_url = self.base_url[: -len("/v1")]
         self.model = model
         self.max_model_len = max_model_len
-        self.device = "remote"
-        self.weight_format = "remote"
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._stats = RemoteStats(max_model_len=max_model_len)
+        self._engine_doc: Any = None  # /health's ``engine`` object (a localchat serve)
         self._client: Any = None
 
     def _http(self) -> Any:
@@ -125,6 +126,7 @@ class AsyncRemoteEngine:
         except (httpx.HTTPError, ValueError):
             return
         if isinstance(doc, dict):
+            self._engine_doc = doc.get("engine", self._engine_doc)
             self._stats = RemoteStats(
                 num_running=int(doc.get("running") or 0),
                 num_waiting=int(doc.get("waiting") or 0),
@@ -155,6 +157,13 @@ class AsyncRemoteEngine:
 
     def get_stats(self) -> RemoteStats:
         return self._stats
+
+    def get_info(self) -> EngineInfo:
+        """The server's ``EngineInfo``: what a ``localchat serve`` reports in ``/health``'s
+        ``engine`` object (fetched by :func:`connect` and after each reply, never on the UI
+        thread), else only the model and ``max_model_len`` from ``/v1/models`` (the rest
+        unknown: see ``EngineInfo``)."""
+        return engine_info_from_json(self._engine_doc, self.model, self.max_model_len)
 
     def abort(self, request_id: str) -> None:
         """Nothing to do: closing the stream aborts the request on the server."""
@@ -192,4 +201,18 @@ def connect(base_url: str, api_key: str | None, model: str | None) -> AsyncRemot
     if not cards:
         raise BackendError(f"{sync.base_url}/models lists no model")
     card = next((m for m in cards if m["id"] == model), cards[0])
-    return AsyncRemoteEngine(base_url, api_key, str(card["id"]), card.get("max_model_len"))
+    engine = AsyncRemoteEngine(base_url, api_key, str(card["id"]), card.get("max_model_len"))
+    engine._engine_doc = _health_engine(engine.root_url, api_key)
+    return engine
+
+
+def _health_engine(root_url: str, api_key: str | None) -> Any:
+    """``/health``'s ``engine`` object, or None (another server, or no answer in 2 s)."""
+    import httpx
+
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        doc = httpx.get(root_url + "/health", headers=headers, timeout=2.0).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return doc.get("engine") if isinstance(doc, dict) else None

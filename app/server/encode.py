@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from localchat.engine.outputs import EngineInfo
 from localchat.engine.sampling_params import SamplingParams
 
 # OpenAI's default temperature (1.0) applies when a request names none.
@@ -38,6 +39,52 @@ def sampling_params(body: Any, max_tokens: int, logprobs: int | None) -> Samplin
 def model_card(model_id: str, created: int, max_model_len: int) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": created, "owned_by": "localchat",
             "max_model_len": max_model_len}
+
+
+
+# ``/health``'s ``engine`` object (a localchat extension): ``EngineInfo`` as JSON, and back.
+_INFO_INTS = ("max_model_len", "num_blocks", "block_size", "kv_cache_bytes", "num_spec_tokens")
+
+
+def engine_info_json(info: EngineInfo) -> dict[str, Any]:
+    """``info`` as JSON fields (dtype and device by name: ``"float32"``, ``"cpu"``)."""
+    return {"model": info.model, "weight_format": info.weight_format,
+            "dtype": None if info.dtype is None else str(info.dtype).removeprefix("torch."),
+            "device": None if info.device is None else str(info.device),
+            "max_model_len": info.max_model_len, "num_blocks": info.num_blocks,
+            "block_size": info.block_size, "kv_cache_bytes": info.kv_cache_bytes,
+            "quant_group_size": info.quant_group_size, "draft": info.draft,
+            "num_spec_tokens": info.num_spec_tokens, "allocated_bytes": info.allocated_bytes}
+
+
+def engine_info_from_json(doc: Any, model: str, max_model_len: int | None) -> EngineInfo:
+    """The ``EngineInfo`` a server reports in ``doc`` (``engine_info_json``'s fields); a
+    server that reports none (not a ``localchat serve``) or a malformed field leaves that
+    field unknown: ``None``, or 0 for the KV pool's figures, with ``model`` and
+    ``max_model_len`` (from ``/v1/models``) as given."""
+    doc = doc if isinstance(doc, dict) else {}
+
+    def integer(name: str, default: int | None = 0) -> int | None:
+        value = doc.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    def text(name: str) -> str | None:
+        value = doc.get(name)
+        return value if isinstance(value, str) and value else None
+
+    import torch
+
+    dtype = getattr(torch, text("dtype") or "", None)
+    try:
+        device = torch.device(text("device")) if text("device") else None
+    except (RuntimeError, ValueError):
+        device = None
+    ints = {name: integer(name) for name in _INFO_INTS}
+    ints["max_model_len"] = integer("max_model_len", max_model_len or 0)
+    return EngineInfo(model=text("model") or model, weight_format=text("weight_format"),
+                      dtype=dtype if isinstance(dtype, torch.dtype) else None, device=device,
+                      quant_group_size=integer("quant_group_size", None), draft=text("draft"),
+                      allocated_bytes=integer("allocated_bytes", None), **ints)
 
 
 def sse(obj: dict[str, Any]) -> bytes:

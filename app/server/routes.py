@@ -113,7 +113,9 @@ class _Server:
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     """The ASGI app serving ``engine`` (an ``AsyncLLMEngine`` or a stand-in with the same
-    ``generate`` / ``get_stats`` / ``tokenizer`` / ``max_model_len``)."""
+    ``generate`` / ``get_stats`` / ``get_info`` / ``tokenizer`` / ``max_model_len``).
+    ``/health`` reports the engine's ``EngineInfo`` as its ``engine`` object (a localchat
+    extension, read back by ``AsyncRemoteEngine.get_info``)."""
     server = _Server(engine, options)
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -128,7 +130,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         body = {"status": "ok" if alive else "engine_dead", "model": options.model_id,
                 "max_model_len": server.max_model_len, "auth": options.api_key is not None,
                 "running": stats.num_running, "waiting": stats.num_waiting,
-                "kv_cache_usage": stats.kv_cache_usage}
+                "kv_cache_usage": stats.kv_cache_usage,
+                "engine": encode.engine_info_json(engine.get_info())}
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics")

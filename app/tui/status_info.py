@@ -1,7 +1,7 @@
 """The numbers the status bar shows, read tolerantly from the engine and its outputs.
 
 ``StatusInfo`` is filled from the engine's ``EngineInfo`` (model, weight format, device,
-``max_model_len``; a remote engine has none), from the latest ``RequestOutput`` of the current
+``max_model_len``; a remote engine's as its server reports it), from the latest ``RequestOutput`` of the current
 turn (TTFT, decode tokens/s, cached prompt tokens, speculative acceptance, context used) and
 from ``EngineStats`` (KV cache usage). Fields an engine does not provide (speculative
 counters, a quantized format) stay None and show as ``-``. ``format_status`` renders one line that fits ``width`` cells.
@@ -37,16 +37,13 @@ class StatusInfo:
     max_model_len: int | None = None
 
 
-def engine_fields(info: EngineInfo | None, model: str,
-                  max_model_len: int | None = None) -> dict[str, Any]:
-    """``StatusInfo`` fields from a loaded engine's ``EngineInfo``: ``model`` (the name the
-    user chose), weight format, device and ``max_model_len``. ``info`` None (a remote
-    engine, which reports none) leaves format and device unknown, with ``max_model_len``."""
-    if info is None:
-        return {"model": model, "weight_format": None, "device": None,
-                "max_model_len": max_model_len}
-    return {"model": model, "weight_format": info.weight_format, "device": str(info.device),
-            "max_model_len": info.max_model_len}
+def engine_fields(info: EngineInfo, model: str) -> dict[str, Any]:
+    """``StatusInfo`` fields from an engine's ``EngineInfo``: ``model`` (the name the user
+    chose), weight format, device and ``max_model_len``. A remote engine's info leaves what
+    its server does not report None (shown as ``-``)."""
+    return {"model": model, "weight_format": info.weight_format,
+            "device": None if info.device is None else str(info.device),
+            "max_model_len": info.max_model_len or None}
 
 
 def with_output(info: StatusInfo, out: Any) -> StatusInfo:

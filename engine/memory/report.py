@@ -14,14 +14,37 @@ the caller measured).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from .budget import CPU_RUNTIME_OVERHEAD, process_rss_bytes
 from .footprint import INT4_GROUP_SIZE, kv_bytes, weight_bytes
 
 _PLANNED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+
+def allocated_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (tied weights and views counted
+    once; meta tensors and non-tensors skipped)."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.is_meta:
+            continue
+        storage = t.untyped_storage()
+        seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def module_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Every tensor ``model`` holds: parameters, buffers, and tensors kept as plain module
+    attributes (quantized weights, repacked layouts)."""
+    out = list(model.parameters()) + list(model.buffers())
+    out += [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
+    return out
 
 
 @dataclass(frozen=True)

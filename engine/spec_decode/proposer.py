@@ -21,7 +21,7 @@ from torch import nn
 
 from ..kv_cache import KVCacheManager
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
+from ..sampler import apply_penalties_after_drafts, exponential_race, sampling_probs
 from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 
@@ -48,6 +48,9 @@ class DraftModelProposer:
         self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_prefix_caching)
         self.staging = StagingBuffers(device)
         self._shadows: dict[str, Request] = {}
+        # request id -> ``[k, vocab]`` fp32 distributions of the latest ``propose``'s drafts
+        # (sampled requests only), read by the rejection step through the engine.
+        self.draft_probs: dict[str, torch.Tensor] = {}
 
     def _shadow(self, req: Request) -> Request:
         shadow = self._shadows.get(req.request_id)
@@ -59,16 +62,19 @@ class DraftModelProposer:
 
     @torch.inference_mode()
     def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
-                generators: dict[str, torch.Generator | None]) -> None:
-        """Set ``req.spec_token_ids`` (k ids) and, when sampling, ``req.draft_probs``
-        (``[k, vocab]`` fp32) for each request in decode state (all but its last token
-        computed by the target) with ``num_spec_tokens[req_id] = k > 0``. A request the
-        draft's pool cannot hold gets no drafts this step.
+                generators: dict[str, torch.Generator | None]) -> dict[str, list[int]]:
+        """Draft for each request in decode state (all but its last token computed by the
+        target) with ``num_spec_tokens[req_id] = k > 0``; returns request id -> k draft token
+        ids (requests with drafts only). When sampling, the distributions the drafts were
+        drawn from are kept in ``self.draft_probs[req_id]`` (``[k, vocab]`` fp32) until the
+        next call. A request the draft's pool cannot hold gets no drafts this step. Target
+        requests are only read.
         """
+        self.draft_probs = {}
+        proposed: dict[str, list[int]] = {}
         active: list[tuple[Request, Request, int]] = []
         for req in requests:
             k = num_spec_tokens.get(req.request_id, 0)
-            req.spec_token_ids, req.draft_probs = [], None
             if k <= 0 or req.num_computed_tokens != req.num_tokens - 1:
                 continue
             shadow = self._shadow(req)
@@ -81,7 +87,7 @@ class DraftModelProposer:
             shadow.num_computed_tokens += num_hit
             active.append((req, shadow, k))
         if not active:
-            return
+            return proposed
         # Draft tokens stay on the device (0-d int64 tensors) and feed the next round
         # directly: no per-token sync. Only requests with penalties (which need the drafts'
         # ids on the host) read each token back. One read of every draft at the end.
@@ -119,10 +125,11 @@ class DraftModelProposer:
         offset = 0
         for req, _, _ in active:
             n = len(drafts[req.request_id])
-            req.spec_token_ids = values[offset: offset + n]
+            proposed[req.request_id] = values[offset: offset + n]
             offset += n
             if probs[req.request_id]:
-                req.draft_probs = torch.stack(probs[req.request_id])
+                self.draft_probs[req.request_id] = torch.stack(probs[req.request_id])
+        return proposed
 
     def _sample(self, logits: torch.Tensor, req: Request, host_drafts: list[int],
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -131,12 +138,9 @@ class DraftModelProposer:
         penalty the drafts so far count as output; they are kept on the host in
         ``host_drafts`` (appended here: the only per-token read, penalties only)."""
         params = req.sampling_params
-        row = logits[None]
         penalized = params.uses_repetition_penalty or params.uses_output_penalty
-        if penalized:
-            meta = SamplingMetadata([params], [None], [req.prompt_token_ids],
-                                    [list(req.output_token_ids) + host_drafts])
-            row = apply_penalties(row, meta)
+        row = apply_penalties_after_drafts(logits[None], params, req.prompt_token_ids,
+                                           req.output_token_ids, host_drafts)
         p = None
         if params.greedy:
             token = row.argmax(dim=-1)[0]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..request import Request
-from ..sampler import SamplingMetadata, apply_penalties, exponential_race, sampling_probs
+from ..sampler import apply_penalties_after_drafts, exponential_race, sampling_probs
 
 
 def _categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -74,14 +74,9 @@ class RejectionSampler:
                generator: torch.Generator | None) -> list[int]:
         params = request.sampling_params
         k = len(draft_token_ids)
-        logits = target_logits.float()
-        if params.uses_repetition_penalty or params.uses_output_penalty:
-            outputs = [list(request.output_token_ids) + draft_token_ids[:i] for i in range(k + 1)]
-            meta = SamplingMetadata(
-                params=[params] * (k + 1), generators=[None] * (k + 1),
-                prompt_token_ids=[request.prompt_token_ids] * (k + 1),
-                output_token_ids=outputs)
-            logits = apply_penalties(logits, meta)
+        logits = apply_penalties_after_drafts(target_logits.float(), params,
+                                              request.prompt_token_ids,
+                                              request.output_token_ids, draft_token_ids)
         if params.greedy or draft_probs is None:
             target = logits.argmax(dim=-1).tolist()
             accepted = 0

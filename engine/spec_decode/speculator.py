@@ -15,6 +15,7 @@ import torch
 from ..config import EngineConfig, ModelConfig
 from ..errors import ModelLoadError
 from ..kv_cache import allocate_kv_caches
+from ..outputs import ModelRunnerOutput
 from ..request import Request
 from ..scheduler import SchedulerOutput
 from .adaptive import AdaptiveDraftLength
@@ -127,9 +128,11 @@ class Speculator:
         return cls(proposer, controller, max_model_len)
 
     def propose(self, running: list[Request],
-                generators: dict[str, torch.Generator | None]) -> None:
+                generators: dict[str, torch.Generator | None]) -> dict[str, list[int]]:
         """Draft for every decoding request (k from the controller; none for requests that
-        ask for logprobs, which plain decoding reports exactly)."""
+        ask for logprobs, which plain decoding reports exactly). Returns request id -> draft
+        token ids, for ``Scheduler.schedule``; their distributions are in
+        :attr:`draft_probs`."""
         ks = {}
         for req in running:
             k = 0
@@ -140,19 +143,27 @@ class Speculator:
                        self.max_model_len - req.num_tokens) - 1
             ks[req.request_id] = max(min(k, room), 0)
         t0 = time.perf_counter()
-        self.proposer.propose(running, ks, generators)
-        self._proposed = [r for r in running if r.spec_token_ids]
-        forwards = max((len(r.spec_token_ids) for r in self._proposed), default=0)
+        drafts = self.proposer.propose(running, ks, generators)
+        self._proposed = [r for r in running if r.request_id in drafts]
+        forwards = max((len(d) for d in drafts.values()), default=0)
         if forwards:
             elapsed = time.perf_counter() - t0
             self.stats.draft_time_s += elapsed
             self.controller.observe_times(draft=elapsed / forwards)
+        return drafts
 
-    def finish_step(self, out: SchedulerOutput, sampled: dict[str, list[int]],
+    @property
+    def draft_probs(self) -> dict[str, torch.Tensor]:
+        """Request id -> ``[k, vocab]`` fp32 distributions of the latest drafts (sampled
+        requests only), for the rejection step (``ModelRunner.execute_model``)."""
+        return self.proposer.draft_probs
+
+    def finish_step(self, out: SchedulerOutput, runner_output: ModelRunnerOutput,
                     target_time: float) -> None:
         """Learn from this step's verification, then roll the draft back to what the target
-        accepted (also for proposed requests that were not scheduled)."""
-        spec = out.scheduled_spec_tokens
+        accepted (also for proposed requests that were not scheduled). Called after
+        ``Scheduler.update_from_output``; reads requests, changes only draft-side state."""
+        spec = out.scheduled_spec_decode_tokens
         decode_only = all(out.num_scheduled_tokens[r.request_id]
                           == 1 + len(spec.get(r.request_id, [])) for r in out.scheduled)
         if spec:
@@ -162,20 +173,20 @@ class Speculator:
                                                       target_time))
         elif decode_only and out.scheduled:
             self.controller.observe_times(plain=target_time)
+        accepted_counts = runner_output.num_accepted_tokens
         for req in out.scheduled:
             rid = req.request_id
             n_out = len(req.output_token_ids)
-            if rid in spec and rid in sampled:
-                k, accepted = len(spec[rid]), len(sampled[rid]) - 1
+            if rid in spec and rid in accepted_counts:
+                k, accepted = len(spec[rid]), accepted_counts[rid]
                 self.stats.record(k, accepted)
-                req.num_draft_tokens += k
-                req.num_accepted_tokens += accepted
                 self.controller.observe(rid, k, accepted, n_out)
             else:
                 self.controller.note_generated(rid, n_out)
         for req in self._proposed:
             self.proposer.rollback(req)
         self._proposed = []
+        self.proposer.draft_probs = {}
 
     def free(self, request_id: str) -> None:
         """A request ended: drop its draft state (cached blocks stay) and its estimates."""

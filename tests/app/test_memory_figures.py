@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from localchat.app.memory_figures import allocated_bytes, memory_figures
+from localchat.app.memory_figures import memory_figures
+from localchat.engine.memory.report import allocated_bytes
 
 
 def test_allocated_bytes_counts_each_storage_once():

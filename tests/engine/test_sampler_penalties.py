@@ -22,6 +22,7 @@ from localchat.engine.sampler import (
     SamplingMetadata,
     _filter_min_p,
     apply_penalties,
+    apply_penalties_after_drafts,
 )
 from localchat.engine.sampling_params import SamplingParams
 
@@ -113,6 +114,26 @@ def test_all_penalties_against_python_reference():
     for i, p in enumerate(params):
         want = ref_penalize(logits[i].tolist(), prompts[i], outputs[i], p)
         torch.testing.assert_close(ours[i], torch.tensor(want), rtol=1e-6, atol=1e-5)
+
+
+
+@pytest.mark.parametrize("num_rows", [4, 1])  # the verifier's k + 1 rows; the proposer's one
+def test_penalties_after_drafts_count_the_earlier_drafts_as_output(num_rows):
+    """Row i follows the first ``len(drafts) - n + 1 + i`` drafts: its penalties equal the
+    Python reference with those drafts appended to the output."""
+    p = SamplingParams(repetition_penalty=1.4, presence_penalty=0.6, frequency_penalty=0.3)
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(num_rows, 40, generator=gen) * 3
+    prompt, output, drafts = [1, 2, 3, 5], [5, 7], [7, 9, 9]
+    ours = apply_penalties_after_drafts(logits, p, prompt, output, drafts)
+    first = len(drafts) - num_rows + 1
+    for i in range(num_rows):
+        want = ref_penalize(logits[i].tolist(), prompt, output + drafts[:first + i], p)
+        torch.testing.assert_close(ours[i], torch.tensor(want), rtol=1e-6, atol=1e-5)
+    plain = SamplingParams(temperature=0.7)
+    assert apply_penalties_after_drafts(logits, plain, prompt, output, drafts) is logits
+    with pytest.raises(ValueError):
+        apply_penalties_after_drafts(torch.zeros(5, 40), p, prompt, output, drafts)
 
 
 def test_defaults_build_no_count_tensors(monkeypatch):
@@ -290,7 +311,7 @@ def test_greedy_repetition_penalty_equals_transformers(smollm2_engine, smollm2_o
     assert ref != plain  # the penalty changed the greedy text, so the test bites
 
 
-def test_runner_appends_logprobs_per_token(smollm2_engine, smollm2_oracle):
+def test_engine_appends_logprobs_per_token(smollm2_engine, smollm2_oracle):
     eng = smollm2_engine
     ids = eng.tokenizer.apply_chat_template(CHAT)
     rid = eng.add_request(None, ids, SamplingParams(temperature=0.0, max_tokens=4,

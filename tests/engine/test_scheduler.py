@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from localchat.engine.config import SchedulerConfig
 from localchat.engine.kv_cache import KVCacheManager
+from localchat.engine.outputs import ModelRunnerOutput
 from localchat.engine.request import FinishReason, Request, RequestStatus
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler
@@ -80,7 +81,8 @@ class Sim:
                     assert self.cache[self.slot(r, pos)] == self.owner(rid, tokens[pos]), (rid,
                                                                                           pos)
                 sampled[rid] = token_fn(r)
-        touched = self.sched.update_from_output(out, sampled)
+        touched = self.sched.update_from_output(
+            out, ModelRunnerOutput({rid: [t] for rid, t in sampled.items()}))
         assert {r.request_id for r in touched} == set(sampled)
         for r in touched:
             assert r.output_token_ids[-1] == sampled[r.request_id]
@@ -320,10 +322,38 @@ def test_update_from_output_only_touches_sampled_requests():
     b = sim.add("b", 6, max_tokens=5)
     out = sim.sched.schedule()
     assert out.num_scheduled_tokens == {"a": 3, "b": 2}
-    touched = sim.sched.update_from_output(out, {"a": 7})
+    touched = sim.sched.update_from_output(out, ModelRunnerOutput({"a": [7]}))
     assert [r.request_id for r in touched] == ["a"]
     assert b.output_token_ids == [] and b.num_computed_tokens == 2
     assert sim.reqs["a"].output_token_ids == [7] and sim.reqs["a"].num_computed_tokens == 3
+
+
+
+def test_drafts_travel_in_the_scheduler_output_and_the_scheduler_applies_the_verification():
+    """Drafts come in through ``schedule(spec_token_ids)``, are cut to the token budget and
+    leave in ``scheduled_spec_decode_tokens``; ``update_from_output`` counts only the accepted
+    drafts as computed, frees the blocks of rejected ones and counts drafted/accepted."""
+    sim = Sim(num_blocks=8, block_size=2, max_batched=4, max_seqs=2)
+    a = sim.add("a", 3, max_tokens=10)
+    sim.sched.update_from_output(sim.sched.schedule(), ModelRunnerOutput({"a": [50]}))
+    assert a.num_computed_tokens == 3 and a.num_tokens == 4 and len(a.block_ids) == 2
+    out = sim.sched.schedule({"a": [51, 52, 53, 54], "gone": [1]})
+    # budget 4 = the decode token + 3 drafts; an unknown id is ignored
+    assert out.num_scheduled_tokens == {"a": 4}
+    assert out.scheduled_spec_decode_tokens == {"a": [51, 52, 53]}
+    assert len(a.block_ids) == 4  # slots for positions 3..6
+    touched = sim.sched.update_from_output(
+        out, ModelRunnerOutput({"a": [51, 60]}, num_accepted_tokens={"a": 1}))
+    assert touched == [a] and a.num_new_tokens == 2
+    assert a.output_token_ids == [50, 51, 60]
+    # positions 3 (token 50) and 4 (draft 51, accepted) are computed; 60 is not yet
+    assert a.num_computed_tokens == 5 == a.num_tokens - 1
+    assert (a.num_draft_tokens, a.num_accepted_tokens) == (3, 1)
+    # the rejected drafts' block (position 6) is released: 6 tokens need 3 blocks
+    assert len(a.block_ids) == 3 and len(sim.kv.block_pool.free_block_ids) == 5
+    # without drafts the next step is a plain decode step
+    out = sim.sched.schedule()
+    assert out.num_scheduled_tokens == {"a": 1} and out.scheduled_spec_decode_tokens == {}
 
 
 workload = st.lists(

@@ -15,9 +15,8 @@ pytest.importorskip("triton")
 from localchat import kernels
 from localchat.engine.config import ModelConfig
 from localchat.engine.layers.linear import Linear
-from localchat.engine.model_runner import build_batch
 from localchat.engine.models.llama import LlamaForCausalLM
-from localchat.engine.step_inputs import BatchEntry
+from localchat.engine.step_inputs import BatchEntry, build_batch
 
 from .test_quant_matmul import quantize_int4, quantize_int8
 

@@ -105,9 +105,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             self.set_status(replace(self.info, state=state, model=app.model_name,
                                     weight_format=None, device=None, kv_usage=None))
             return
-        get_info = getattr(app.engine, "get_info", None)  # a remote engine has no EngineInfo
-        fields = engine_fields(get_info() if get_info is not None else None, app.model_name,
-                               getattr(app.engine, "max_model_len", None))
+        fields = engine_fields(app.engine.get_info(), app.model_name)
         state = "streaming" if self.current.streaming else "ready"
         self.set_status(replace(self.info, state=state, **fields))
         self.poll_stats()

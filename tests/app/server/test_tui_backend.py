@@ -15,7 +15,8 @@ from localchat.engine.sampling_params import SamplingParams
 from tests.app.server.conftest import MODEL_ID
 
 
-def test_tui_loader_uses_a_running_server(live_server, smollm2_engine, tmp_path, monkeypatch):
+def test_tui_loader_uses_a_running_server(live_server, async_engine, smollm2_engine, tmp_path,
+                                          monkeypatch):
     from localchat.app.server import state
     from localchat.app.server.async_client import AsyncRemoteEngine
     from localchat.app.tui.engine_host import load_async_engine
@@ -27,6 +28,8 @@ def test_tui_loader_uses_a_running_server(live_server, smollm2_engine, tmp_path,
     engine = load_async_engine(MODEL_ID)
     assert isinstance(engine, AsyncRemoteEngine)
     assert engine.model == MODEL_ID and engine.max_model_len == 2048
+    # /health's engine object carries the served engine's EngineInfo, field for field
+    assert engine.get_info() == async_engine.get_info()
 
     messages = [{"role": "user", "content": "Name a kind of tree."}]
     sampling = SamplingParams(temperature=0.0, max_tokens=12)
@@ -141,3 +144,18 @@ async def test_tui_picker_lists_the_endpoint_models_and_switches(tmp_path, monke
             assert seen[0]["messages"][-1] == {"role": "user", "content": "hi"}
     finally:
         server.stop()
+
+
+def test_remote_info_from_another_server_knows_only_the_model_and_context():
+    """A server that is not a ``localchat serve`` reports no ``engine`` object (or a broken
+    one): the info has the ``/v1/models`` name and context, the rest unknown."""
+    from localchat.app.server.encode import engine_info_from_json
+    from localchat.app.tui.status_info import engine_fields
+
+    for doc in (None, {}, {"dtype": "no-such-dtype", "device": "nowhere:x", "num_blocks": "3"}):
+        info = engine_info_from_json(doc, "gpt-x", 8192)
+        assert (info.model, info.max_model_len) == ("gpt-x", 8192)
+        assert info.weight_format is None and info.dtype is None and info.device is None
+        assert info.num_blocks == 0 and info.allocated_bytes is None and not info.is_quantized
+        assert engine_fields(info, "gpt-x") == {"model": "gpt-x", "weight_format": None,
+                                                "device": None, "max_model_len": 8192}

@@ -16,11 +16,17 @@ from hypothesis import strategies as st
 
 from localchat.engine.config import SchedulerConfig
 from localchat.engine.kv_cache import KVCacheManager, manager
+from localchat.engine.outputs import ModelRunnerOutput
 from localchat.engine.request import FinishReason, Request
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler
 
 from ..test_scheduler import Sim
+
+
+def sampled(**tokens: int) -> ModelRunnerOutput:
+    """A step's runner output: one sampled token per named request."""
+    return ModelRunnerOutput({rid: [t] for rid, t in tokens.items()})
 
 
 def req(rid: str, tokens: list[int], max_tokens: int = 8) -> Request:
@@ -46,16 +52,16 @@ def test_two_turns_reuse_prompt_and_reply_blocks_step_by_step():
     assert a.block_ids == [0, 1, 2] and refs(kv) == [1, 1, 1, 0, 0, 0]
     assert hashed(kv) == [0, 1]  # only full blocks are cached
     assert kv.block_pool.free_block_ids == [3, 4, 5]
-    sched.update_from_output(out, {"a": 11})
+    sched.update_from_output(out, sampled(a=11))
     assert a.num_computed_tokens == 10
 
     out = sched.schedule()  # decode position 10 (token 11)
-    sched.update_from_output(out, {"a": 12})
+    sched.update_from_output(out, sampled(a=12))
     assert a.num_computed_tokens == 11 and hashed(kv) == [0, 1]
     out = sched.schedule()  # position 11 (token 12) fills block 2: the reply is cached too
     assert hashed(kv) == [0, 1, 2]
     assert kv.block_pool.blocks[2].token_ids == (9, 10, 11, 12)
-    sched.update_from_output(out, {"a": 13})
+    sched.update_from_output(out, sampled(a=13))
     assert a.finish_reason is FinishReason.LENGTH
     # Freed tail first: the sequence's tail is evicted before its head.
     assert refs(kv) == [0] * 6 and kv.block_pool.free_block_ids == [3, 4, 5, 2, 1, 0]
@@ -77,7 +83,7 @@ def test_full_prefix_hit_still_computes_the_last_token():
     sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64), kv, 1000)
     a = req("a", list(range(12)), max_tokens=1)  # exactly 3 full blocks
     sched.add_request(a)
-    sched.update_from_output(sched.schedule(), {"a": 99})
+    sched.update_from_output(sched.schedule(), sampled(a=99))
     assert a.is_finished and hashed(kv) == [0, 1, 2]
 
     same = req("same", list(range(12)))

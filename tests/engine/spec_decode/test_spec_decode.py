@@ -112,6 +112,22 @@ def test_target_as_its_own_draft_accepts_everything(tiny, plain_outputs):
     assert stats.mean_accepted_length > 4  # k accepted + the bonus token, most steps
 
 
+
+def test_penalties_with_drafts_equal_plain_penalized_greedy(tiny):
+    """With penalties the drafts before a position count as output, in the draft
+    (``DraftModelProposer``) and in the verification (``RejectionSampler``) alike: greedy output
+    equals plain decoding with the same penalties, and the target drafting for itself has
+    every draft accepted (the two sides penalize the same tokens)."""
+    pen = {"repetition_penalty": 1.5, "presence_penalty": 0.4, "frequency_penalty": 0.3}
+    plain = generate(build(tiny, None), PROMPTS, **pen)
+    assert plain != generate(build(tiny, None), PROMPTS)  # the penalties change the text
+    assert generate(build(tiny, 3), PROMPTS, **pen) == plain
+    eng = build(tiny, 3, draft="target")
+    assert generate(eng, PROMPTS, **pen) == plain
+    stats = eng.get_stats().spec
+    assert stats.num_accepted_tokens == stats.num_draft_tokens > 0
+
+
 def test_second_turn_reuses_both_caches_and_stays_exact(tiny):
     plain = build(tiny, None)
     spec = build(tiny, 3)
