@@ -5,8 +5,8 @@ Call the ops through this module so the dispatch stays in one place: a call whos
 lives on a CUDA device runs the Triton launcher (``triton_*.py``, imported on first use); a CPU
 call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` for
 ``M <= CPU_MAX_ROWS`` rows; ``paged_attention_decode``, ``store_kv_cache``, ``rms_norm``,
-``fused_add_rms_norm``, ``apply_rope``, ``silu_and_mul`` for fp32/bf16/fp16 tensors whose
-shapes the C++ launchers take, see ``_cpu_ok``) runs the C++ kernel, built on first use (one stderr line; if it
+``fused_add_rms_norm``, ``apply_rope`` for fp32/bf16/fp16 tensors whose shapes the C++
+launchers take, see ``_cpu_ok``) runs the C++ kernel, built on first use (one stderr line; if it
 cannot be built, one line says so and the reference runs); anything else runs the reference.
 ``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
 debugging) and never builds the C++ kernels; ``LOCALCHAT_KERNELS=triton`` sends CPU tensors
@@ -176,11 +176,9 @@ def apply_rope(positions, query, key, cos_sin_cache):
 
 def silu_and_mul(x):
     """See ``reference.silu_and_mul`` (``x [num_tokens, 2 * I]`` gate | up -> ``[num_tokens,
-    I]``); the C++ kernel on CPU, the reference elsewhere."""
-    if _cpu_ok(x) and x.dim() == 2:
-        from . import cpu
-
-        return cpu.silu_and_mul(x)
+    I]``). The reference everywhere for now: ``cpu.silu_and_mul`` exists and is tested, but its
+    scalar ``expf`` measured 2-3x slower than ATen's vectorized SiLU (``bench_kernels.py``), so
+    CPU calls are not sent to it until it has a vectorized exp."""
     return reference.silu_and_mul(x)
 
 

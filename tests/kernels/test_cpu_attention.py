@@ -25,7 +25,8 @@ the widest it has, so each case runs on every CPU kind). Bounds, per op:
   fp32; in 16 bits the rounded SiLU may differ by one ulp before the product: four unit
   roundoffs of ``|ref|``.
 - Dispatch: ``localchat.kernels.<op>`` runs the C++ kernel for CPU tensors (its result equals
-  the kernel's bit for bit).
+  the kernel's bit for bit); ``silu_and_mul`` is tested here but not dispatched yet (slower
+  than ATen's vectorized SiLU until it has a vectorized exp).
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def test_silu_and_mul_matches_reference(built, monkeypatch, isa, dtype, rows, in
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     gen = torch.Generator().manual_seed(inter)
     x = (torch.randn(rows, 2 * inter, generator=gen) * 4).to(dtype)
-    got, want = kernels.silu_and_mul(x), reference.silu_and_mul(x)
+    got, want = cpu.silu_and_mul(x), reference.silu_and_mul(x)
     assert got.dtype == want.dtype and got.shape == want.shape == (rows, inter)
     tol = 16 * 2.0**-24 if dtype == torch.float32 else 4 * ROUND[dtype]
     err = (got.float() - want.float()).abs()
@@ -233,6 +234,5 @@ def test_dispatch_runs_the_cpu_kernels(built):
     assert torch.equal(kernels.paged_attention_decode(*args, 0.125),
                        cpu.paged_attention_decode(*args, 0.125))
     x = torch.randn(3, 2 * 96)
-    assert torch.equal(kernels.silu_and_mul(x), cpu.silu_and_mul(x))
     w = torch.randn(96)
     assert torch.equal(kernels.rms_norm(x[:, :96], w, 1e-6), cpu.rms_norm(x[:, :96], w, 1e-6))

@@ -19,7 +19,8 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.step_inputs import BatchEntry
 from localchat.kernels import cpu
 
-pytestmark = pytest.mark.skipif(not cpu.available(), reason="no C++ compiler: nothing to test")
+pytestmark = [pytest.mark.skipif(not cpu.available(), reason="no C++ compiler: nothing to test"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 CHAT = [{"role": "user", "content": "Give me three tips for writing clear Python code."}]
 LOGIT_TOL = 1e-3
