@@ -4,7 +4,9 @@
 Call the ops through this module so the dispatch stays in one place: a call whose first tensor
 lives on a CUDA device runs the Triton launcher (``triton_*.py``, imported on first use); a CPU
 call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` for
-``M <= CPU_MAX_ROWS`` rows) runs the C++ kernel, built on first use (one stderr line; if it
+``M <= CPU_MAX_ROWS`` rows; ``paged_attention_decode``, ``store_kv_cache``, ``rms_norm``,
+``fused_add_rms_norm``, ``apply_rope`` for fp32/bf16/fp16 tensors whose shapes the C++
+launchers take, see ``_cpu_ok``) runs the C++ kernel, built on first use (one stderr line; if it
 cannot be built, one line says so and the reference runs); anything else runs the reference.
 With ``LOCALCHAT_CPU_A8=1`` those CPU matmuls quantize activations to int8 and use integer
 dot products (W4A8 / W8A8, ``reference.int4_matmul_a8``); by default they run the exact
@@ -16,7 +18,7 @@ CPU-only installs never import Triton, and so that tests can import them under
 ``TRITON_INTERPRET=1`` themselves.
 
 Ops: ``store_kv_cache``, ``paged_attention_decode``, ``prefill_attention``, ``rms_norm``,
-``fused_add_rms_norm``, ``apply_rope``, ``int8_matmul``, ``int4_matmul``; shapes and contracts
+``fused_add_rms_norm``, ``apply_rope``, ``silu_and_mul``, ``int8_matmul``, ``int4_matmul``; shapes and contracts
 in each reference's docstring (the Triton versions keep them).
 """
 
@@ -38,6 +40,7 @@ __all__ = [
     "paged_attention_decode",
     "prefill_attention",
     "rms_norm",
+    "silu_and_mul",
     "store_kv_cache",
     "triton_available",
 ]
@@ -75,6 +78,22 @@ def _use_cpu(x: torch.Tensor) -> bool:
     return cpu.available()
 
 
+_CPU_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _cpu_ok(*tensors: torch.Tensor) -> bool:
+    """True when every tensor is a CPU tensor of one float dtype and the C++ kernels are
+    built (the elementwise / attention ops; the matmuls check their own layouts)."""
+    t0 = tensors[0]
+    if t0.device.type != "cpu" or t0.dtype not in _CPU_FLOATS:
+        return False
+    if any(t.device.type != "cpu" or t.dtype != t0.dtype for t in tensors[1:]):
+        return False
+    from . import cpu
+
+    return cpu.available()
+
+
 @functools.cache
 def _triton(module: str):
     return importlib.import_module(f".{module}", __name__)
@@ -85,6 +104,11 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     if _use_triton(key):
         return _triton("triton_kv").store_kv_cache(key, value, key_cache, value_cache,
                                                    slot_mapping)
+    if _cpu_ok(key, value, key_cache, value_cache) and key_cache.is_contiguous() \
+            and value_cache.is_contiguous() and key.dim() == 3:
+        from . import cpu
+
+        return cpu.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
     return reference.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
 
 
@@ -96,6 +120,14 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
         return _triton("triton_decode").paged_attention_decode(
             query, key_cache, value_cache, block_tables, seq_lens, scale,
             max_seq_len=max_seq_len)
+    if _cpu_ok(query, key_cache, value_cache) and query.dim() == 3 and key_cache.dim() == 4 \
+            and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
+            and query.shape[1] % key_cache.shape[2] == 0 \
+            and query.shape[1] // key_cache.shape[2] <= 16:
+        from . import cpu
+
+        return cpu.paged_attention_decode(query, key_cache, value_cache, block_tables,
+                                          seq_lens, scale)
     return reference.paged_attention_decode(query, key_cache, value_cache, block_tables,
                                             seq_lens, scale)
 
@@ -116,6 +148,10 @@ def rms_norm(x, weight, eps):
     """See ``reference.rms_norm``."""
     if _use_triton(x):
         return _triton("triton_norm").rms_norm(x, weight, eps)
+    if _cpu_ok(x, weight) and weight.dim() == 1:
+        from . import cpu
+
+        return cpu.rms_norm(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
 
@@ -124,6 +160,10 @@ def fused_add_rms_norm(x, residual, weight, eps):
     ``residual`` in place (callers must not reuse them)."""
     if _use_triton(x):
         return _triton("triton_norm").fused_add_rms_norm(x, residual, weight, eps)
+    if _cpu_ok(x, residual, weight) and weight.dim() == 1 and x.shape == residual.shape:
+        from . import cpu
+
+        return cpu.fused_add_rms_norm(x, residual, weight, eps)
     return reference.fused_add_rms_norm(x, residual, weight, eps)
 
 
@@ -131,6 +171,10 @@ def apply_rope(positions, query, key, cos_sin_cache):
     """See ``reference.apply_rope``."""
     if _use_triton(query):
         return _triton("triton_rope").apply_rope(positions, query, key, cos_sin_cache)
+    if _cpu_ok(query, key) and cos_sin_cache.dtype == torch.float32 and query.dim() == 3:
+        from . import cpu
+
+        return cpu.apply_rope(positions, query, key, cos_sin_cache)
     return reference.apply_rope(positions, query, key, cos_sin_cache)
 
 
@@ -150,6 +194,14 @@ def _a8_group_ok(k: int, g: int, int4: bool) -> bool:
 def _scales_ok(scales, mins) -> bool:
     return scales.dtype in (torch.float32, torch.float16) and scales.is_contiguous() and (
         mins is None or (mins.dtype == scales.dtype and mins.is_contiguous()))
+
+
+def silu_and_mul(x):
+    """See ``reference.silu_and_mul`` (``x [num_tokens, 2 * I]`` gate | up -> ``[num_tokens,
+    I]``). The reference everywhere for now: ``cpu.silu_and_mul`` exists and is tested, but its
+    scalar ``expf`` measured 2-3x slower than ATen's vectorized SiLU (``bench_kernels.py``), so
+    CPU calls are not sent to it until it has a vectorized exp."""
+    return reference.silu_and_mul(x)
 
 
 def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):

@@ -201,6 +201,14 @@ def apply_rope(
     return rotate(query), rotate(key)
 
 
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's gating (Shazeer 2020, arXiv 2002.05202): ``x [num_tokens, 2 * I]`` holds
+    ``gate | up``; returns ``silu(gate) * up`` ``[num_tokens, I]`` in ``x``'s dtype (the SiLU
+    rounded to that dtype before the product, as ``F.silu(gate) * up``)."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 def _group_size(k: int, groups: int, group_size: int | None, op: str) -> int:
     """Columns of K per (scale, min) group; ``None`` means ``K // groups``."""
     g = k // groups if group_size is None and groups > 0 else group_size

@@ -15,11 +15,18 @@ the FLOPs it must do:
 - ``int8_matmul`` / ``int4_matmul`` at M = 1 (GEMV: the packed weight + scales/zeros read
   once) and M = 512 (TFLOP/s), against ``F.linear`` on the bf16 weight.
 
+On CPU, when the C++ kernels build, each of ``store_kv_cache``, ``paged_attention_decode``,
+``rms_norm``, ``fused_add_rms_norm``, ``apply_rope`` and ``silu_and_mul`` is timed as ``c++``
+(``localchat.kernels.cpu``) next to its reference in the same run (the reference's output is
+the check).
+
 ``--cpu-quant`` runs ``scripts/bench_cpu_quant.py`` instead: the C++ CPU int4/int8 kernels
-against PyTorch's CPU kernels and ``F.linear`` at M = 1, 5, 16.
+against PyTorch's CPU kernels and ``F.linear`` at M = 1, 5, 16. ``--cpu-model`` runs
+``scripts/bench_cpu_model.py``: SmolLM2-135M decode tok/s with the C++ attention / norm / rope /
+SiLU kernels against the same engine on the references, rounds interleaved.
 
 Usage: ``python scripts/bench_kernels.py [--device cuda] [--dtype bfloat16] [--quick]
-[--out DIR] [--cpu-quant]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
+[--out DIR] [--cpu-quant] [--cpu-model]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
 """
 
 from __future__ import annotations
@@ -89,13 +96,20 @@ def cases(device, dtype, quick: bool):
                "prefill_attention": triton_prefill, "rms_norm": triton_norm,
                "fused_add_rms_norm": triton_norm, "apply_rope": triton_rope,
                "int8_matmul": triton_quant, "int4_matmul": triton_quant}
+        label = "triton"
     else:
-        tri = {}
+        tri, label = {}, "c++"
+        from localchat.kernels import cpu
+
+        if cpu.available():  # the C++ CPU kernels (the matmuls: --cpu-quant)
+            tri = {name: cpu for name in ("store_kv_cache", "paged_attention_decode",
+                                          "rms_norm", "fused_add_rms_norm", "apply_rope",
+                                          "silu_and_mul")}
 
     def both(name, call):
         out = {"reference": lambda: call(reference)}  # call(module) runs module.<name>(...)
         if name in tri:
-            out["triton"] = lambda: call(tri[name])
+            out[label] = lambda: call(tri[name])
         return out
 
     n = (64 if quick else 256) * 2**20 // 4 if device.type == "cpu" else 2**30 // 4
@@ -113,7 +127,7 @@ def cases(device, dtype, quick: bool):
         4 * tokens * KV_HEADS * HEAD_DIM * el, None
 
     for num_seqs, seq_len in ([(1, 4096), (16, 1024)] if quick else
-                              [(1, 4096), (1, 32768), (16, 1024), (16, 4096)]):
+                              [(1, 512), (1, 4096), (1, 32768), (16, 1024), (16, 4096)]):
         kc, vc, bt = paged(num_seqs, seq_len, dtype, device, gen)
         q = torch.randn(num_seqs, HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
         sl = torch.full((num_seqs,), seq_len, device=device)
@@ -154,6 +168,10 @@ def cases(device, dtype, quick: bool):
         yield "apply_rope", f"{rows} tokens", \
             both("apply_rope", lambda m, qv=qv, kv=kv, pos=pos, c=cache: m.apply_rope(
                 pos, qv, kv, c)), 2 * (qv.numel() + kv.numel()) * el, None
+        gu = torch.randn(rows, 2 * INTER, generator=gen).to(dtype).to(device)
+        yield "silu_and_mul", f"{rows} x 2 x {INTER}", \
+            both("silu_and_mul", lambda m, gu=gu: m.silu_and_mul(gu)), 3 * rows * INTER * el, \
+            None
 
     n_out, k_in, group = HIDDEN, HIDDEN, 128
     w16 = (torch.randn(n_out, k_in, generator=gen) * 0.02).to(dtype).to(device)
@@ -216,7 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write kernels.json/.md here")
     ap.add_argument("--cpu-quant", action="store_true",
                     help="only the CPU quantized matmuls vs torch's (scripts/bench_cpu_quant.py)")
+    ap.add_argument("--cpu-model", action="store_true",
+                    help="only SmolLM2 decode tok/s on CPU: the C++ kernels vs the references, "
+                         "rounds interleaved (scripts/bench_cpu_model.py)")
     args = ap.parse_args(argv)
+    if args.cpu_model:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_cpu_model
+
+        return bench_cpu_model.main(["--quick"] if args.quick else [])
     if args.cpu_quant:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import bench_cpu_quant

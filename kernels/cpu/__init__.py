@@ -36,7 +36,8 @@ import torch
 ISA_ENV = "LOCALCHAT_CPU_ISA"
 ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
 SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
-           "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp")
+           "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
+           "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp")
 _NAME = "localchat_cpu_kernels"
 
 
@@ -193,3 +194,42 @@ def int8_matmul_a8(x, qweight, scales, mins=None, group_size: int | None = None,
         group_size = x.shape[-1] // scales.shape[1]
     return _ops().int8_matmul_a8(
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+def _isa(isa: int | None) -> int:
+    return active_isa() if isa is None else isa
+
+
+def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale: float,
+                           isa: int | None = None):
+    """``reference.paged_attention_decode``'s contract, reading K/V in place through
+    ``block_tables`` (online softmax in fp32, one thread per (sequence, kv head)); query and
+    caches fp32/bf16/fp16 of one dtype, ``head_dim`` a multiple of 16 up to 256, at most 16
+    query heads per kv head. Raises ``RuntimeError`` on other inputs."""
+    return _ops().paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens,
+                                         float(scale), _isa(isa))
+
+
+def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+    """``reference.store_kv_cache`` (in place; ``-1`` slots skipped; contiguous caches of the
+    keys' dtype)."""
+    _ops().store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
+
+
+def rms_norm(x, weight, eps: float, isa: int | None = None):
+    """``reference.rms_norm`` for ``weight`` of ``x``'s dtype (fp32 arithmetic)."""
+    return _ops().rms_norm(x, weight, float(eps), _isa(isa))
+
+
+def fused_add_rms_norm(x, residual, weight, eps: float, isa: int | None = None):
+    """``reference.fused_add_rms_norm``, out of place: ``(rms_norm(x + residual), x +
+    residual)``."""
+    return _ops().fused_add_rms_norm(x, residual, weight, float(eps), _isa(isa))
+
+
+def apply_rope(positions, query, key, cos_sin_cache, isa: int | None = None):
+    """``reference.apply_rope`` (neox layout), out of place; returns contiguous ``(q, k)``."""
+    return _ops().apply_rope(positions, query, key, cos_sin_cache, _isa(isa))
+
+
+def silu_and_mul(x, isa: int | None = None):
+    """``reference.silu_and_mul``: ``x [T, 2I] -> silu(x[:, :I]) * x[:, I:]`` ``[T, I]``."""
+    return _ops().silu_and_mul(x, _isa(isa))

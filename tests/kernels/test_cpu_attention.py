@@ -1,0 +1,238 @@
+"""The C++ CPU attention / KV-store / RMSNorm / rotary / SiLU kernels (``localchat.kernels.cpu``)
+against the PyTorch references (``localchat.kernels.reference``).
+
+Every ISA path runs (``avx512``, ``avx2``, ``scalar``; a path wider than the CPU runs clamped to
+the widest it has, so each case runs on every CPU kind). Bounds, per op:
+
+- ``paged_attention_decode``: against the reference on the fp32-upcast inputs. Both sides
+  accumulate in fp32 over ``n`` tokens and ``D`` dims; the scores' error (``<= gamma_D`` of
+  ``|q||k|``) moves the softmax weights by at most that much relatively, and the weighted sum
+  of values is within ``gamma_n`` of ``max|v|`` (Higham, *Accuracy and Stability*, 3.1), so
+  ``|out - ref| <= 4 (n + D) 2**-24 (1 + max|score|) max|v|``; a 16-bit output adds one
+  rounding, the unit roundoff ``2**-8`` (bf16) / ``2**-11`` (fp16) of ``|ref|``. Odd lengths, block boundaries,
+  ``seq_lens`` 1..2000, GQA ratios 1/3/8, head_dim 64/128, fp32/bf16/fp16 caches.
+- Batch invariance: a sequence's output alone equals its output in a batch bit for bit, and
+  one thread equals two.
+- ``store_kv_cache``: equal to the reference bit for bit (a copy), ``-1`` slots skipped.
+- ``apply_rope``: the same IEEE operations as the reference (no FMA contraction), so equal bit
+  for bit in every dtype.
+- ``rms_norm`` / ``fused_add_rms_norm``: the residual sum equals the reference bit for bit
+  (one rounding of an exact sum); the norm differs by the sum of squares' order, within
+  ``2 (H + 4) 2**-24`` of ``|ref|`` in fp32; in 16 bits the normalized value may round to
+  the neighbouring value (one ulp, two unit roundoffs) before the weight's product rounds
+  again: four unit roundoffs of ``|ref|``.
+- ``silu_and_mul``: ``exp`` implementations differ by ulps: ``16 * 2**-24`` of ``|ref|`` in
+  fp32; in 16 bits the rounded SiLU may differ by one ulp before the product: four unit
+  roundoffs of ``|ref|``.
+- Dispatch: ``localchat.kernels.<op>`` runs the C++ kernel for CPU tensors (its result equals
+  the kernel's bit for bit); ``silu_and_mul`` is tested here but not dispatched yet (slower
+  than ATen's vectorized SiLU until it has a vectorized exp).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from localchat import kernels
+from localchat.kernels import cpu, reference
+
+ISAS = ["avx512", "avx2", "scalar"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
+ROUND = {torch.float32: 0.0, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+
+
+@pytest.fixture(scope="module")
+def built():
+    ok = cpu.available()
+    assert ok == HAVE_COMPILER, "a C++ compiler is present but the CPU kernels did not build"
+    if not ok:
+        pytest.skip("no C++ compiler: the CPU kernels cannot be built here")
+    return ok
+
+
+def paged_case(seq_lens, heads, kv_heads, head_dim, dtype, block_size=16, seed=0):
+    """Random caches and shuffled block tables for ``seq_lens``; returns the op's arguments."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [-(-n // block_size) for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    key_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=gen).to(dtype)
+    value_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim,
+                              generator=gen).to(dtype)
+    perm = torch.randperm(num_blocks, generator=gen)
+    width = max(blocks_per_seq) + 1
+    block_tables = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    used = 0
+    for i, nb in enumerate(blocks_per_seq):
+        block_tables[i, :nb] = perm[used:used + nb].int()
+        used += nb
+    query = torch.randn(len(seq_lens), heads, head_dim, generator=gen).to(dtype)
+    return query, key_cache, value_cache, block_tables, torch.tensor(seq_lens)
+
+
+def assert_decode_close(out, query, key_cache, value_cache, block_tables, seq_lens, scale):
+    ref = reference.paged_attention_decode(query.float(), key_cache.float(), value_cache.float(),
+                                           block_tables, seq_lens, scale)
+    assert out.shape == ref.shape and out.dtype == query.dtype
+    d = query.shape[-1]
+    for i, n in enumerate(seq_lens.tolist()):
+        k, v = reference.gather_kv(key_cache.float(), value_cache.float(), block_tables[i], n)
+        group = query.shape[1] // k.shape[1]
+        scores = torch.einsum("hgd,thd->hgt", query[i].float().double().view(k.shape[1], group, d),
+                              k.double()) * scale
+        bound = 4 * (n + d) * 2.0**-24 * (1 + scores.abs().max().item()) * v.abs().max().item()
+        err = (out[i].float() - ref[i]).abs()
+        limit = bound + ROUND[query.dtype] * ref[i].abs()
+        assert bool((err <= limit).all()), (
+            f"seq {i} (len {n}): max err {err.max():.3g}, bound {bound:.3g}")
+
+
+DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128)]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", DECODE_SHAPES)
+def test_paged_decode_matches_reference(built, monkeypatch, isa, dtype, heads, kv_heads,
+                                        head_dim):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    # lengths around the 16-token blocks and the kernel's 32-token softmax chunks
+    lens = [1, 15, 16, 17, 31, 32, 33, 100, 517]
+    args = paged_case(lens, heads, kv_heads, head_dim, dtype, seed=heads * head_dim)
+    scale = head_dim**-0.5
+    out = kernels.paged_attention_decode(*args, scale)
+    assert_decode_close(out, *args, scale)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("block_size", [16, 32, 5])
+def test_paged_decode_long_and_block_sizes(built, monkeypatch, isa, block_size):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    args = paged_case([2000, 1, 777], 9, 3, 64, torch.float32, block_size=block_size, seed=3)
+    out = cpu.paged_attention_decode(*args, 0.125)
+    assert_decode_close(out, *args, 0.125)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_decode_batch_and_thread_invariant(built, dtype):
+    query, kc, vc, bt, sl = paged_case([5, 300, 64, 1999], 12, 4, 64, dtype, seed=7)
+    batched = cpu.paged_attention_decode(query, kc, vc, bt, sl, 0.125)
+    for i in range(len(sl)):
+        alone = cpu.paged_attention_decode(query[i:i + 1], kc, vc, bt[i:i + 1], sl[i:i + 1],
+                                           0.125)
+        assert torch.equal(alone[0], batched[i])
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu.paged_attention_decode(query, kc, vc, bt, sl, 0.125)
+        torch.set_num_threads(2)
+        two = cpu.paged_attention_decode(query, kc, vc, bt, sl, 0.125)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one, batched) and torch.equal(two, batched)
+
+
+def test_paged_decode_rejects_bad_inputs(built):
+    query, kc, vc, bt, sl = paged_case([20], 9, 3, 64, torch.float32)
+    with pytest.raises(RuntimeError, match="exceeds its block table"):
+        cpu.paged_attention_decode(query, kc, vc, bt, torch.tensor([16 * bt.shape[1] + 1]), 0.1)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        cpu.paged_attention_decode(query[..., :40], kc[..., :40], vc[..., :40], bt, sl, 0.1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_store_kv_cache_equals_reference(built, dtype):
+    gen = torch.Generator().manual_seed(1)
+    kc = torch.randn(6, 16, 3, 64, generator=gen).to(dtype)
+    vc = torch.randn(6, 16, 3, 64, generator=gen).to(dtype)
+    # key as the model passes it: a view of a fused projection (strided rows)
+    qkv = torch.randn(7, 3 * 3 * 64, generator=gen).to(dtype)
+    key = qkv[:, 64 * 3:64 * 6].view(7, 3, 64)
+    value = qkv[:, 64 * 6:].view(7, 3, 64)
+    slots = torch.tensor([0, 15, 16, -1, 95, 40, -1])
+    want_k, want_v = kc.clone(), vc.clone()
+    reference.store_kv_cache(key, value, want_k, want_v, slots)
+    kernels.store_kv_cache(key, value, kc, vc, slots)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        cpu.store_kv_cache(key, value, kc, vc, torch.tensor([0, 1, 2, 3, 4, 5, 96]))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tokens,heads,kv_heads,head_dim", [(1, 9, 3, 64), (13, 14, 2, 64),
+                                                            (5, 12, 2, 128), (3, 4, 4, 32)])
+def test_rope_equals_reference(built, monkeypatch, isa, dtype, tokens, heads, kv_heads,
+                               head_dim):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    from localchat.engine.layers.rotary import RotaryEmbedding
+
+    cache = RotaryEmbedding(head_dim, 4096, 10000.0).cos_sin_cache
+    gen = torch.Generator().manual_seed(tokens)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=gen).to(dtype)
+    q = qkv[:, :heads * head_dim].reshape(tokens, heads, head_dim)
+    k = qkv[:, heads * head_dim:(heads + kv_heads) * head_dim].reshape(tokens, kv_heads,
+                                                                        head_dim)
+    positions = torch.randint(0, 4096, (tokens,), generator=gen)
+    want_q, want_k = reference.apply_rope(positions, q, k, cache)
+    got_q, got_k = kernels.apply_rope(positions, q, k, cache)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
+def norm_tol(dtype, hidden):
+    return 2 * (hidden + 4) * 2.0**-24 if dtype == torch.float32 else 4 * ROUND[dtype]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows,hidden", [(1, 576), (7, 896), (3, 100), (2, 64), (17, 1536)])
+def test_rms_norms_match_reference(built, monkeypatch, isa, dtype, rows, hidden):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    gen = torch.Generator().manual_seed(rows * hidden)
+    x = (torch.randn(rows, hidden, generator=gen) * 3).to(dtype)
+    res = torch.randn(rows, hidden, generator=gen).to(dtype)
+    w = (1 + 0.1 * torch.randn(hidden, generator=gen)).to(dtype)
+    tol = norm_tol(dtype, hidden)
+
+    def close(got, want):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        err = (got.float() - want.float()).abs()
+        assert bool((err <= tol * want.float().abs() + 1e-30).all()), err.max()
+
+    close(kernels.rms_norm(x, w, 1e-5), reference.rms_norm(x, w, 1e-5))
+    got_n, got_r = kernels.fused_add_rms_norm(x, res, w, 1e-6)
+    want_n, want_r = reference.fused_add_rms_norm(x, res, w, 1e-6)
+    assert torch.equal(got_r, want_r)
+    close(got_n, want_n)
+    # per-head q/k norm of Qwen3: [T, H, D] rows of a strided view
+    qk = x.view(rows, -1)[:, : (hidden // 64) * 64].reshape(rows, -1, 64)[:, ::2]
+    w64 = w[:64].contiguous()
+    tol = norm_tol(dtype, 64)
+    close(kernels.rms_norm(qk, w64, 1e-6), reference.rms_norm(qk, w64, 1e-6))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows,inter", [(1, 1536), (5, 4864), (3, 7)])
+def test_silu_and_mul_matches_reference(built, monkeypatch, isa, dtype, rows, inter):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    gen = torch.Generator().manual_seed(inter)
+    x = (torch.randn(rows, 2 * inter, generator=gen) * 4).to(dtype)
+    got, want = cpu.silu_and_mul(x), reference.silu_and_mul(x)
+    assert got.dtype == want.dtype and got.shape == want.shape == (rows, inter)
+    tol = 16 * 2.0**-24 if dtype == torch.float32 else 4 * ROUND[dtype]
+    err = (got.float() - want.float()).abs()
+    assert bool((err <= tol * want.float().abs() + 1e-30).all()), err.max()
+
+
+def test_dispatch_runs_the_cpu_kernels(built):
+    args = paged_case([40, 3], 9, 3, 64, torch.float32)
+    assert torch.equal(kernels.paged_attention_decode(*args, 0.125),
+                       cpu.paged_attention_decode(*args, 0.125))
+    x = torch.randn(3, 2 * 96)
+    w = torch.randn(96)
+    assert torch.equal(kernels.rms_norm(x[:, :96], w, 1e-6), cpu.rms_norm(x[:, :96], w, 1e-6))
