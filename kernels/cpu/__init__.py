@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -39,6 +40,7 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
            "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp")
 _NAME = "localchat_cpu_kernels"
+_CFLAGS = ("-O3", "-std=c++17")
 
 
 def build_dir() -> Path:
@@ -51,7 +53,7 @@ def build_dir() -> Path:
 
         root = Path(platformdirs.user_cache_dir("localchat"))
     here = Path(__file__).resolve().parent
-    digest = hashlib.sha1()
+    digest = hashlib.sha1(" ".join(_CFLAGS + SOURCES).encode() + b"\0")
     for name in sorted(p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode() + b"\0" + (here / name).read_bytes())
     tag = (f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info[0]}"
@@ -83,12 +85,7 @@ def available() -> bool:
         if not (out / f"{_NAME}.so").exists():
             print("localchat: building the CPU kernels (once, about a minute)...",
                   file=sys.stderr, flush=True)
-        with warnings.catch_warnings():  # setuptools' pkg_resources notes on import
-            warnings.simplefilter("ignore")
-            from torch.utils import cpp_extension
-        cpp_extension.load(
-            name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(out),
-            extra_cflags=["-O3", "-std=c++17"], is_python_module=False, verbose=False)
+        _build(here, out)
         torch.ops.localchat_cpu.best_isa()
     except Exception as exc:  # noqa: BLE001  (no compiler / ninja, a failed build: fall back)
         text = str(exc).strip()
@@ -99,6 +96,29 @@ def available() -> bool:
     finally:
         log.setLevel(level)
     return True
+
+
+def _build(here: Path, out: Path) -> None:
+    """Compile the sources in a private folder beside ``out`` and move the library into
+    ``out`` with one atomic rename: a build killed half way (Ctrl-C, a timeout) leaves only
+    its own scratch folder, never a half-written library or a stale ninja lock that would make
+    every later process wait; two processes building at once each finish their own."""
+    import tempfile
+
+    with warnings.catch_warnings():  # setuptools' pkg_resources notes on import
+        warnings.simplefilter("ignore")
+        from torch.utils import cpp_extension
+    for old in out.parent.glob(f"{out.name}.build-*"):  # scratch of builds that died
+        if time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{out.name}.build-", dir=out.parent))
+    try:
+        cpp_extension.load(
+            name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(scratch),
+            extra_cflags=list(_CFLAGS), is_python_module=False, verbose=False)
+        os.replace(scratch / f"{_NAME}.so", out / f"{_NAME}.so")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _load_built(library: Path) -> bool:
