@@ -18,6 +18,12 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
   against the GGUF's tensor bytes (the file's tensor data).
 * top-1 (``--agreement``): agreement with transformers' model loaded from the same GGUF (fp32
   oracle) over 256 teacher-forced positions of a fixed text.
+* llama.cpp peer row (``--llama-cli EXE``: llama.cpp's ``llama-completion`` / ``llama-cli``,
+  run as ``-no-cnv -p PROMPT -n 16 --temp 0 -c 4096``; or ``--llama-peer EXE``: a binary built
+  from ``scripts/llama_peer.cpp``, whose ``ask`` mode applies the chat template): the same file,
+  threads and question, whole-process wall time, peak RSS (``ru_maxrss`` of the child) and its
+  own load time, run twice (first and second run; llama.cpp keeps no cache of its own, the
+  GGUF is in the page cache both times).
 
 Figures on the shared 2-core development machine are noisy (other jobs run beside it): read
 them as ratios against the ``none`` row measured in the same run, not as absolutes.
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -76,6 +83,49 @@ def _run_ask(model: str, fmt: str) -> float:
     return wall
 
 
+QUESTION = "What is the capital of France?"
+
+
+def _run_llama(cmd: list[str]) -> dict:
+    """Run one llama.cpp process: its wall time (s), peak RSS (bytes, ``ru_maxrss`` of that
+    child through ``wait4``), own load time (s) and the reply's tail."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{stderr[-2000:]}")
+    load = None
+    m = re.search(r"load time\s*=\s*([\d.]+) ms", stderr)  # llama_perf_context_print
+    if m:
+        load = float(m.group(1)) / 1e3
+    else:  # llama_peer ask: a JSON line last on stderr
+        for line in reversed(stderr.strip().splitlines()):
+            if line.startswith("{"):
+                load = json.loads(line).get("load_s")
+                break
+    return {"wall": wall, "load": load, "peak": usage.ru_maxrss * 1024,
+            "reply": stdout.strip()[-200:]}
+
+
+def _llama_row(args, gguf: Path, tensor_bytes: int) -> dict:
+    """The llama.cpp peer's row: two runs of its CLI on ``gguf`` (first, then second)."""
+    if args.llama_peer is not None:
+        cmd = [str(args.llama_peer), "ask", str(gguf), str(args.threads), "4096", "16", QUESTION]
+    else:
+        cmd = [str(args.llama_cli), "-m", str(gguf), "-t", str(args.threads), "-c", "4096",
+               "-n", "16", "--temp", "0", "-no-cnv", "-p", QUESTION]
+    first, second = _run_llama(cmd), _run_llama(cmd)
+    return {"format": "llama.cpp", "loaded_as": "GGUF as stored", "cold_load_s": first["load"],
+            "cached_load_s": second["load"], "ask_s": second["wall"], "ask_first_s": first["wall"],
+            "peak_rss": max(first["peak"], second["peak"]), "held": None,
+            "gguf_tensor_bytes": tensor_bytes, "reply": second["reply"]}
+
+
 def _gguf_tensor_bytes(gguf: Path) -> int:
     from localchat.engine.loader.gguf import _tensor_index
 
@@ -113,7 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--agreement", action="store_true")
     parser.add_argument("--json", type=Path)
+    peer = parser.add_mutually_exclusive_group()
+    peer.add_argument("--llama-cli", type=Path, metavar="EXE",
+                      help="llama.cpp peer row: llama.cpp's llama-completion (or llama-cli)")
+    peer.add_argument("--llama-peer", type=Path, metavar="EXE",
+                      help="llama.cpp peer row: a binary built from scripts/llama_peer.cpp")
     args = parser.parse_args(argv)
+    exe = args.llama_cli or args.llama_peer
+    if exe is not None and not os.access(exe, os.X_OK):
+        parser.error(f"{exe} is not an executable file")
 
     from localchat.app.settings import cache_dir
     from localchat.engine.hub.resolve import resolve_model
@@ -135,16 +193,28 @@ def main(argv: list[str] | None = None) -> int:
         agree = _agreement(gguf, [r["loaded_as"] for r in rows], cache_dir())
         for r in rows:
             r["top1"] = agree[r["loaded_as"]]
+    if exe is not None:
+        rows.append(_llama_row(args, gguf, tensor_bytes))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(f"{args.model} ({gguf.name}), {args.threads} threads; GGUF tensor bytes "
           f"{tensor_bytes / 1e6:.1f} MB")
     print("| --quant | loads as | cold load s | cached load s | ask s (16 tokens) | peak RSS "
           "| held MB (x GGUF) | top-1 |")
     print("|---|---|---|---|---|---|---|---|")
+    def num(v):
+        return "-" if v is None else f"{v:.2f}"
+
     for r in rows:
         top1 = f"{100 * r['top1']:.1f}%" if "top1" in r else "-"
-        print(f"| {r['format']} | {r['loaded_as']} | {r['cold_load_s']:.2f} | "
-              f"{r['cached_load_s']:.2f} | {r['ask_s']:.2f} | {r['peak_rss'] / 2**30:.2f} GiB | "
-              f"{r['held'] / 1e6:.0f} ({r['held'] / tensor_bytes:.2f}x) | {top1} |")
+        held = "-" if r["held"] is None else \
+            f"{r['held'] / 1e6:.0f} ({r['held'] / tensor_bytes:.2f}x)"
+        print(f"| {r['format']} | {r['loaded_as']} | {num(r['cold_load_s'])} | "
+              f"{num(r['cached_load_s'])} | {r['ask_s']:.2f} | {r['peak_rss'] / 2**30:.2f} GiB | "
+              f"{held} | {top1} |")
+    if exe is not None:
+        print("llama.cpp row: its CLI's whole process on the same file and threads, 16 tokens; "
+              "cold/cached load = its own load time on the first/second run (no cache of its "
+              "own; the file in the page cache both times)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

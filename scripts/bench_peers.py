@@ -5,6 +5,14 @@ Usage::
     pip install 'localchat[bench]'          # llama-cpp-python; builds llama.cpp from source
     python scripts/bench_peers.py --threads 2 --rounds 3
     python scripts/bench_peers.py --models smollm2-135m --quant int4 --json peers.json
+    python scripts/bench_peers.py --llama-bench /path/to/llama.cpp/build/bin/llama-bench
+    python scripts/bench_peers.py --llama-peer /path/to/llama_peer   # scripts/llama_peer.cpp
+
+The llama.cpp peer is, in this order of preference: ``--llama-peer`` (``scripts/llama_peer.cpp``
+built against a llama.cpp tree: a persistent process over ``llama.h`` fed the same prompt ids,
+greedy), ``--llama-bench`` (llama.cpp's own ``llama-bench``: ``pp`` over random ids, then
+``tg`` at depth ``--prompt-tokens``), else ``llama-cpp-python`` when it is installed and passes
+a 4-token probe in a child process.
 
 For each model (``smollm2-135m``; the Qwen bundles only when already in the localchat cache,
 never downloaded), the three engines load the same GGUF file once, run with the same
@@ -15,6 +23,9 @@ localchat, ...) so the machine's load falls on all of them alike; medians are re
 * decode tok/s: greedy, EOS ignored, ``--new-tokens`` (128); (n - 1) / time between the first
   and the last token.
 * ratios: localchat's decode and prefill over llama.cpp's and over transformers'.
+* forward 5 / step: localchat's model forward over 5 new tokens (what verifying 4 draft tokens
+  costs: 5 rows of logits) over its forward over 1 token, both after the prompt (median of
+  ``--rounds`` x 5 alternating pairs); llama.cpp's too with ``--llama-peer``.
 * read bandwidth: ``torch.sum`` over a 512 MiB fp32 buffer, best of 3, same threads, measured
   in every round; localchat's decode GB/s (weight bytes x decode tok/s, an upper estimate as in
   ``bench_decode.py``) is printed as a percentage of it.
@@ -140,6 +151,110 @@ class LlamaCpp:
         return len(ids) / (times[0] - t0), (n - 1) / (times[-1] - times[0])
 
 
+def gguf_tensor_bytes(path: Path) -> int:
+    """Bytes of the GGUF's tensor data (what llama.cpp reads per decode step, at most)."""
+    from localchat.engine.loader.gguf import _tensor_index
+
+    return sum(t["n_bytes"] for t in _tensor_index(path, None)["tensors"])
+
+
+class LlamaPeer:
+    """llama.cpp through ``scripts/llama_peer.cpp``'s ``serve`` mode: one child process holds
+    the model; each measurement sends the prompt ids and reads back one JSON line."""
+
+    name = "llama.cpp"
+
+    def __init__(self, exe: Path, path: Path, threads: int) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen([str(exe), "serve", str(path), str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.weight_bytes = gguf_tensor_bytes(path)
+        self.forward5 = []
+
+    def _run(self, ids, n) -> dict:
+        self.proc.stdin.write(",".join(map(str, [n, *ids])) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"llama_peer exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def _gen(self, prompt, n):
+        return self._run(prompt, n)
+
+    def warm(self, ids):
+        bd.warm_up(self._gen, ids)
+
+    def measure(self, ids, n):
+        r = self._run(ids, n)
+        self.forward5.append(r["forward5_s"] / r["step1_s"])
+        return len(ids) / r["prefill_s"], (n - 1) / r["decode_s"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+class LlamaBench:
+    """llama.cpp's ``llama-bench`` binary, run per measurement: ``-p P -n 0`` (prefill of P
+    random ids) and ``-p 0 -n N -d P`` (N tokens after a P-token context), 1 repetition."""
+
+    name = "llama.cpp"
+
+    def __init__(self, exe: Path, path: Path, threads: int) -> None:
+        self.cmd = [str(exe), "-m", str(path), "-t", str(threads), "-r", "1", "-o", "json"]
+        self.weight_bytes = gguf_tensor_bytes(path)
+
+    def _ts(self, *args) -> float:
+        import subprocess
+
+        out = subprocess.run(self.cmd + list(args), capture_output=True, text=True,
+                             timeout=900, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"llama-bench failed ({out.returncode}): {out.stderr[-300:]}")
+        return float(json.loads(out.stdout)[0]["avg_ts"])
+
+    def warm(self, ids):
+        self._ts("-p", "32", "-n", "0")
+
+    def measure(self, ids, n):
+        return (self._ts("-p", str(len(ids)), "-n", "0"),
+                self._ts("-p", "0", "-n", str(n), "-d", str(len(ids))))
+
+
+def forward5_over_step(engine, ids: list[int], pairs: int) -> float:
+    """Median over ``pairs`` of (model forward over 5 new tokens after ``ids`` with 5 rows of
+    logits) / (forward over 1 new token with 1 row), alternating, on localchat's own model and
+    KV cache (the engine is idle; its prefix cache is reset after)."""
+    from localchat.engine.model_runner import build_batch
+    from localchat.engine.step_inputs import BatchEntry
+
+    runner = engine.runner
+    model, bs = runner.model, runner.block_size
+    blocks = list(range(-(-(len(ids) + 8) // bs)))
+
+    def forward(start, tokens, rows):
+        t0 = time.perf_counter()
+        input_ids, positions, meta, groups = build_batch(
+            [BatchEntry(blocks, start, tokens, rows)], bs, runner.device, runner.staging)
+        hidden = model(input_ids, positions, runner.kv_caches, meta)
+        model.compute_logits(hidden[groups[0]]).argmax(-1).tolist()
+        return time.perf_counter() - t0
+
+    ratios = []
+    with torch.inference_mode():
+        forward(0, ids, "last")  # the prompt's KV
+        tail = ids[-5:]
+        forward(len(ids), tail, "all"), forward(len(ids), tail[:1], "last")  # warm both shapes
+        for _ in range(pairs):
+            five = forward(len(ids), tail, "all")
+            one = forward(len(ids), tail[:1], "last")
+            ratios.append(five / one)
+    engine.reset_prefix_cache()
+    return statistics.median(ratios)
+
+
 class Transformers:
     name = "transformers"
 
@@ -185,8 +300,11 @@ def bench_model(alias, path, args, cache) -> dict:
 
     ids = bd.prompt_ids(Tokenizer.from_pretrained(path, cache_dir=cache), args.prompt_tokens)
     engines = [Localchat(path, args.quant, cache)]
-    problem = llama_cpp_problem(path, args.threads)
-    if problem is None:
+    if args.llama_peer is not None:
+        engines.append(LlamaPeer(args.llama_peer, path, args.threads))
+    elif args.llama_bench is not None:
+        engines.append(LlamaBench(args.llama_bench, path, args.threads))
+    elif (problem := llama_cpp_problem(path, args.threads)) is None:
         engines.append(LlamaCpp(path, args.threads, args.prompt_tokens + args.new_tokens + 64))
     else:
         print(f"  llama.cpp skipped: {problem}", flush=True)
@@ -205,6 +323,10 @@ def bench_model(alias, path, args, cache) -> dict:
             samples[e.name]["decode"].append(d)
             print(f"  round {r + 1} {e.name:12s} prefill {p:8.1f} tok/s  decode {d:7.2f} tok/s",
                   flush=True)
+    f5 = forward5_over_step(engines[0].engine, ids, 5 * args.rounds)
+    for e in engines:
+        if hasattr(e, "close"):
+            e.close()
     bw = statistics.median(bandwidth)
     out = {"model": alias, "read_bandwidth_gbs": bw, "engines": {}}
     for e in engines:
@@ -215,6 +337,10 @@ def bench_model(alias, path, args, cache) -> dict:
                                   "decode_gb_s": e.weight_bytes * dec / 1e9, "samples": s}
     ours = out["engines"]["localchat"]
     ours["decode_pct_of_read_bw"] = 100 * ours["decode_gb_s"] / bw
+    ours["forward5_over_step"] = f5
+    for e in engines:
+        if getattr(e, "forward5", None):
+            out["engines"][e.name]["forward5_over_step"] = statistics.median(e.forward5)
     for peer in ("llama.cpp", "transformers"):
         if peer in out["engines"]:
             ours[f"decode_ratio_vs_{peer}"] = ours["decode_tok_s"] / \
@@ -226,8 +352,8 @@ def bench_model(alias, path, args, cache) -> dict:
 
 def print_table(results: list[dict]) -> None:
     print("\n| model | engine | prefill tok/s | decode tok/s | decode GB/s | decode / llama.cpp |"
-          " prefill / llama.cpp | decode / transformers | % of read BW |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " prefill / llama.cpp | decode / transformers | % of read BW | forward 5 / step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
         for name, e in res["engines"].items():
             def ratio(key, e=e):
@@ -237,7 +363,8 @@ def print_table(results: list[dict]) -> None:
             print(f"| {res['model']} | {name} | {e['prefill_tok_s']:.1f} | "
                   f"{e['decode_tok_s']:.2f} | {e['decode_gb_s']:.2f} | "
                   f"{ratio('decode_ratio_vs_llama.cpp')} | {ratio('prefill_ratio_vs_llama.cpp')}"
-                  f" | {ratio('decode_ratio_vs_transformers')} | {pct} |")
+                  f" | {ratio('decode_ratio_vs_transformers')} | {pct} |"
+                  f" {ratio('forward5_over_step')} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,12 +376,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--quant", default="int4", choices=["auto", "none", "int8", "int4"])
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers peer")
+    ap.add_argument("--llama-peer", type=Path, metavar="EXE",
+                    help="llama.cpp peer: a binary built from scripts/llama_peer.cpp")
+    ap.add_argument("--llama-bench", type=Path, metavar="EXE",
+                    help="llama.cpp peer: llama.cpp's llama-bench binary")
     ap.add_argument("--json", type=Path, help="also write the JSON result here")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.new_tokens < 2 or args.prompt_tokens < 16 or args.threads < 1:
         print("bench_peers: error: need --rounds >= 1, --new-tokens >= 2, --prompt-tokens >= 16"
               " and --threads >= 1", file=sys.stderr)
         return 2
+    for exe in (args.llama_peer, args.llama_bench):
+        if exe is not None and not os.access(exe, os.X_OK):
+            print(f"bench_peers: error: {exe} is not an executable file", file=sys.stderr)
+            return 2
 
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
@@ -264,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = cache_dir()
     print(f"workload: {args.threads} threads, batch 1, {args.prompt_tokens}-token prompt, "
           f"{args.new_tokens} greedy tokens, localchat --quant {args.quant}, "
-          f"{args.rounds} interleaved rounds, cpu {bd.cpu_model()}", flush=True)
+          f"{args.rounds} interleaved rounds, cpu {bd.cpu_model()}, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     results = []
     for alias in args.models:
         try:
