@@ -71,12 +71,15 @@ def _run_load(gguf: Path, cache: Path, fmt: str, threads: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _run_ask(model: str, fmt: str) -> float:
+def _run_ask(model: str, fmt: str, threads: int) -> float:
+    """Wall time (s) of one whole ``localchat ask`` process, its torch threads set to
+    ``threads`` through ``OMP_NUM_THREADS`` (ask has no thread option)."""
     exe = Path(sys.executable).with_name("localchat")
     cmd = [str(exe), "ask", "--model", model, "--quant", fmt, "--max-tokens", "16",
            "--temperature", "0", "What is the capital of France?"]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"ask {fmt} failed:\n{out.stderr[-2000:]}")
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             cached = _run_load(gguf, Path(tmp), fmt, args.threads)
         _run_load(gguf, cache_dir(), fmt, args.threads)  # fill the user cache for ask
         rows.append({"format": fmt, "loaded_as": cached["scheme"], "cold_load_s": cold["load_s"],
-                     "cached_load_s": cached["load_s"], "ask_s": _run_ask(args.model, fmt),
+                     "cached_load_s": cached["load_s"], "ask_s": _run_ask(args.model, fmt, args.threads),
                      "peak_rss": cached["peak"], "held": cached["held"],
                      "gguf_tensor_bytes": tensor_bytes})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
