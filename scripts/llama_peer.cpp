@@ -99,9 +99,9 @@ static int serve(const char * path, int threads) {
         const int n_gen = prompt[0];
         prompt.erase(prompt.begin());
         const int need = (int) prompt.size() + n_gen + 8;
-        if (need > ctx_len) {
+        if (need > ctx_len) {  // one context of at least 4096 tokens, kept across lines
             if (ctx) llama_free(ctx);
-            ctx_len = need;
+            ctx_len = need > 4096 ? need : 4096;
             ctx = context(model, threads, ctx_len);
         }
         llama_memory_clear(llama_get_memory(ctx), true);
