@@ -227,8 +227,7 @@ def forward5_over_step(engine, ids: list[int], pairs: int) -> float:
     """Median over ``pairs`` of (model forward over 5 new tokens after ``ids`` with 5 rows of
     logits) / (forward over 1 new token with 1 row), alternating, on localchat's own model and
     KV cache (the engine is idle; its prefix cache is reset after)."""
-    from localchat.engine.model_runner import build_batch
-    from localchat.engine.step_inputs import BatchEntry
+    from localchat.engine.step_inputs import BatchEntry, build_batch
 
     runner = engine.runner
     model, bs = runner.model, runner.block_size

@@ -14,9 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localchat.engine.model_runner import build_batch
 from localchat.engine.sampling_params import SamplingParams
-from localchat.engine.step_inputs import BatchEntry
+from localchat.engine.step_inputs import BatchEntry, build_batch
 from localchat.kernels import cpu
 
 pytestmark = [pytest.mark.skipif(not cpu.available(), reason="no C++ compiler: nothing to test"),
