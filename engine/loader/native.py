@@ -243,24 +243,24 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
 
 
 def native_is_fast(path, device, cache_dir=None) -> bool:
-    """Whether every native layer of GGUF ``path`` has a fast kernel on ``device`` (the one
-    place ``--quant auto`` decides whether to offer the file's own format): on CUDA always
-    (Triton int4/int8); on CPU int4 and float layers always (PyTorch's int4 kernel) and
-    group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) only when ``localchat.kernels``' C++ int8
-    kernel is built, since the row-block fallback is 2-3x slower than an fp32 GEMV. Measured
-    with the C++ kernels (``scripts/bench_load.py``'s decode column, README): native decodes
-    faster than bf16 and int4 on SmolLM2 and Qwen2.5-Coder-0.5B. Without a compiler (or with
-    ``LOCALCHAT_KERNELS=reference``) a GGUF with int8 layers keeps the planner's float choice,
-    so the default never decodes slower than before."""
+    """Whether ``--quant auto`` may offer GGUF ``path``'s own format on ``device`` (the one
+    place it is decided): on CUDA always (Triton int4/int8). On CPU not when the file has
+    4-bit layers: they run PyTorch's ``_weight_int4pack_mm_for_cpu``, which rounds the group
+    scales and mins to bf16, and on SmolLM2 (Q4_1) that turns the greedy answer to "What is
+    the capital of France?" from Paris (float weights) into a French list, so the default
+    stays on the planner's float choice; group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) only
+    when ``localchat.kernels``' C++ int8 kernel is built (the row-block fallback is 2-3x slower
+    than an fp32 GEMV); float-only files always."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
     try:
-        int8 = any(_layout_of(t)[0] == "int8" for t in index["tensors"]
-                   if hf_name(t["name"]) is not None)
+        kinds = {_layout_of(t)[0] for t in index["tensors"] if hf_name(t["name"]) is not None}
     except ModelLoadError:
         return False
-    if not int8:
+    if "int4" in kinds:
+        return False
+    if "int8" not in kinds:
         return True
     from ..quant.native import _cpu_kernel_rows
 

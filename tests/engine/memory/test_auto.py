@@ -41,24 +41,30 @@ def test_no_format_fits_is_a_clear_error():
 
 
 @pytest.mark.parametrize("cpu_int8_kernel", [True, False])
-def test_auto_offers_native_only_where_it_is_fast(monkeypatch, smollm2_gguf, smollm2_engine,
-                                                  cache_dir, cpu_int8_kernel):
+def test_auto_keeps_float_on_cpu_for_a_file_with_int4_layers(monkeypatch, smollm2_gguf,
+                                                             smollm2_engine, cache_dir,
+                                                             cpu_int8_kernel):
     # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
-    # can fit here, so auto loads the file's own format when its Q8_0 embedding / LM head has
-    # the C++ int8 kernel (native then decodes faster than bf16 and int4: README's load
-    # table), and the planner's float choice without one (the row-block int8 fallback is
-    # slower than a float GEMV: the default must not decode slower than before).
+    # can fit here, yet on CPU auto keeps the planner's float choice with or without the C++
+    # int8 kernel: its Q4_1 layers would run PyTorch's int4 kernel (bf16 scales and mins),
+    # which changes the greedy answer to the README's question. On CUDA native is offered.
     from localchat.engine.config import EngineConfig
     from localchat.engine.llm_engine import _resolve_auto_quant
+    from localchat.engine.loader import native as native_loader
     from localchat.engine.loader.native import native_is_fast
     from localchat.engine.quant import native
 
     monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 16 if cpu_int8_kernel else 0)
     config, _ = _resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
                                     EngineConfig(device="cpu"), 2048, cache_dir)
-    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is cpu_int8_kernel
-    assert (config.quant.scheme == "native") is cpu_int8_kernel
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is False
+    assert config.quant.scheme != "native"
     assert native_is_fast(smollm2_gguf, "cuda", cache_dir)
+    # a file whose layers are all group-wise int8 (Q8_0-like) or float: offered on CPU when
+    # the C++ int8 kernel is built
+    monkeypatch.setattr(native_loader, "_layout_of",
+                        lambda t: ("int8", 32) if t["name"].endswith("weight") else ("float", 0))
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is cpu_int8_kernel
 
 
 def test_native_loses_to_a_smaller_forced_format():
