@@ -29,7 +29,16 @@ struct DecodeArgs {
   int64_t num_heads, num_kv_heads, head_dim, block_size;
   float scale;
   int dtype;  // of query, caches and out
+  // Partitioned tasks (see decode_task_t): tasks [n_tasks, 3] = (seq, kv head, partition),
+  // ordered by seq, then kv head, then partition; seq_task0 [S] = index of each sequence's
+  // first task; partials [n_tasks, G, D + 2] fp32 scratch (accumulators, max, denominator).
+  const int64_t* tasks;
+  const int64_t* seq_task0;
+  float* partials;
 };
+
+// Tokens per decode-attention partition (fixed: results depend only on each sequence).
+constexpr int64_t kDecodePart = 128;
 
 // RMSNorm over rows (optionally after a residual add). x, residual, out, res_out: [rows, hidden]
 // contiguous, weight [hidden] of the same element type.
@@ -70,6 +79,7 @@ struct SiluArgs {
 
 struct AttnKernels {
   void (*decode)(const DecodeArgs&, int64_t task0, int64_t task1);
+  void (*decode_combine)(const DecodeArgs&, int64_t pair0, int64_t pair1);
   void (*norm)(const NormArgs&, int64_t row0, int64_t row1);
   void (*rope)(const RopeArgs&, int64_t tok0, int64_t tok1);
   void (*silu_mul)(const SiluArgs&, int64_t row0, int64_t row1);

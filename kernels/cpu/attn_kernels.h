@@ -11,7 +11,7 @@
 // kChunk tokens: the GQA group's query heads share every K/V row load.
 
 constexpr int L = 16;          // lanes of a strip
-constexpr int64_t kChunk = 32;  // tokens per online-softmax step
+constexpr int64_t kChunk = 16;  // tokens per online-softmax step (a multiple of W)
 
 inline float bf2f(uint16_t b) {
   uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -66,86 +66,157 @@ inline float dot_rows(const float* a, const float* b, int64_t n) {
 }
 
 // ---------------------------------------------------------------- paged decode attention
+// One task per (sequence, kv head, partition of kDecodePart tokens); the partition size is
+// fixed, so how a sequence is split depends only on its own length (never on the batch or
+// the thread count). A task attends the GQA group's query heads to its tokens in chunks of
+// kChunk with an online softmax, in the TU's vectors (V, W lanes: vld_*, vfma, vsum, vexp),
+// and either normalizes into `out` (a single-partition sequence) or writes its running max,
+// denominator and unnormalized accumulator to `partials` for decode_combine_t.
+
 template <int T>
-void decode_t(const DecodeArgs& a, int64_t task0, int64_t task1) {
+inline V vld(const typename Elem<T>::type* p) {
+  if constexpr (T == kF32) return vld_f32(p);
+  else if constexpr (T == kBF16) return vld_bf16(p);
+  else return vld_f16(p);
+}
+
+// NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
+template <int T, int NV>
+void decode_task_t(const DecodeArgs& a, int64_t task) {
   typedef typename Elem<T>::type E;
   const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
-  alignas(64) float q[kMaxGroup * kMaxHeadDim];
-  alignas(64) float acc[kMaxGroup * kMaxHeadDim];
-  alignas(64) float s[kMaxGroup * kChunk];
-  alignas(64) float krow[kMaxHeadDim], vrow[kMaxHeadDim];
-  float mx[kMaxGroup], den[kMaxGroup];
-  const E* qbase = static_cast<const E*>(a.query);
+  const int64_t nv = NV > 0 ? NV : D / W;
+  const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
+  const int64_t part = a.tasks[3 * task + 2];
+  const int64_t n_tok = a.seq_lens[seq];
+  const int64_t t0 = part * kDecodePart;
+  const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
+  const int64_t* bt = a.block_tables + seq * a.bt_s0;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
-  E* out = static_cast<E*>(a.out);
-  for (int64_t task = task0; task < task1; ++task) {
-    const int64_t seq = task / HKV, kvh = task % HKV;
-    const int64_t n_tok = a.seq_lens[seq];
-    const int64_t* bt = a.block_tables + seq * a.bt_s0;
-    for (int64_t g = 0; g < G; ++g) {
-      load_row<T>(qbase + seq * a.q_s0 + (kvh * G + g) * a.q_s1, q + g * D, D);
-      for (int64_t d = 0; d < D; ++d) acc[g * D + d] = 0.f;
-      mx[g] = -__builtin_inff();
-      den[g] = 0.f;
+  V q[kMaxGroup * kMaxHeadDim / W];
+  V acc[kMaxGroup * kMaxHeadDim / W];
+  alignas(64) float s[kMaxGroup][kChunk];
+  float mx[kMaxGroup], den[kMaxGroup];
+  const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
+  const V vscale = vset1(a.scale);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) {
+      q[g * nv + v] = vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale);
+      acc[g * nv + v] = vzero();
     }
-    for (int64_t c0 = 0; c0 < n_tok; c0 += kChunk) {
-      const int64_t cn = n_tok - c0 < kChunk ? n_tok - c0 : kChunk;
-      // scores of the chunk: s[g, t] = scale * q_g . k_t
-      for (int64_t t = 0; t < cn; ++t) {
-        const int64_t tok = c0 + t;
-        const E* kp = kc + bt[tok / a.block_size] * a.k_s0 + (tok % a.block_size) * a.k_s1 +
-                      kvh * a.k_s2;
-        const float* kr;
-        if (T == kF32) {
-          kr = reinterpret_cast<const float*>(kp);
-        } else {
-          load_row<T>(kp, krow, D);
-          kr = krow;
-        }
-        for (int64_t g = 0; g < G; ++g) s[g * kChunk + t] = dot_rows(q + g * D, kr, D) * a.scale;
-      }
-      // online softmax: new running max, rescale what was accumulated, exponentiate
+    mx[g] = -__builtin_inff();
+    den[g] = 0.f;
+  }
+  for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
+    const int64_t cn = t1 - c0 < kChunk ? t1 - c0 : kChunk;
+    // scores: s[g, t] = (scale * q_g) . k_t
+    for (int64_t t = 0; t < cn; ++t) {
+      const int64_t tok = c0 + t;
+      const E* kp = kc + bt[tok / a.block_size] * a.k_s0 + (tok % a.block_size) * a.k_s1 +
+                    kvh * a.k_s2;
+      V kr[kMaxHeadDim / W];
+      for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
       for (int64_t g = 0; g < G; ++g) {
-        float m = mx[g];
-        for (int64_t t = 0; t < cn; ++t) m = s[g * kChunk + t] > m ? s[g * kChunk + t] : m;
-        const float alpha = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
-        if (alpha != 1.f) {
-          den[g] *= alpha;
-          for (int64_t d = 0; d < D; ++d) acc[g * D + d] *= alpha;
-        }
-        float sum = 0.f;
-        for (int64_t t = 0; t < cn; ++t) {
-          const float p = __builtin_expf(s[g * kChunk + t] - m);
-          s[g * kChunk + t] = p;
-          sum += p;
-        }
-        den[g] += sum;
-        mx[g] = m;
-      }
-      // acc[g] += p[g, t] * v_t
-      for (int64_t t = 0; t < cn; ++t) {
-        const int64_t tok = c0 + t;
-        const E* vp = vc + bt[tok / a.block_size] * a.v_s0 + (tok % a.block_size) * a.v_s1 +
-                      kvh * a.v_s2;
-        const float* vr;
-        if (T == kF32) {
-          vr = reinterpret_cast<const float*>(vp);
-        } else {
-          load_row<T>(vp, vrow, D);
-          vr = vrow;
-        }
-        for (int64_t g = 0; g < G; ++g) {
-          const float p = s[g * kChunk + t];
-          float* ag = acc + g * D;
-          for (int64_t d = 0; d < D; ++d) ag[d] += p * vr[d];
-        }
+        V d = vmul(q[g * nv], kr[0]);
+        for (int64_t v = 1; v < nv; ++v) d = vfma(q[g * nv + v], kr[v], d);
+        s[g][t] = vsum(d);
       }
     }
+    // online softmax over the chunk
     for (int64_t g = 0; g < G; ++g) {
-      const float inv = den[g] > 0.f ? 1.f / den[g] : 0.f;
+      float m = mx[g];
+      for (int64_t t = 0; t < cn; ++t) m = s[g][t] > m ? s[g][t] : m;
+      const float alpha = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
+      if (alpha != 1.f) {
+        den[g] *= alpha;
+        const V va = vset1(alpha);
+        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vmul(acc[g * nv + v], va);
+      }
+      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = m;  // padding, zeroed below
+      const V vm = vset1(m);
+      V sum = vzero();
+      for (int64_t t = 0; t < kChunk; t += W) {
+        const V p = vexp(vsub(vld_f32(&s[g][t]), vm));
+        vst(&s[g][t], p);
+      }
+      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = 0.f;
+      for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(&s[g][t]));
+      den[g] += vsum(sum);
+      mx[g] = m;
+    }
+    // acc[g] += p[g, t] * v_t
+    for (int64_t t = 0; t < cn; ++t) {
+      const int64_t tok = c0 + t;
+      const E* vp = vc + bt[tok / a.block_size] * a.v_s0 + (tok % a.block_size) * a.v_s1 +
+                    kvh * a.v_s2;
+      V vr[kMaxHeadDim / W];
+      for (int64_t v = 0; v < nv; ++v) vr[v] = vld<T>(vp + v * W);
+      for (int64_t g = 0; g < G; ++g) {
+        const V p = vset1(s[g][t]);
+        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vfma(p, vr[v], acc[g * nv + v]);
+      }
+    }
+  }
+  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
+  if (nparts == 1) {
+    E* out = static_cast<E*>(a.out);
+    alignas(64) float row[kMaxHeadDim];
+    for (int64_t g = 0; g < G; ++g) {
+      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
+      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(acc[g * nv + v], inv));
       E* o = out + (seq * a.num_heads + kvh * G + g) * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(acc[g * D + d] * inv);
+      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
+    }
+    return;
+  }
+  float* pt = a.partials + task * G * (D + 2);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, acc[g * nv + v]);
+    pt[G * D + g] = mx[g];
+    pt[G * D + G + g] = den[g];
+  }
+}
+
+template <int T>
+void decode_t(const DecodeArgs& a, int64_t task0, int64_t task1) {
+  const int64_t nv = a.head_dim / W;
+  for (int64_t task = task0; task < task1; ++task) {
+    if (nv == 64 / W) decode_task_t<T, 64 / W>(a, task);
+    else if (nv == 128 / W) decode_task_t<T, 128 / W>(a, task);
+    else decode_task_t<T, 0>(a, task);
+  }
+}
+
+// Partitions of (sequence, kv head) pairs [i0, i1) merged in partition order (a fixed tree:
+// max, then the rescaled sums), for sequences longer than kDecodePart tokens.
+template <int T>
+void decode_combine_t(const DecodeArgs& a, int64_t i0, int64_t i1) {
+  typedef typename Elem<T>::type E;
+  const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
+  alignas(64) float row[kMaxHeadDim];
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t seq = i / HKV, kvh = i % HKV, n_tok = a.seq_lens[seq];
+    if (n_tok <= kDecodePart) continue;
+    const int64_t np = (n_tok + kDecodePart - 1) / kDecodePart;
+    const float* base = a.partials + (a.seq_task0[seq] + kvh * np) * G * (D + 2);
+    for (int64_t g = 0; g < G; ++g) {
+      float m = -__builtin_inff();
+      for (int64_t p = 0; p < np; ++p) {
+        const float mp = base[p * G * (D + 2) + G * D + g];
+        m = mp > m ? mp : m;
+      }
+      for (int64_t d = 0; d < D; ++d) row[d] = 0.f;
+      float l = 0.f;
+      for (int64_t p = 0; p < np; ++p) {
+        const float* pp = base + p * G * (D + 2);
+        const float w = __builtin_expf(pp[G * D + g] - m);
+        l += w * pp[G * D + G + g];
+        for (int64_t d = 0; d < D; ++d) row[d] += w * pp[g * D + d];
+      }
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      E* o = static_cast<E*>(a.out) + (seq * a.num_heads + kvh * G + g) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d] * inv);
     }
   }
 }
@@ -232,16 +303,27 @@ void rope_t(const RopeArgs& a, int64_t t0, int64_t t1) {
 template <int T>
 void silu_t(const SiluArgs& a, int64_t r0, int64_t r1) {
   typedef typename Elem<T>::type E;
-  const int64_t I = a.inter;
+  const int64_t I = a.inter, Iv = I / kChunk * kChunk;
+  const V one = vset1(1.f), zero = vzero();
+  alignas(64) float sl[kChunk];
   for (int64_t r = r0; r < r1; ++r) {
     const E* g = static_cast<const E*>(a.x) + r * a.x_s0;
     const E* u = g + I;
     E* o = static_cast<E*>(a.out) + r * I;
-    for (int64_t i = 0; i < I; ++i) {
-      const float x = Elem<T>::load(g[i]);
+    for (int64_t i = 0; i < Iv; i += kChunk) {
+      for (int64_t j = 0; j < kChunk; j += W) {
+        const V x = vld<T>(g + i + j);
+        vst(sl + j, vdiv(x, vadd(one, vexp(vsub(zero, x)))));
+      }
       // silu rounded to E first, then the product (the reference's F.silu(gate) * up)
-      const float sl = Elem<T>::load(Elem<T>::store(x / (1.f + __builtin_expf(-x))));
-      o[i] = Elem<T>::store(sl * Elem<T>::load(u[i]));
+      for (int64_t j = 0; j < kChunk; ++j)
+        o[i + j] = Elem<T>::store(Elem<T>::load(Elem<T>::store(sl[j])) *
+                                  Elem<T>::load(u[i + j]));
+    }
+    for (int64_t i = Iv; i < I; ++i) {
+      const float x = Elem<T>::load(g[i]);
+      const float s1 = Elem<T>::load(Elem<T>::store(x / (1.f + __builtin_expf(-x))));
+      o[i] = Elem<T>::store(s1 * Elem<T>::load(u[i]));
     }
   }
 }
@@ -251,6 +333,11 @@ void decode_any(const DecodeArgs& a, int64_t i0, int64_t i1) {
   if (a.dtype == kF32) decode_t<kF32>(a, i0, i1);
   else if (a.dtype == kBF16) decode_t<kBF16>(a, i0, i1);
   else decode_t<kF16>(a, i0, i1);
+}
+void decode_combine_any(const DecodeArgs& a, int64_t i0, int64_t i1) {
+  if (a.dtype == kF32) decode_combine_t<kF32>(a, i0, i1);
+  else if (a.dtype == kBF16) decode_combine_t<kBF16>(a, i0, i1);
+  else decode_combine_t<kF16>(a, i0, i1);
 }
 void norm_any(const NormArgs& a, int64_t i0, int64_t i1) {
   if (a.dtype == kF32) norm_t<kF32>(a, i0, i1);
@@ -268,4 +355,4 @@ void silu_any(const SiluArgs& a, int64_t i0, int64_t i1) {
   else silu_t<kF16>(a, i0, i1);
 }
 
-const AttnKernels kKernels = {decode_any, norm_any, rope_any, silu_any};
+const AttnKernels kKernels = {decode_any, decode_combine_any, norm_any, rope_any, silu_any};

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "attn.h"
 
@@ -78,14 +79,29 @@ at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key
     TORCH_CHECK(slp[i] >= 0 && (slp[i] + BS - 1) / BS <= max_blocks, op, ": seq_lens[", i,
                 "] = ", slp[i], " exceeds its block table (", max_blocks, " blocks of ", BS, ")");
   at::Tensor out = at::empty({S, H, D}, query.options());
+  // Tasks: (sequence, kv head, partition of kDecodePart tokens), so two threads share even
+  // one sequence with few kv heads; the split depends only on each sequence's length.
+  std::vector<int64_t> tasks, seq_task0(S);
+  int64_t n_multi = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t np = slp[i] <= kDecodePart ? 1 : (slp[i] + kDecodePart - 1) / kDecodePart;
+    seq_task0[i] = static_cast<int64_t>(tasks.size() / 3);
+    n_multi += np > 1 ? np * HKV : 0;
+    for (int64_t h = 0; h < HKV; ++h)
+      for (int64_t p = 0; p < np; ++p) tasks.insert(tasks.end(), {i, h, p});
+  }
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size() / 3);
+  at::Tensor partials = at::empty({n_multi ? n_tasks * (H / HKV) * (D + 2) : 0},
+                                  query.options().dtype(at::kFloat));
   DecodeArgs a{q.data_ptr(), q.stride(0), q.stride(1), kc.data_ptr(), vc.data_ptr(),
                kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1),
                vc.stride(2), bt.data_ptr<int64_t>(), bt.stride(0), slp, out.data_ptr(),
-               H, HKV, D, BS, static_cast<float>(scale), dt};
+               H, HKV, D, BS, static_cast<float>(scale), dt, tasks.data(), seq_task0.data(),
+               n_multi ? partials.data_ptr<float>() : nullptr};
   const AttnKernels& k = kernels_for(isa);
-  // One task per (sequence, kv head): each output row is computed by one thread whatever
-  // the batch, so a sequence's result does not depend on the others.
-  at::parallel_for(0, S * HKV, 1, [&](int64_t t0, int64_t t1) { k.decode(a, t0, t1); });
+  at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) { k.decode(a, t0, t1); });
+  if (n_multi)
+    at::parallel_for(0, S * HKV, 4, [&](int64_t i0, int64_t i1) { k.decode_combine(a, i0, i1); });
   return out;
 }
 

@@ -10,6 +10,29 @@ namespace localchat_cpu {
 namespace {
 inline float h2f(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
 inline uint16_t f2h(float f) { return c10::Half(f).x; }
+inline float bf2f_(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// One-lane "vectors" for the decode attention (attn_kernels.h).
+typedef float V;
+constexpr int W = 1;
+inline V vzero() { return 0.f; }
+inline V vset1(float f) { return f; }
+inline V vld_f32(const float* p) { return *p; }
+inline V vld_bf16(const uint16_t* p) { return bf2f_(*p); }
+inline V vld_f16(const uint16_t* p) { return h2f(*p); }
+inline void vst(float* p, V v) { *p = v; }
+inline V vadd(V a, V b) { return a + b; }
+inline V vsub(V a, V b) { return a - b; }
+inline V vmul(V a, V b) { return a * b; }
+inline V vdiv(V a, V b) { return a / b; }
+inline V vfma(V a, V b, V c) { return __builtin_fmaf(a, b, c); }
+inline float vsum(V v) { return v; }
+inline V vexp(V x) { return __builtin_expf(x); }
 #include "attn_kernels.h"
 }  // namespace
 

@@ -9,8 +9,10 @@ the widest it has, so each case runs on every CPU kind). Bounds, per op:
   ``|q||k|``) moves the softmax weights by at most that much relatively, and the weighted sum
   of values is within ``gamma_n`` of ``max|v|`` (Higham, *Accuracy and Stability*, 3.1), so
   ``|out - ref| <= 4 (n + D) 2**-24 (1 + max|score|) max|v|``; a 16-bit output adds one
-  rounding, the unit roundoff ``2**-8`` (bf16) / ``2**-11`` (fp16) of ``|ref|``. Odd lengths, block boundaries,
-  ``seq_lens`` 1..2000, GQA ratios 1/3/8, head_dim 64/128, fp32/bf16/fp16 caches.
+  rounding, the unit roundoff ``2**-8`` (bf16) / ``2**-11`` (fp16) of ``|ref|``. The kernel's polynomial
+  ``exp`` (about 2 ulp) is far inside that. Odd lengths, block boundaries, the 128-token
+  partitions' edges, ``seq_lens`` 1..2000, GQA ratios 1/3/4/5/8, head_dim 64/80/128/256 (the
+  unrolled and the runtime-width paths), fp32/bf16/fp16 caches.
 - Batch invariance: a sequence's output alone equals its output in a batch bit for bit, and
   one thread equals two.
 - ``store_kv_cache``: equal to the reference bit for bit (a copy), ``-1`` slots skipped.
@@ -91,7 +93,8 @@ def assert_decode_close(out, query, key_cache, value_cache, block_tables, seq_le
             f"seq {i} (len {n}): max err {err.max():.3g}, bound {bound:.3g}")
 
 
-DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128)]
+DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128), (10, 2, 80),
+                 (4, 1, 256)]
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -100,8 +103,8 @@ DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128)
 def test_paged_decode_matches_reference(built, monkeypatch, isa, dtype, heads, kv_heads,
                                         head_dim):
     monkeypatch.setenv(cpu.ISA_ENV, isa)
-    # lengths around the 16-token blocks and the kernel's 32-token softmax chunks
-    lens = [1, 15, 16, 17, 31, 32, 33, 100, 517]
+    # lengths around the 16-token blocks and softmax chunks, and the 128-token partitions
+    lens = [1, 15, 16, 17, 31, 32, 33, 100, 128, 129, 256, 257, 517]
     args = paged_case(lens, heads, kv_heads, head_dim, dtype, seed=heads * head_dim)
     scale = head_dim**-0.5
     out = kernels.paged_attention_decode(*args, scale)
