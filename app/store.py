@@ -28,16 +28,19 @@ run SQLite's integrity check and salvage what is readable into a new file.
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 import time
 import uuid
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from localchat.app.store_errors import (
+    ConversationNotFoundError,
+    HistoryUnavailable,
+    raises_history_unavailable,
+)
 from localchat.app.store_schema import (
     FTS_SCHEMA,
     MESSAGE_ORDER,
@@ -50,7 +53,7 @@ from localchat.app.store_schema import (
     conversation_from_row,
     message_from_row,
 )
-from localchat.engine.errors import LocalchatError
+from localchat.app.store_search import escape_like, search_messages
 
 __all__ = ["Conversation", "ConversationNotFoundError", "HistoryUnavailable", "Message",
            "SearchHit", "Store", "open_store"]
@@ -59,44 +62,6 @@ DB_NAME = "history.db"
 BUSY_TIMEOUT_MS = 30_000
 TITLE_CHARS = 60
 ROLES = ("system", "user", "assistant")
-
-class ConversationNotFoundError(LocalchatError):
-    """No conversation has this id (or id prefix), or the prefix names several."""
-
-
-class HistoryUnavailable(LocalchatError):
-    """The history file cannot be read or written: corrupt, read-only, disk full, locked.
-
-    Attributes:
-        path: the database file (``Path``; ``":memory:"`` for an in-memory store).
-        reason: SQLite's or the OS's words, e.g. ``database disk image is malformed``.
-
-    ``str(exc)`` is one line for users: the file, the reason and what to do about it.
-    """
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        self.path = path if str(path) == ":memory:" else Path(path)
-        self.reason = reason
-        super().__init__(
-            f"history {self.path} cannot be used ({reason}); move the file aside, or run "
-            "'localchat history check' and 'localchat history repair'")
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _history_errors(method: _F) -> _F:
-    """Turn ``sqlite3.Error`` and ``OSError`` raised by a ``Store`` method into
-    ``HistoryUnavailable`` (``ConversationNotFoundError`` and ``ValueError`` pass through)."""
-
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except (sqlite3.Error, OSError) as exc:
-            raise HistoryUnavailable(self.path, str(exc) or type(exc).__name__) from exc
-
-    return wrapper  # type: ignore[return-value]
 
 
 def default_path() -> Path:
@@ -183,7 +148,7 @@ class Store:
 
     # -- conversations -------------------------------------------------------------------------
 
-    @_history_errors
+    @raises_history_unavailable
     def create_conversation(self, model: str | None = None, system_prompt: str | None = None,
                             sampling: dict[str, Any] | None = None, title: str = ""
                             ) -> Conversation:
@@ -202,7 +167,7 @@ class Store:
                 continue
         return self.get_conversation(cid, with_messages=False)
 
-    @_history_errors
+    @raises_history_unavailable
     def update_conversation(self, conversation_id: str, *, title: str | None = None,
                             model: str | None = None, system_prompt: str | None = None,
                             sampling: dict[str, Any] | None = None) -> None:
@@ -226,7 +191,7 @@ class Store:
         """Set the title (see ``update_conversation``)."""
         self.update_conversation(conversation_id, title=title)
 
-    @_history_errors
+    @raises_history_unavailable
     def delete_conversation(self, conversation_id: str) -> None:
         """Delete a conversation and its messages.
 
@@ -239,7 +204,7 @@ class Store:
         if cur.rowcount == 0:
             raise ConversationNotFoundError(f"no conversation '{conversation_id}'")
 
-    @_history_errors
+    @raises_history_unavailable
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
         """Conversations, most recently updated first (messages not loaded)."""
         rows = self._db.execute(
@@ -248,13 +213,13 @@ class Store:
             (-1 if limit is None else int(limit),)).fetchall()
         return [conversation_from_row(r) for r in rows]
 
-    @_history_errors
+    @raises_history_unavailable
     def most_recent(self) -> Conversation | None:
         """The most recently updated conversation with its messages, or None when empty."""
         recent = self.list_conversations(limit=1)
         return self.get_conversation(recent[0].id) if recent else None
 
-    @_history_errors
+    @raises_history_unavailable
     def resolve_id(self, prefix: str) -> str:
         """The full id of the conversation whose id is ``prefix`` or starts with it.
 
@@ -262,10 +227,9 @@ class Store:
             ConversationNotFoundError: no match, or the prefix matches several ids.
         """
         prefix = prefix.strip()
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = self._db.execute(
             "SELECT id FROM conversations WHERE id = ? OR id LIKE ? ESCAPE '\\' LIMIT 3",
-            (prefix, escaped + "%")).fetchall()
+            (prefix, escape_like(prefix) + "%")).fetchall()
         ids = [r["id"] for r in rows]
         if prefix in ids:
             return prefix
@@ -277,7 +241,7 @@ class Store:
                                             "give more characters")
         return ids[0]
 
-    @_history_errors
+    @raises_history_unavailable
     def get_conversation(self, conversation_id: str, *, with_messages: bool = True
                          ) -> Conversation:
         """A conversation by id or unique id prefix, with its messages oldest first.
@@ -299,7 +263,7 @@ class Store:
 
     # -- messages ------------------------------------------------------------------------------
 
-    @_history_errors
+    @raises_history_unavailable
     def add_message(self, conversation_id: str, role: str, content: str, *,
                     interrupted: bool = False, stats: dict[str, Any] | None = None,
                     parent_id: int | None = None) -> Message:
@@ -332,7 +296,7 @@ class Store:
         return Message(int(cur.lastrowid), conversation_id, role, content, now,
                        interrupted, stats, parent_id)
 
-    @_history_errors
+    @raises_history_unavailable
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         """Messages whose text contains every word of ``query``, newest first.
 
@@ -343,27 +307,9 @@ class Store:
         words = query.split()
         if not words:
             return []
-        if self.fts:
-            match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
-            rows = self._db.execute(
-                "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
-                "snippet(messages_fts, 0, char(2), char(3), '…', 16) AS snip "
-                "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-                "JOIN conversations c ON c.id = m.conversation_id "
-                "WHERE messages_fts MATCH ? ORDER BY m.created DESC, m.id DESC LIMIT ?",
-                (match, int(limit))).fetchall()
-        else:
+        if not self.fts:
             warnings.warn("this SQLite has no FTS5; searching by substring", stacklevel=2)
-            like = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in words)
-            params = ["%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-                      for w in words]
-            rows = self._db.execute(
-                "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
-                "substr(m.content, 1, 120) AS snip FROM messages m "
-                f"JOIN conversations c ON c.id = m.conversation_id WHERE {like} "
-                "ORDER BY m.created DESC, m.id DESC LIMIT ?", (*params, int(limit))).fetchall()
-        return [SearchHit(r["conversation_id"], r["title"], r["id"], r["role"], r["snip"],
-                          r["created"]) for r in rows]
+        return search_messages(self._db, words, limit, fts=self.fts)
 
     # -- export --------------------------------------------------------------------------------
 

@@ -13,58 +13,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
 from .config import EngineConfig, ModelConfig
 from .detokenizer import IncrementalDetokenizer
+from .engine_build import build_engine, loaded_weight_format, plan_num_blocks
 from .errors import ContextLengthError
 from .kv_cache import KVCacheManager, allocate_kv_caches
-from .loader import load_model, load_model_config
 from .memory.footprint import kv_bytes
 from .memory.report import MemoryReport, allocated_bytes, memory_report, module_tensors
 from .model_runner import ModelRunner
-from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput, float_format
+from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
-
-# On CPU the KV pool may take at most this fraction of available RAM.
-_CPU_KV_RAM_FRACTION = 0.25
-_CPU_DEFAULT_MAX_MODEL_LEN = 8192
-
-
-def _resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
-                        max_model_len: int, cache_dir) -> tuple[EngineConfig, int]:
-    """``config`` with ``quant.scheme`` set by the memory planner, and the context it allows
-    (the target and, when set, the draft planned together)."""
-    import dataclasses
-
-    from .loader import default_group_size
-    from .memory.auto import choose_scheme
-
-    draft = config.speculative.draft_model
-    draft_config = load_model_config(Path(draft), cache_dir) if draft else None
-    from .loader.native import gguf_native_bytes, native_is_fast
-
-    device = config.resolved_device()
-    scheme, plan = choose_scheme(
-        model_config, device, max_model_len, draft=draft_config,
-        max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
-        int4_group_size=default_group_size(Path(path), None),
-        native_bytes=gguf_native_bytes(path, model_config, device, config.resolved_dtype(),
-                                       cache_dir)
-        if Path(path).suffix.lower() == ".gguf" and native_is_fast(path, device, cache_dir)
-        else None,
-        draft_native_bytes=gguf_native_bytes(draft, draft_config, device,
-                                             config.resolved_dtype(),
-                                             cache_dir) if draft else None)
-    if plan.note:
-        logger.warning(plan.note)
-    quant = dataclasses.replace(config.quant, scheme=scheme)
-    return dataclasses.replace(config, quant=quant), min(max_model_len, plan.context_len)
 
 
 class LLMEngine:
@@ -89,7 +52,8 @@ class LLMEngine:
         self.device = config.resolved_device()
         self.dtype = config.resolved_dtype()
         block_size = config.cache.block_size
-        self.num_blocks = config.cache.num_blocks or self._plan_num_blocks()
+        self.num_blocks = config.cache.num_blocks or plan_num_blocks(
+            config, model_config, self.device, self.dtype, max_model_len)
         pool_tokens = self.num_blocks * block_size
         if pool_tokens < max_model_len and config.scheduler.max_model_len is None:
             # The model's context does not fit the KV plan: the plan caps the context.
@@ -104,7 +68,7 @@ class LLMEngine:
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
-        self._weight_format, self._group_size = _loaded_weight_format(model, self.dtype)
+        self._weight_format, self._group_size = loaded_weight_format(model, self.dtype)
         self._kv_cache_bytes = sum(t.nbytes for t in kv_caches)
         self.speculator = speculator
         self.runner.capture_cuda_graphs(max_model_len)
@@ -119,7 +83,7 @@ class LLMEngine:
     @classmethod
     def from_path(cls, path: Path, config: EngineConfig | None = None, *,
                   cache_dir: Path | None = None) -> LLMEngine:
-        """Load an HF folder or a ``.gguf`` file.
+        """Load an HF folder or a ``.gguf`` file (``engine_build.build_engine``).
 
         ``cache_dir`` keeps converted GGUF metadata (config, tokenizer) for faster reloads.
         ``config.quant.scheme == "auto"`` loads the best weight format the memory planner
@@ -127,45 +91,7 @@ class LLMEngine:
         Raises ``ModelLoadError`` / ``UnsupportedArchitectureError`` for unusable files and
         ``MemoryPlanError`` when no format fits.
         """
-        config = config or EngineConfig()
-        device, dtype = config.resolved_device(), config.resolved_dtype()
-        if Path(path).is_dir():  # say what an incomplete folder lacks, before any loading
-            from .loader.checks import check_model_folder
-
-            check_model_folder(Path(path))
-        model_config = load_model_config(path, cache_dir)
-        max_model_len = config.scheduler.max_model_len or model_config.max_position_embeddings
-        if device.type == "cpu" and config.scheduler.max_model_len is None:
-            max_model_len = min(max_model_len, _CPU_DEFAULT_MAX_MODEL_LEN)
-        if config.quant.scheme == "auto":
-            config, max_model_len = _resolve_auto_quant(path, model_config, config,
-                                                        max_model_len, cache_dir)
-        tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
-        model = load_model(path, model_config, dtype=dtype, device=device,
-                           max_position=max_model_len, cache_dir=cache_dir,
-                           quant=config.quant)
-        draft = config.speculative.draft_model
-        draft_model = draft_config = None
-        if draft is not None:
-            from .spec_decode.speculator import Speculator
-
-            draft_model, draft_config = Speculator.load_draft_model(
-                Path(draft), model_config, config, max_model_len, cache_dir=cache_dir)
-        if device.type == "cuda" and config.cache.num_blocks is None \
-                and config.cache.kv_cache_memory_bytes is None:
-            # Every weight is loaded, nothing else allocated: plan both KV pools, the
-            # activations and the graph pool together (memory/kv_pools.py).
-            from .memory.kv_pools import plan_cuda_pools
-
-            config, _ = plan_cuda_pools(model, model_config, draft_model, draft_config,
-                                        config, max_model_len)
-        engine = cls(model, model_config, tokenizer, config, max_model_len,
-                     model_name=Path(path).name)
-        if draft_model is not None:
-            engine.speculator = Speculator.build(
-                draft_model, draft_config, model_config, config,
-                engine.num_blocks * config.cache.block_size, engine.max_model_len)
-        return engine
+        return build_engine(cls, path, config, cache_dir=cache_dir)
 
     @classmethod
     def from_source(cls, source, config: EngineConfig | None = None, *,
@@ -177,31 +103,6 @@ class LLMEngine:
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token across all layers (``memory.footprint.kv_bytes``)."""
         return kv_bytes(self.model_config, 1, self.dtype)
-
-    def _plan_num_blocks(self) -> int:
-        """Blocks for one full context (``max_model_len`` tokens) shared by every running
-        sequence, as the memory planner counts it (``localchat plan``'s default of one sequence;
-        llama.cpp's ``n_ctx``): ``max_num_seqs`` bounds concurrency, not the pool, and requests
-        that outgrow the pool together are preempted and recomputed. Capped by a memory budget
-        (``kv_cache_memory_bytes``, else on CUDA 90% of free memory, on CPU 25% of available
-        RAM). ``from_path`` on CUDA plans instead (``memory.kv_pools.plan_cuda_pools``: with the
-        draft, the measured activations and the graph pool) and passes ``cache.num_blocks``.
-        A budget below one full context caps ``max_model_len`` (see ``__init__``) unless
-        the user set ``max_model_len``, which then sizes the pool for one sequence."""
-        block_size = self.config.cache.block_size
-        wanted = self.max_model_len
-        budget = self.config.cache.kv_cache_memory_bytes
-        if budget is None:
-            if self.device.type == "cuda":
-                budget = int(torch.cuda.mem_get_info(self.device)[0] * 0.9)
-            else:
-                from .memory.budget import available_memory_bytes
-
-                budget = int(available_memory_bytes("cpu") * _CPU_KV_RAM_FRACTION)
-        tokens = min(wanted, budget // self.kv_bytes_per_token)
-        if self.config.scheduler.max_model_len is not None:
-            tokens = max(tokens, self.max_model_len)
-        return max(1, tokens // block_size)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -385,17 +286,6 @@ class LLMEngine:
         finally:
             if not finished:
                 self.abort_request(rid)
-
-
-def _loaded_weight_format(model, dtype: torch.dtype) -> tuple[str, int | None]:
-    """The loaded model's weight format (its ``quant_scheme``, set by ``load_model``; else the
-    float format of ``dtype``) and the group size of its group-wise layers (None if none)."""
-    scheme = getattr(model, "quant_scheme", None)
-    if scheme is None or not scheme.is_quantized:
-        return float_format(dtype), None
-    group = next((m.quant_method.group_size for m in model.modules()
-                  if hasattr(getattr(m, "quant_method", None), "group_size")), None)
-    return str(scheme.value), group
 
 
 __all__ = ["FinishReason", "LLMEngine"]

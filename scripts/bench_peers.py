@@ -12,7 +12,7 @@ The llama.cpp peer is, in this order of preference: ``--llama-peer`` (``scripts/
 built against a llama.cpp tree: a persistent process over ``llama.h`` fed the same prompt ids,
 greedy), ``--llama-bench`` (llama.cpp's own ``llama-bench``: ``pp`` over random ids, then
 ``tg`` at depth ``--prompt-tokens``), else ``llama-cpp-python`` when it is installed and passes
-a 4-token probe in a child process.
+a 4-token probe in a child process (``llama_peers.py``).
 
 For each model (``smollm2-135m``; the Qwen bundles only when already in the localchat cache,
 never downloaded), the three engines load the same GGUF file once, run with the same
@@ -28,7 +28,7 @@ localchat, ...) so the machine's load falls on all of them alike; medians are re
   ``--rounds`` x 5 alternating pairs); llama.cpp's too with ``--llama-peer``.
 * read bandwidth: ``torch.sum`` over a 512 MiB fp32 buffer, best of 3, same threads, measured
   in every round; localchat's decode GB/s (weight bytes x decode tok/s, an upper estimate as in
-  ``bench_decode.py``) is printed as a percentage of it.
+  ``bench_decode.py``) is printed as a percentage of it. Both probes: ``peer_probes.py``.
 
 localchat runs with ``--quant`` (default ``int4``, the format that reads the fewest bytes here;
 ``auto`` / ``none`` / ``int8`` too); llama.cpp runs the file's own quantization; transformers
@@ -51,18 +51,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_decode as bd
-
-
-def read_bandwidth_gbs(mib: int = 512) -> float:
-    """Best-of-3 GB/s of ``torch.sum`` over an ``mib`` MiB fp32 buffer (read only)."""
-    buf = torch.ones(mib * 2**20 // 4)
-    buf.sum()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        buf.sum()
-        best = min(best, time.perf_counter() - t0)
-    return buf.numel() * 4 / best / 1e9
+from llama_peers import pick_llama_peer
+from peer_probes import forward5_over_step, read_bandwidth_gbs
 
 
 class Localchat:
@@ -96,162 +86,6 @@ class Localchat:
         m = self._gen(ids, n).metrics
         return (len(ids) / (m.first_token_time - m.arrival_time),
                 (n - 1) / (m.last_token_time - m.first_token_time))
-
-
-def llama_cpp_problem(path: Path, threads: int) -> str | None:
-    """None if llama-cpp-python loads ``path`` and evaluates 4 tokens in a child process;
-    else why not (not installed, or the child died, e.g. a build using instructions this
-    CPU or kernel does not allow)."""
-    import importlib.util
-    import subprocess
-
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install 'localchat[bench]')"
-    code = ("import sys; from llama_cpp import Llama; "
-            "Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_ctx=64, "
-            "verbose=False).eval([1, 2, 3, 4])")
-    proc = subprocess.run([sys.executable, "-c", code, str(path), str(threads)],
-                          check=False, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or [""])[-1][:120]
-        return f"llama-cpp-python failed a 4-token probe (exit {proc.returncode}) {tail}"
-    return None
-
-
-class LlamaCpp:
-    name = "llama.cpp"
-
-    def __init__(self, path: Path, threads: int, ctx: int) -> None:
-        from llama_cpp import Llama
-
-        self.llm = Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads,
-                         n_ctx=ctx, n_batch=512, verbose=False)
-        self.weight_bytes = path.stat().st_size
-
-    def _gen(self, prompt, n):
-        import numpy as np
-
-        llm = self.llm
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(prompt)
-        times = []
-        for i in range(n):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            times.append(time.perf_counter())
-            if i < n - 1:
-                llm.eval([tok])
-        return t0, times
-
-    def warm(self, ids):
-        bd.warm_up(self._gen, ids)
-
-    def measure(self, ids, n):
-        t0, times = self._gen(ids, n)
-        return len(ids) / (times[0] - t0), (n - 1) / (times[-1] - times[0])
-
-
-def gguf_tensor_bytes(path: Path) -> int:
-    """Bytes of the GGUF's tensor data (what llama.cpp reads per decode step, at most)."""
-    from localchat.engine.loader.gguf import _tensor_index
-
-    return sum(t["n_bytes"] for t in _tensor_index(path, None)["tensors"])
-
-
-class LlamaPeer:
-    """llama.cpp through ``scripts/llama_peer.cpp``'s ``serve`` mode: one child process holds
-    the model; each measurement sends the prompt ids and reads back one JSON line."""
-
-    name = "llama.cpp"
-
-    def __init__(self, exe: Path, path: Path, threads: int) -> None:
-        import subprocess
-
-        self.proc = subprocess.Popen([str(exe), "serve", str(path), str(threads)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.weight_bytes = gguf_tensor_bytes(path)
-        self.forward5 = []
-
-    def _run(self, ids, n) -> dict:
-        self.proc.stdin.write(",".join(map(str, [n, *ids])) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"llama_peer exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def _gen(self, prompt, n):
-        return self._run(prompt, n)
-
-    def warm(self, ids):
-        bd.warm_up(self._gen, ids)
-
-    def measure(self, ids, n):
-        r = self._run(ids, n)
-        self.forward5.append(r["forward5_s"] / r["step1_s"])
-        return len(ids) / r["prefill_s"], (n - 1) / r["decode_s"]
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-class LlamaBench:
-    """llama.cpp's ``llama-bench`` binary, run per measurement: ``-p P -n 0`` (prefill of P
-    random ids) and ``-p 0 -n N -d P`` (N tokens after a P-token context), 1 repetition."""
-
-    name = "llama.cpp"
-
-    def __init__(self, exe: Path, path: Path, threads: int) -> None:
-        self.cmd = [str(exe), "-m", str(path), "-t", str(threads), "-r", "1", "-o", "json"]
-        self.weight_bytes = gguf_tensor_bytes(path)
-
-    def _ts(self, *args) -> float:
-        import subprocess
-
-        out = subprocess.run(self.cmd + list(args), capture_output=True, text=True,
-                             timeout=900, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"llama-bench failed ({out.returncode}): {out.stderr[-300:]}")
-        return float(json.loads(out.stdout)[0]["avg_ts"])
-
-    def warm(self, ids):
-        self._ts("-p", "32", "-n", "0")
-
-    def measure(self, ids, n):
-        return (self._ts("-p", str(len(ids)), "-n", "0"),
-                self._ts("-p", "0", "-n", str(n), "-d", str(len(ids))))
-
-
-def forward5_over_step(engine, ids: list[int], pairs: int) -> float:
-    """Median over ``pairs`` of (model forward over 5 new tokens after ``ids`` with 5 rows of
-    logits) / (forward over 1 new token with 1 row), alternating, on localchat's own model and
-    KV cache (the engine is idle; its prefix cache is reset after)."""
-    from localchat.engine.step_inputs import BatchEntry, build_batch
-
-    runner = engine.runner
-    model, bs = runner.model, runner.block_size
-    blocks = list(range(-(-(len(ids) + 8) // bs)))
-
-    def forward(start, tokens, rows):
-        t0 = time.perf_counter()
-        input_ids, positions, meta, groups = build_batch(
-            [BatchEntry(blocks, start, tokens, rows)], bs, runner.device, runner.staging)
-        hidden = model(input_ids, positions, runner.kv_caches, meta)
-        model.compute_logits(hidden[groups[0]]).argmax(-1).tolist()
-        return time.perf_counter() - t0
-
-    ratios = []
-    with torch.inference_mode():
-        forward(0, ids, "last")  # the prompt's KV
-        tail = ids[-5:]
-        forward(len(ids), tail, "all"), forward(len(ids), tail[:1], "last")  # warm both shapes
-        for _ in range(pairs):
-            five = forward(len(ids), tail, "all")
-            one = forward(len(ids), tail[:1], "last")
-            ratios.append(five / one)
-    engine.reset_prefix_cache()
-    return statistics.median(ratios)
 
 
 class Transformers:
@@ -299,12 +133,11 @@ def bench_model(alias, path, args, cache) -> dict:
 
     ids = bd.prompt_ids(Tokenizer.from_pretrained(path, cache_dir=cache), args.prompt_tokens)
     engines = [Localchat(path, args.quant, cache)]
-    if args.llama_peer is not None:
-        engines.append(LlamaPeer(args.llama_peer, path, args.threads))
-    elif args.llama_bench is not None:
-        engines.append(LlamaBench(args.llama_bench, path, args.threads))
-    elif (problem := llama_cpp_problem(path, args.threads)) is None:
-        engines.append(LlamaCpp(path, args.threads, args.prompt_tokens + args.new_tokens + 64))
+    peer, problem = pick_llama_peer(path, args.threads,
+                                    args.prompt_tokens + args.new_tokens + 64,
+                                    peer_exe=args.llama_peer, bench_exe=args.llama_bench)
+    if peer is not None:
+        engines.append(peer)
     else:
         print(f"  llama.cpp skipped: {problem}", flush=True)
     if not args.no_transformers:

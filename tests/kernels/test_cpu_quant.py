@@ -25,6 +25,8 @@ import torch
 from localchat import kernels
 from localchat.kernels import cpu, reference
 
+from .batch_invariance import assert_batch_invariant
+
 ISAS = ["avx512", "avx2", "scalar"]
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None  # what cpu.py builds with
 
@@ -134,20 +136,7 @@ def test_batch_invariance(built, monkeypatch, isa, op):
         q, s, m = random_int8(n, k, 32, True, seed=5)
         def call(a):
             return kernels.int8_matmul(a, q, s, m)
-    full = call(x)
-    singles = torch.cat([call(x[i:i + 1]) for i in range(16)])
-    assert torch.equal(full, singles)
-    for rows in range(1, 16):
-        assert torch.equal(call(x[:rows]), full[:rows])
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = call(x)
-        torch.set_num_threads(2)
-        two = call(x)
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(one, two) and torch.equal(one, full)
+    assert_batch_invariant(call, x)
 
 
 def test_isa_paths_are_distinct_code(built, monkeypatch):

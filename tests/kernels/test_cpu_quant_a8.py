@@ -31,6 +31,8 @@ import torch
 from localchat import kernels
 from localchat.kernels import cpu, reference
 
+from .batch_invariance import assert_batch_invariant
+
 ISAS = ["avx512", "avx2", "scalar"]
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 U = 2.0**-24
@@ -181,19 +183,7 @@ def test_a8_batch_invariance(built, isa, op):
         q, s, m = int8_weights(n, k, g, True, torch.float32, seed=5)
         def call(a):
             return cpu.int8_matmul_a8(a, q, s, m, g, level)
-    full = call(x)
-    assert torch.equal(full, torch.cat([call(x[i:i + 1]) for i in range(16)]))
-    for rows in range(1, 16):
-        assert torch.equal(call(x[:rows]), full[:rows])
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = call(x)
-        torch.set_num_threads(2)
-        two = call(x)
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(one, two) and torch.equal(one, full)
+    assert_batch_invariant(call, x)
 
 
 def test_vnni_path_is_distinct(built):

@@ -3,7 +3,7 @@
 Exact scenarios at ``block_size`` 4 pin block ids, ref counts, free-queue (eviction) order and
 ``num_computed_tokens`` step by step. A forced hash collision must never return a block whose
 tokens or parent chain differ. The property test drives random add/step/abort sequences
-through the scheduler's simulated model (``test_scheduler.Sim``: every scheduled token is
+through the scheduler's simulated model (``scheduler_sim.Sim``: every scheduled token is
 written into a fake paged cache and each sequence must read back whole before it samples) and
 checks after every step that ref counts equal the live holders, free + used = total, and every
 cached block really holds the tokens its hash entry claims.
@@ -21,7 +21,7 @@ from localchat.engine.request import FinishReason, Request
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import Scheduler
 
-from ..test_scheduler import Sim
+from ..scheduler_sim import Sim
 
 
 def sampled(**tokens: int) -> ModelRunnerOutput:

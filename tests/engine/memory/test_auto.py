@@ -49,14 +49,14 @@ def test_auto_keeps_float_on_cpu_for_a_file_with_int4_layers(monkeypatch, smollm
     # int8 kernel: its Q4_1 layers would run PyTorch's int4 kernel (bf16 scales and mins),
     # which changes the greedy answer to the README's question. On CUDA native is offered.
     from localchat.engine.config import EngineConfig
-    from localchat.engine.llm_engine import _resolve_auto_quant
+    from localchat.engine.engine_build import resolve_auto_quant
     from localchat.engine.loader import native as native_loader
     from localchat.engine.loader.native import native_is_fast
     from localchat.engine.quant import native
 
     monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 16 if cpu_int8_kernel else 0)
-    config, _ = _resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
-                                    EngineConfig(device="cpu"), 2048, cache_dir)
+    config, _ = resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
+                                   EngineConfig(device="cpu"), 2048, cache_dir)
     assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is False
     assert config.quant.scheme != "native"
     assert native_is_fast(smollm2_gguf, "cuda", cache_dir)

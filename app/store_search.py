@@ -1,0 +1,54 @@
+"""Full-text search over the history's messages: FTS5 when SQLite has it, else ``LIKE``.
+
+Used by ``Store.search`` (and ``escape_like`` by ``Store.resolve_id``). With FTS5 each word is
+matched whole through the ``messages_fts`` index (porter stemming: ``dragons`` finds
+``dragon``), quoted so FTS5 syntax in the query is taken literally; without it, a
+case-insensitive substring match per word. Every word must occur in one message; hits come
+newest first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from localchat.app.store_schema import SearchHit
+
+__all__ = ["escape_like", "search_messages"]
+
+
+def escape_like(text: str) -> str:
+    """``text`` with ``\\``, ``%`` and ``_`` escaped for ``LIKE ... ESCAPE '\\'``."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def search_messages(db: sqlite3.Connection, words: list[str], limit: int, *, fts: bool
+                    ) -> list[SearchHit]:
+    """Messages containing every one of ``words`` (non-empty), newest first, at most ``limit``.
+
+    Args:
+        db: the history connection (``row_factory = sqlite3.Row``).
+        words: the query split on white space.
+        fts: the ``messages_fts`` index exists (else substring ``LIKE``; the caller warns).
+
+    Returns ``SearchHit``s whose ``snippet`` marks matches with ``\\x02``/``\\x03`` (FTS5) or is
+    the message's first 120 characters (``LIKE``). Raises ``sqlite3.Error`` from the query.
+    """
+    if fts:
+        match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
+        rows = db.execute(
+            "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
+            "snippet(messages_fts, 0, char(2), char(3), '…', 16) AS snip "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE messages_fts MATCH ? ORDER BY m.created DESC, m.id DESC LIMIT ?",
+            (match, int(limit))).fetchall()
+    else:
+        like = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in words)
+        params = ["%" + escape_like(w) + "%" for w in words]
+        rows = db.execute(
+            "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "
+            "substr(m.content, 1, 120) AS snip FROM messages m "
+            f"JOIN conversations c ON c.id = m.conversation_id WHERE {like} "
+            "ORDER BY m.created DESC, m.id DESC LIMIT ?", (*params, int(limit))).fetchall()
+    return [SearchHit(r["conversation_id"], r["title"], r["id"], r["role"], r["snip"],
+                      r["created"]) for r in rows]
