@@ -31,7 +31,7 @@ localchat, ...) so the machine's load falls on all of them alike; medians are re
   ``bench_decode.py``) is printed as a percentage of it. Both probes: ``peer_probes.py``.
 
 localchat runs with ``--quant`` (default ``int4``, the format that reads the fewest bytes here;
-``auto`` / ``none`` / ``int8`` too); llama.cpp runs the file's own quantization; transformers
+``auto`` / ``native`` / ``none`` / ``int8`` too); llama.cpp runs the file's own quantization; transformers
 dequantizes the GGUF to fp32. Without ``llama-cpp-python`` the llama.cpp column is skipped with
 a note. Figures on a shared machine are noisy: read the ratios.
 """
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--quant", default="int4", choices=["auto", "none", "int8", "int4"])
+    ap.add_argument("--quant", default="int4", choices=["auto", "native", "none", "int8", "int4"])
     ap.add_argument("--no-transformers", action="store_true", help="skip the transformers peer")
     ap.add_argument("--llama-peer", type=Path, metavar="EXE",
                     help="llama.cpp peer: a binary built from scripts/llama_peer.cpp")
