@@ -31,8 +31,8 @@ localchat, ...) so the machine's load falls on all of them alike; medians are re
   ``bench_decode.py``) is printed as a percentage of it. Both probes: ``peer_probes.py``.
 
 localchat runs with ``--quant`` (default ``int4``, the format that reads the fewest bytes here;
-``auto`` / ``native`` / ``none`` / ``int8`` too); llama.cpp runs the file's own quantization; transformers
-dequantizes the GGUF to fp32. Without ``llama-cpp-python`` the llama.cpp column is skipped with
+``auto`` / ``native`` / ``none`` / ``int8`` too); llama.cpp runs the file's own quantization;
+transformers dequantizes the GGUF to fp32. Without ``llama-cpp-python`` the llama.cpp column is skipped with
 a note. Figures on a shared machine are noisy: read the ratios.
 """
 
