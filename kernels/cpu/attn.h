@@ -37,6 +37,9 @@ struct DecodeArgs {
   float* partials;
 };
 
+// Columns per SiLU task.
+constexpr int64_t kSiluBlock = 1024;
+
 // Tokens per decode-attention partition (fixed: results depend only on each sequence).
 constexpr int64_t kDecodePart = 128;
 
@@ -82,7 +85,7 @@ struct AttnKernels {
   void (*decode_combine)(const DecodeArgs&, int64_t pair0, int64_t pair1);
   void (*norm)(const NormArgs&, int64_t row0, int64_t row1);
   void (*rope)(const RopeArgs&, int64_t tok0, int64_t tok1);
-  void (*silu_mul)(const SiluArgs&, int64_t row0, int64_t row1);
+  void (*silu_mul)(const SiluArgs&, int64_t task0, int64_t task1);  // (row, column block)
 };
 
 const AttnKernels& attn_kernels_scalar();

@@ -56,6 +56,28 @@ inline V vexp(V x) {
                                                        _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
+inline V vround_bf16(V v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  r = _mm256_and_si256(r, hi);
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);  // quiet NaN, as f2bf
+  const __m256i qn = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), hi);
+  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn), nan);
+}
+inline void vst_bf16(uint16_t* p, V v) {
+  const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(vround_bf16(v)), 16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+inline V vround_f16(V v) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vst_f16(uint16_t* p, V v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 #include "attn_kernels.h"
 }  // namespace
 

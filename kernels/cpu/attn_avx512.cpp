@@ -56,6 +56,27 @@ inline V vexp(V x) {
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.f)));
   return _mm512_scalef_ps(p, n);
 }
+inline V vround_bf16(V v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  r = _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);  // quiet NaN, as f2bf
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(
+      _mm512_or_si512(u, _mm512_set1_epi32(0x400000)), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  return _mm512_castsi512_ps(r);
+}
+inline void vst_bf16(uint16_t* p, V v) {
+  const __m512i r = _mm512_srli_epi32(_mm512_castps_si512(vround_bf16(v)), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+}
+inline V vround_f16(V v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vst_f16(uint16_t* p, V v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 #include "attn_kernels.h"
 }  // namespace
 

@@ -300,27 +300,41 @@ void rope_t(const RopeArgs& a, int64_t t0, int64_t t1) {
 }
 
 // ---------------------------------------------------------------- SiLU(gate) * up
+// Elements rounded to E and widened back (vround_bf16 / vround_f16 of the TU), and stores of
+// W elements as E (vst_bf16 / vst_f16).
 template <int T>
-void silu_t(const SiluArgs& a, int64_t r0, int64_t r1) {
+inline V vround(V v) {
+  if constexpr (T == kF32) return v;
+  else if constexpr (T == kBF16) return vround_bf16(v);
+  else return vround_f16(v);
+}
+template <int T>
+inline void vst_e(typename Elem<T>::type* p, V v) {
+  if constexpr (T == kF32) vst(p, v);
+  else if constexpr (T == kBF16) vst_bf16(p, v);
+  else vst_f16(p, v);
+}
+
+// Tasks are (row, column block of kSiluBlock): one decode row still spreads over the threads.
+template <int T>
+void silu_t(const SiluArgs& a, int64_t task0, int64_t task1) {
   typedef typename Elem<T>::type E;
-  const int64_t I = a.inter, Iv = I / kChunk * kChunk;
+  const int64_t I = a.inter, nb = (I + kSiluBlock - 1) / kSiluBlock;
   const V one = vset1(1.f), zero = vzero();
-  alignas(64) float sl[kChunk];
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int64_t task = task0; task < task1; ++task) {
+    const int64_t r = task / nb, c0 = task % nb * kSiluBlock;
+    const int64_t c1 = I < c0 + kSiluBlock ? I : c0 + kSiluBlock;
+    const int64_t cv = c0 + (c1 - c0) / W * W;
     const E* g = static_cast<const E*>(a.x) + r * a.x_s0;
     const E* u = g + I;
     E* o = static_cast<E*>(a.out) + r * I;
-    for (int64_t i = 0; i < Iv; i += kChunk) {
-      for (int64_t j = 0; j < kChunk; j += W) {
-        const V x = vld<T>(g + i + j);
-        vst(sl + j, vdiv(x, vadd(one, vexp(vsub(zero, x)))));
-      }
-      // silu rounded to E first, then the product (the reference's F.silu(gate) * up)
-      for (int64_t j = 0; j < kChunk; ++j)
-        o[i + j] = Elem<T>::store(Elem<T>::load(Elem<T>::store(sl[j])) *
-                                  Elem<T>::load(u[i + j]));
+    // silu rounded to E first, then the product (the reference's F.silu(gate) * up)
+    for (int64_t i = c0; i < cv; i += W) {
+      const V x = vld<T>(g + i);
+      const V sl = vround<T>(vdiv(x, vadd(one, vexp(vsub(zero, x)))));
+      vst_e<T>(o + i, vmul(sl, vld<T>(u + i)));
     }
-    for (int64_t i = Iv; i < I; ++i) {
+    for (int64_t i = cv; i < c1; ++i) {
       const float x = Elem<T>::load(g[i]);
       const float s1 = Elem<T>::load(Elem<T>::store(x / (1.f + __builtin_expf(-x))));
       o[i] = Elem<T>::store(s1 * Elem<T>::load(u[i]));

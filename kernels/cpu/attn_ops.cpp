@@ -225,8 +225,10 @@ at::Tensor silu_and_mul(const at::Tensor& x, int64_t isa) {
   at::Tensor out = at::empty({T, I}, x.options());
   SiluArgs a{xc.data_ptr(), xc.stride(0), out.data_ptr(), I, dt};
   const AttnKernels& k = kernels_for(isa);
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, I));
-  at::parallel_for(0, T, grain, [&](int64_t r0, int64_t r1) { k.silu_mul(a, r0, r1); });
+  // tasks: (row, block of kSiluBlock columns); each element is computed alone, so the split
+  // changes no result
+  const int64_t nb = (I + kSiluBlock - 1) / kSiluBlock;
+  at::parallel_for(0, T * nb, 2, [&](int64_t t0, int64_t t1) { k.silu_mul(a, t0, t1); });
   return out;
 }
 

@@ -16,6 +16,13 @@ inline float bf2f_(uint16_t b) {
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
+inline uint16_t f2bf_(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
 
 // One-lane "vectors" for the decode attention (attn_kernels.h).
 typedef float V;
@@ -33,6 +40,10 @@ inline V vdiv(V a, V b) { return a / b; }
 inline V vfma(V a, V b, V c) { return __builtin_fmaf(a, b, c); }
 inline float vsum(V v) { return v; }
 inline V vexp(V x) { return __builtin_expf(x); }
+inline V vround_bf16(V v) { return bf2f_(f2bf_(v)); }
+inline void vst_bf16(uint16_t* p, V v) { *p = f2bf_(v); }
+inline V vround_f16(V v) { return h2f(f2h(v)); }
+inline void vst_f16(uint16_t* p, V v) { *p = f2h(v); }
 #include "attn_kernels.h"
 }  // namespace
 
