@@ -110,11 +110,20 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
   }
   for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
     const int64_t cn = t1 - c0 < kChunk ? t1 - c0 : kChunk;
+    // the chunk's K / V rows through the block table (one division per chunk)
+    const E* krow[kChunk];
+    const E* vrow[kChunk];
+    for (int64_t t = 0, blk = c0 / a.block_size, off = c0 % a.block_size; t < cn; ++t) {
+      krow[t] = kc + bt[blk] * a.k_s0 + off * a.k_s1 + kvh * a.k_s2;
+      vrow[t] = vc + bt[blk] * a.v_s0 + off * a.v_s1 + kvh * a.v_s2;
+      if (++off == a.block_size) {
+        off = 0;
+        ++blk;
+      }
+    }
     // scores: s[g, t] = (scale * q_g) . k_t
     for (int64_t t = 0; t < cn; ++t) {
-      const int64_t tok = c0 + t;
-      const E* kp = kc + bt[tok / a.block_size] * a.k_s0 + (tok % a.block_size) * a.k_s1 +
-                    kvh * a.k_s2;
+      const E* kp = krow[t];
       V kr[kMaxHeadDim / W];
       for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
       for (int64_t g = 0; g < G; ++g) {
@@ -147,9 +156,7 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
     }
     // acc[g] += p[g, t] * v_t
     for (int64_t t = 0; t < cn; ++t) {
-      const int64_t tok = c0 + t;
-      const E* vp = vc + bt[tok / a.block_size] * a.v_s0 + (tok % a.block_size) * a.v_s1 +
-                    kvh * a.v_s2;
+      const E* vp = vrow[t];
       V vr[kMaxHeadDim / W];
       for (int64_t v = 0; v < nv; ++v) vr[v] = vld<T>(vp + v * W);
       for (int64_t g = 0; g < G; ++g) {
