@@ -112,6 +112,20 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     return reference.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
 
 
+def _paged_cpu_ok(query, key_cache, value_cache) -> bool:
+    """The shapes the C++ paged attention takes: ``head_dim`` a multiple of 16 up to 256, at
+    most 16 query heads per kv head, CPU tensors of one float dtype."""
+    return _cpu_ok(query, key_cache, value_cache) and query.dim() == 3 \
+        and key_cache.dim() == 4 and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
+        and query.shape[1] % key_cache.shape[2] == 0 \
+        and query.shape[1] // key_cache.shape[2] <= 16
+
+
+# Query tokens per sequence up to which CPU prefill_attention calls (speculative verification,
+# short chunks) run as decode rows (``cpu.paged_attention_verify``); longer chunks run SDPA.
+CPU_VERIFY_MAX_QUERY = 16
+
+
 def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale,
                            max_seq_len: int | None = None):
     """See ``reference.paged_attention_decode`` (split-K chosen by the Triton launcher from
@@ -120,10 +134,7 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
         return _triton("triton_decode").paged_attention_decode(
             query, key_cache, value_cache, block_tables, seq_lens, scale,
             max_seq_len=max_seq_len)
-    if _cpu_ok(query, key_cache, value_cache) and query.dim() == 3 and key_cache.dim() == 4 \
-            and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
-            and query.shape[1] % key_cache.shape[2] == 0 \
-            and query.shape[1] // key_cache.shape[2] <= 16:
+    if _paged_cpu_ok(query, key_cache, value_cache):
         from . import cpu
 
         return cpu.paged_attention_decode(query, key_cache, value_cache, block_tables,
@@ -135,11 +146,20 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
 def prefill_attention(query, key_cache, value_cache, query_start_loc, seq_lens, block_tables,
                       scale, max_query_len: int | None = None):
     """See ``reference.prefill_attention``. ``max_query_len`` (tokens, optional) spares the
-    Triton launcher a device-to-host read; the reference ignores it."""
+    Triton launcher a device-to-host read; the reference ignores it. On CPU, chunks of at
+    most ``CPU_VERIFY_MAX_QUERY`` tokens (``max_query_len`` given) run the C++ decode tasks
+    per query row (``cpu.paged_attention_verify``): each row equals the decode step at its
+    position bit for bit, so verifying drafts computes what plain decoding would."""
     if _use_triton(query):
         return _triton("triton_prefill").prefill_attention(
             query, key_cache, value_cache, query_start_loc, seq_lens, block_tables, scale,
             max_query_len=max_query_len)
+    if max_query_len is not None and max_query_len <= CPU_VERIFY_MAX_QUERY \
+            and _paged_cpu_ok(query, key_cache, value_cache):
+        from . import cpu
+
+        return cpu.paged_attention_verify(query, key_cache, value_cache, query_start_loc,
+                                          seq_lens, block_tables, scale)
     return reference.prefill_attention(query, key_cache, value_cache, query_start_loc,
                                        seq_lens, block_tables, scale)
 

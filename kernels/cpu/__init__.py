@@ -228,6 +228,19 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
                                          float(scale), _isa(isa))
 
 
+def paged_attention_verify(query, key_cache, value_cache, query_start_loc, seq_lens,
+                           block_tables, scale: float, isa: int | None = None):
+    """``reference.prefill_attention``'s contract (causal query chunks over a cached prefix,
+    ``query [num_tokens, H, D]``, ``query_start_loc [S + 1]``, ``seq_lens [S]``,
+    ``block_tables [S, max_blocks]``), each query row computed by the decode tasks as the
+    decode step at its position: equal to ``paged_attention_decode`` there bit for bit. Meant
+    for short chunks (speculative verification); cost grows with query rows x context.
+    Raises ``RuntimeError`` on inputs ``paged_attention_decode`` rejects or inconsistent
+    ``query_start_loc`` / ``seq_lens``."""
+    return _ops().paged_attention_verify(query, key_cache, value_cache, query_start_loc,
+                                         seq_lens, block_tables, float(scale), _isa(isa))
+
+
 def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     """``reference.store_kv_cache`` (in place; ``-1`` slots skipped; contiguous caches of the
     keys' dtype)."""

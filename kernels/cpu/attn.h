@@ -22,9 +22,10 @@ struct DecodeArgs {
   const void* key_cache;  // [num_blocks, block_size, H_kv, D]
   const void* value_cache;
   int64_t k_s0, k_s1, k_s2, v_s0, v_s1, v_s2;
-  const int64_t* block_tables;  // [S, max_blocks] int64, row stride bt_s0
+  const int64_t* block_tables;  // [rows, max_blocks] int64, row stride bt_s0
   int64_t bt_s0;
-  const int64_t* seq_lens;  // [S]
+  const int64_t* bt_row;    // [S]: block-table row of each query row; nullptr = the row itself
+  const int64_t* seq_lens;  // [S] tokens each query row attends to
   void* out;                // [S, H, D] contiguous
   int64_t num_heads, num_kv_heads, head_dim, block_size;
   float scale;

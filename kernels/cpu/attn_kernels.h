@@ -91,7 +91,7 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
   const int64_t n_tok = a.seq_lens[seq];
   const int64_t t0 = part * kDecodePart;
   const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
-  const int64_t* bt = a.block_tables + seq * a.bt_s0;
+  const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
   V q[kMaxGroup * kMaxHeadDim / W];

@@ -47,14 +47,12 @@ int elem_type(const at::Tensor& t, const char* op) {
   return kF32;
 }
 
-at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key_cache,
-                                  const at::Tensor& value_cache, const at::Tensor& block_tables,
-                                  const at::Tensor& seq_lens, double scale, int64_t isa) {
-  const char* op = "paged_attention_decode";
+// Shape / dtype checks shared by the decode and verify launchers.
+void check_paged(const char* op, const at::Tensor& query, const at::Tensor& key_cache,
+                 const at::Tensor& value_cache, const at::Tensor& block_tables) {
   TORCH_CHECK(query.dim() == 3 && key_cache.dim() == 4 && value_cache.dim() == 4, op,
               ": query [S, H, D], caches [num_blocks, block_size, H_kv, D]");
-  const int64_t S = query.size(0), H = query.size(1), D = query.size(2);
-  const int64_t HKV = key_cache.size(2), BS = key_cache.size(1);
+  const int64_t H = query.size(1), D = query.size(2), HKV = key_cache.size(2);
   TORCH_CHECK(key_cache.sizes() == value_cache.sizes() && key_cache.size(3) == D, op,
               ": key/value caches ", key_cache.sizes(), " / ", value_cache.sizes(),
               " for head_dim ", D);
@@ -65,26 +63,28 @@ at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key
   TORCH_CHECK(query.scalar_type() == key_cache.scalar_type() &&
                   key_cache.scalar_type() == value_cache.scalar_type(),
               op, ": query and caches must share a dtype");
-  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == S && seq_lens.dim() == 1 &&
-                  seq_lens.size(0) == S, op, ": block_tables [S, max_blocks], seq_lens [S]");
+  TORCH_CHECK(block_tables.dim() == 2, op, ": block_tables [S, max_blocks]");
+}
+
+// Runs the decode tasks for S query rows: row i attends to the first lens[i] tokens of block
+// table row (bt_row ? bt_row[i] : i).
+at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor& key_cache,
+                      const at::Tensor& value_cache, const at::Tensor& bt,
+                      const std::vector<int64_t>& lens, const int64_t* bt_row, double scale,
+                      int64_t isa) {
+  const int64_t S = query.size(0), H = query.size(1), D = query.size(2);
+  const int64_t HKV = key_cache.size(2), BS = key_cache.size(1);
   const int dt = elem_type(query, op);
   at::Tensor q = query.stride(2) == 1 ? query : query.contiguous();
   at::Tensor kc = key_cache.stride(3) == 1 ? key_cache : key_cache.contiguous();
   at::Tensor vc = value_cache.stride(3) == 1 ? value_cache : value_cache.contiguous();
-  at::Tensor bt = block_tables.to(at::kLong).contiguous();
-  at::Tensor sl = seq_lens.to(at::kLong).contiguous();
-  const int64_t* slp = sl.data_ptr<int64_t>();
-  const int64_t max_blocks = bt.size(1);
-  for (int64_t i = 0; i < S; ++i)
-    TORCH_CHECK(slp[i] >= 0 && (slp[i] + BS - 1) / BS <= max_blocks, op, ": seq_lens[", i,
-                "] = ", slp[i], " exceeds its block table (", max_blocks, " blocks of ", BS, ")");
   at::Tensor out = at::empty({S, H, D}, query.options());
-  // Tasks: (sequence, kv head, partition of kDecodePart tokens), so two threads share even
-  // one sequence with few kv heads; the split depends only on each sequence's length.
+  // Tasks: (row, kv head, partition of kDecodePart tokens), so two threads share even one
+  // sequence with few kv heads; the split depends only on each row's length.
   std::vector<int64_t> tasks, seq_task0(S);
   int64_t n_multi = 0;
   for (int64_t i = 0; i < S; ++i) {
-    const int64_t np = slp[i] <= kDecodePart ? 1 : (slp[i] + kDecodePart - 1) / kDecodePart;
+    const int64_t np = lens[i] <= kDecodePart ? 1 : (lens[i] + kDecodePart - 1) / kDecodePart;
     seq_task0[i] = static_cast<int64_t>(tasks.size() / 3);
     n_multi += np > 1 ? np * HKV : 0;
     for (int64_t h = 0; h < HKV; ++h)
@@ -95,14 +95,68 @@ at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key
                                   query.options().dtype(at::kFloat));
   DecodeArgs a{q.data_ptr(), q.stride(0), q.stride(1), kc.data_ptr(), vc.data_ptr(),
                kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1),
-               vc.stride(2), bt.data_ptr<int64_t>(), bt.stride(0), slp, out.data_ptr(),
-               H, HKV, D, BS, static_cast<float>(scale), dt, tasks.data(), seq_task0.data(),
-               n_multi ? partials.data_ptr<float>() : nullptr};
+               vc.stride(2), bt.data_ptr<int64_t>(), bt.stride(0), bt_row, lens.data(),
+               out.data_ptr(), H, HKV, D, BS, static_cast<float>(scale), dt, tasks.data(),
+               seq_task0.data(), n_multi ? partials.data_ptr<float>() : nullptr};
   const AttnKernels& k = kernels_for(isa);
   at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) { k.decode(a, t0, t1); });
   if (n_multi)
     at::parallel_for(0, S * HKV, 4, [&](int64_t i0, int64_t i1) { k.decode_combine(a, i0, i1); });
   return out;
+}
+
+at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key_cache,
+                                  const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& seq_lens, double scale, int64_t isa) {
+  const char* op = "paged_attention_decode";
+  check_paged(op, query, key_cache, value_cache, block_tables);
+  const int64_t S = query.size(0), BS = key_cache.size(1);
+  TORCH_CHECK(block_tables.size(0) == S && seq_lens.dim() == 1 && seq_lens.size(0) == S, op,
+              ": block_tables [S, max_blocks], seq_lens [S]");
+  at::Tensor bt = block_tables.to(at::kLong).contiguous();
+  at::Tensor sl = seq_lens.to(at::kLong).contiguous();
+  const int64_t* slp = sl.data_ptr<int64_t>();
+  const int64_t max_blocks = bt.size(1);
+  for (int64_t i = 0; i < S; ++i)
+    TORCH_CHECK(slp[i] >= 0 && (slp[i] + BS - 1) / BS <= max_blocks, op, ": seq_lens[", i,
+                "] = ", slp[i], " exceeds its block table (", max_blocks, " blocks of ", BS, ")");
+  return run_decode(op, query, key_cache, value_cache, bt, std::vector<int64_t>(slp, slp + S),
+                    nullptr, scale, isa);
+}
+
+// Causal attention of short query chunks (speculative verification, small prefill chunks):
+// query row j of sequence i (its q_len_i = query_start_loc[i+1] - query_start_loc[i] new
+// tokens are the last of its seq_lens[i]) attends to the first seq_lens[i] - q_len_i + j + 1
+// tokens, computed by the decode tasks as a decode step at that position would: the result
+// equals paged_attention_decode's for that position bit for bit.
+at::Tensor paged_attention_verify(const at::Tensor& query, const at::Tensor& key_cache,
+                                  const at::Tensor& value_cache,
+                                  const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                                  const at::Tensor& block_tables, double scale, int64_t isa) {
+  const char* op = "paged_attention_verify";
+  check_paged(op, query, key_cache, value_cache, block_tables);
+  const int64_t T = query.size(0), S = seq_lens.size(0), BS = key_cache.size(1);
+  TORCH_CHECK(seq_lens.dim() == 1 && query_start_loc.dim() == 1 &&
+                  query_start_loc.size(0) == S + 1 && block_tables.size(0) == S, op,
+              ": query_start_loc [S + 1], seq_lens [S], block_tables [S, max_blocks]");
+  at::Tensor bt = block_tables.to(at::kLong).contiguous();
+  at::Tensor sl = seq_lens.to(at::kLong).contiguous();
+  at::Tensor qsl = query_start_loc.to(at::kLong).contiguous();
+  const int64_t *slp = sl.data_ptr<int64_t>(), *qp = qsl.data_ptr<int64_t>();
+  TORCH_CHECK(qp[0] == 0 && qp[S] == T, op, ": query_start_loc must run from 0 to ", T);
+  const int64_t max_blocks = bt.size(1);
+  std::vector<int64_t> lens(T), rows(T);
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t q_len = qp[i + 1] - qp[i];
+    TORCH_CHECK(q_len >= 0 && q_len <= slp[i] && (slp[i] + BS - 1) / BS <= max_blocks, op,
+                ": sequence ", i, " has ", q_len, " query tokens of seq_lens ", slp[i],
+                " over ", max_blocks, " blocks of ", BS);
+    for (int64_t j = 0; j < q_len; ++j) {
+      lens[qp[i] + j] = slp[i] - q_len + j + 1;
+      rows[qp[i] + j] = i;
+    }
+  }
+  return run_decode(op, query, key_cache, value_cache, bt, lens, rows.data(), scale, isa);
 }
 
 void store_kv_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor key_cache,
@@ -238,6 +292,9 @@ at::Tensor silu_and_mul(const at::Tensor& x, int64_t isa) {
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("paged_attention_decode(Tensor query, Tensor key_cache, Tensor value_cache, "
         "Tensor block_tables, Tensor seq_lens, float scale, int isa) -> Tensor");
+  m.def("paged_attention_verify(Tensor query, Tensor key_cache, Tensor value_cache, "
+        "Tensor query_start_loc, Tensor seq_lens, Tensor block_tables, float scale, int isa) "
+        "-> Tensor");
   m.def("store_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, "
         "Tensor(b!) value_cache, Tensor slot_mapping) -> ()");
   m.def("rms_norm(Tensor x, Tensor weight, float eps, int isa) -> Tensor");
@@ -250,6 +307,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("paged_attention_decode", &localchat_cpu::paged_attention_decode);
+  m.impl("paged_attention_verify", &localchat_cpu::paged_attention_verify);
   m.impl("store_kv_cache", &localchat_cpu::store_kv_cache);
   m.impl("rms_norm", &localchat_cpu::rms_norm);
   m.impl("fused_add_rms_norm", &localchat_cpu::fused_add_rms_norm);

@@ -146,6 +146,55 @@ def test_paged_decode_rejects_bad_inputs(built):
         cpu.paged_attention_decode(query[..., :40], kc[..., :40], vc[..., :40], bt, sl, 0.1)
 
 
+def verify_case(seq_lens, q_lens, heads, kv_heads, head_dim, dtype, seed=0):
+    """A ``prefill_attention`` case (the last ``q_lens[i]`` of ``seq_lens[i]`` tokens are
+    queries) and its expansion into one decode row per query token: ``(args, decode_args)``."""
+    _, kc, vc, bt, sl = paged_case(seq_lens, heads, kv_heads, head_dim, dtype, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    query = torch.randn(sum(q_lens), heads, head_dim, generator=gen).to(dtype)
+    qsl = torch.tensor([0] + q_lens).cumsum(0)
+    rows = [i for i, n in enumerate(q_lens) for _ in range(n)]
+    lens = [seq_lens[i] - q_lens[i] + j + 1 for i, n in enumerate(q_lens) for j in range(n)]
+    decode_args = (query, kc, vc, bt[rows], torch.tensor(lens))
+    return (query, kc, vc, qsl, sl, bt), decode_args
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (12, 2, 128)])
+def test_paged_verify_is_decode_per_row_and_matches_prefill(built, monkeypatch, isa, dtype,
+                                                            heads, kv_heads, head_dim):
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    # drafts of 5 over short and partitioned contexts, a 1-token row, a 16-token chunk, a
+    # sequence without query tokens, a whole sequence as the chunk
+    seq_lens, q_lens = [5, 40, 130, 300, 1, 16, 77], [5, 5, 5, 5, 1, 16, 0]
+    (query, kc, vc, qsl, sl, bt), dec = verify_case(seq_lens, q_lens, heads, kv_heads,
+                                                    head_dim, dtype, seed=head_dim)
+    scale = head_dim**-0.5
+    out = cpu.paged_attention_verify(query, kc, vc, qsl, sl, bt, scale)
+    # each row is the decode step at its position, bit for bit
+    assert torch.equal(out, cpu.paged_attention_decode(*dec, scale))
+    assert_decode_close(out, *dec, scale)
+    # and the expansion is the prefill contract: the reference prefill agrees with the
+    # reference decode over the expanded rows (fp32, same formula, only summation order)
+    want = reference.prefill_attention(query.float(), kc.float(), vc.float(), qsl, sl, bt, scale)
+    dec32 = (dec[0].float(), dec[1].float(), dec[2].float(), dec[3], dec[4])
+    assert torch.allclose(reference.paged_attention_decode(*dec32, scale), want, atol=1e-5)
+
+
+def test_paged_verify_dispatch_and_bad_inputs(built):
+    (query, kc, vc, qsl, sl, bt), _ = verify_case([40, 9], [5, 3], 9, 3, 64, torch.float32)
+    got = kernels.prefill_attention(query, kc, vc, qsl, sl, bt, 0.125, max_query_len=5)
+    assert torch.equal(got, cpu.paged_attention_verify(query, kc, vc, qsl, sl, bt, 0.125))
+    # no host-side bound, or a chunk longer than CPU_VERIFY_MAX_QUERY: the reference (SDPA)
+    want = reference.prefill_attention(query, kc, vc, qsl, sl, bt, 0.125)
+    assert torch.equal(kernels.prefill_attention(query, kc, vc, qsl, sl, bt, 0.125), want)
+    with pytest.raises(RuntimeError, match="query_start_loc must run from 0"):
+        cpu.paged_attention_verify(query, kc, vc, qsl + 1, sl, bt, 0.125)
+    with pytest.raises(RuntimeError, match="query tokens of seq_lens"):
+        cpu.paged_attention_verify(query, kc, vc, qsl, torch.tensor([40, 2]), bt, 0.125)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_store_kv_cache_equals_reference(built, dtype):
     gen = torch.Generator().manual_seed(1)
