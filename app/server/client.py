@@ -78,14 +78,16 @@ class RemoteEngine:
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
                  *, local_server: bool = False) -> None:
-        import httpx
+        from localchat.app.server.transport import HttpxTransport, StdlibTransport
 
         url = base_url.rstrip("/")
         self.base_url = url if url.endswith("/v1") else url + "/v1"
         self.local_server = local_server
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(
-            READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        # A server on this machine: the standard library's http.client keeps a warm ``ask``
+        # free of httpx's imports and SSL set-up (``transport.py``).
+        transport = StdlibTransport if local_server else HttpxTransport
+        self._http = transport(headers, CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
         self.model = model or self._first_model()
 
     # -- discovery ------------------------------------------------------------------------
@@ -102,11 +104,11 @@ class RemoteEngine:
         return ids[0]
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        import httpx
+        from localchat.app.server.transport import TransportError
 
         try:
             r = self._http.get(self.base_url + path)
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise BackendError(f"cannot reach {self.base_url}: {_reason(exc)}") from None
         _raise_for_status(r, self.base_url + path)
         try:
@@ -120,7 +122,7 @@ class RemoteEngine:
                  ) -> Iterator[RemoteOutput]:
         """Stream one reply to ``messages`` (``[{"role", "content"}]``) decoded with
         ``sampling`` (a ``SamplingParams``). Raises ``BackendError``."""
-        import httpx
+        from localchat.app.server.transport import TransportError
 
         body = {"model": self.model, "messages": messages, "stream": True,
                 "stream_options": {"include_usage": True}, **request_fields(sampling)}
@@ -157,7 +159,7 @@ class RemoteEngine:
                     raise BackendError(f"the server at {self.base_url} closed the stream "
                                        "before the reply ended")
                 yield _final(text, reason, None, metrics)
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise stream_error(self.base_url, exc) from None
 
     def close(self) -> None:
@@ -234,12 +236,18 @@ def _raise_for_status(r: Any, url: str) -> None:
 
 
 def stream_error(base_url: str, exc: Exception) -> BackendError:
-    """The one-line ``BackendError`` for an ``httpx`` error while streaming from ``base_url``:
-    unreachable (``ConnectError``), else stopped mid-reply. Shared by the sync and async
-    clients."""
-    import httpx
+    """The one-line ``BackendError`` for a transport error (``transport.TransportError``, or
+    an ``httpx`` error in the async client) while streaming from ``base_url``: unreachable
+    (no connection made), else stopped mid-reply. Shared by the sync and async clients."""
+    from localchat.app.server.transport import TransportError
 
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, TransportError):
+        connect = exc.connect
+    else:
+        import httpx
+
+        connect = isinstance(exc, httpx.ConnectError)
+    if connect:
         return BackendError(f"cannot reach {base_url}: {_reason(exc)}")
     return BackendError(f"the server at {base_url} stopped mid-reply: {_reason(exc)}")
 

@@ -116,14 +116,14 @@ def find_server(model: str | None = None, timeout: float = HEALTH_TIMEOUT_S
         return None
     if info.pid is not None and not _alive(info.pid):
         return None
-    import httpx
+    from localchat.app.server.transport import StdlibTransport, TransportError
 
-    try:
-        response = httpx.get(info.url + "/health", timeout=timeout)
+    try:  # http.client, not httpx: this runs in every warm ``ask`` (``transport.py``)
+        response = StdlibTransport({}, timeout, timeout).get(info.url + "/health")
         doc = response.json()
-    except (httpx.HTTPError, ValueError):
+    except (TransportError, ValueError):
         return None
-    if response.status_code != 200 or doc.get("status") != "ok":
+    if response.status_code != 200 or not isinstance(doc, dict) or doc.get("status") != "ok":
         return None
     return info
 

@@ -57,6 +57,10 @@ def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
     app = FastAPI()
     seen: list[dict] = []
 
+    @app.get("/health")  # as ``localchat serve`` answers it (found through its state file)
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok", "model": "fake-model", "auth": False})
+
     @app.get("/v1/models")
     async def models() -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": "fake-model",
