@@ -355,7 +355,11 @@ app.command("plan")(plan_command)
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and exit with its code."""
-    code = cli_io.run_cli(typer.main.get_command(app), argv)
+    from localchat.app import cli_coerce
+
+    command = typer.main.get_command(app)
+    cli_coerce.install(command)  # plain values without pydantic (a warm ``ask`` is start-up)
+    code = cli_io.run_cli(command, argv)
     sys.exit(code)
 
 

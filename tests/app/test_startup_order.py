@@ -65,7 +65,9 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
-heavy = [m for m in ("torch", "transformers", "numpy") if m in sys.modules]
+heavy = [m for m in ("torch", "transformers", "numpy", "tokenizers", "textual", "pydantic",
+                     "httpx", "localchat.engine.llm_engine", "localchat.engine.loader")
+         if m in sys.modules]
 print(f"EXIT {code} HEAVY {heavy}", file=sys.stderr)
 """
 
@@ -95,4 +97,41 @@ def test_ask_through_a_server_imports_no_torch(tmp_path):
         server.stop()
     assert out.stdout.strip() == "Hello world", out.stderr[-2000:]
     assert len(seen) == 1
+    assert out.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY ['httpx']", out.stderr[-2000:]
+
+
+def test_ask_through_a_warm_local_server_imports_only_the_client(tmp_path, monkeypatch):
+    """A warm ``ask``: a server found through the runtime state file (a fake OpenAI server on
+    127.0.0.1 that answers ``/health`` as ``localchat serve`` does) answers, and the client
+    process imports none of torch, transformers, numpy, tokenizers, textual, the engine,
+    pydantic (typer's value conversion, ``cli_coerce``) or httpx (``server/transport.py``);
+    the question reached the server with the user's settings."""
+    import os
+
+    from localchat.app import settings
+    from localchat.app.server import state
+    from tests.app.server.live import ServerThread
+    from tests.app.server.test_ask_backend import fake_openai
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(home)
+    app, seen = fake_openai()
+    server = ServerThread(app).start()
+    try:
+        monkeypatch.setenv("LOCALCHAT_HOME", str(home))
+        state.write_state(state.ServerInfo(url=server.url, model="fake-model"))
+        out = subprocess.run([sys.executable, "-c", _ASK_REMOTE, "-m", "fake-model",
+                              "--temperature", "0", "--max-tokens", "4", "--stop", "zz",
+                              "Hi"], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, env=env, timeout=300, check=False)
+    finally:
+        server.stop()
+    assert out.stdout.strip() == "Hello world", out.stderr[-2000:]
+    (request,) = seen
+    body = request["body"]
+    assert body["model"] == "fake-model" and body["messages"][-1]["content"] == "Hi"
+    assert body["max_tokens"] == 4 and body["temperature"] == 0 and body["stop"] == ["zz"]
     assert out.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY []", out.stderr[-2000:]
