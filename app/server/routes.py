@@ -77,6 +77,14 @@ class _Server:
     def authorize(self, request: Request) -> None:
         check_api_key(request.headers.get("authorization"), self.options.api_key)
 
+    def authorized(self, request: Request) -> bool:
+        """Whether ``request`` may see more than liveness: no key is set, or it carries it."""
+        try:
+            self.authorize(request)
+        except APIError:
+            return False
+        return True
+
     def check_model(self, name: str | None) -> None:
         if name is None or name == self.options.model_id or name in self.options.aliases:
             return
@@ -114,8 +122,10 @@ class _Server:
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     """The ASGI app serving ``engine`` (an ``AsyncLLMEngine`` or a stand-in with the same
     ``generate`` / ``get_stats`` / ``get_info`` / ``tokenizer`` / ``max_model_len``).
-    ``/health`` reports the engine's ``EngineInfo`` as its ``engine`` object (a localchat
-    extension, read back by ``AsyncRemoteEngine.get_info``)."""
+    ``/health`` answers liveness (``status``, ``auth``) to anyone, so clients find the
+    server before they know whether it wants a key; the rest (model, context, queue, KV
+    usage and the engine's ``EngineInfo`` as its ``engine`` object, a localchat extension
+    read back by ``AsyncRemoteEngine.get_info``) only with the key when one is set."""
     server = _Server(engine, options)
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -124,14 +134,16 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     app.add_middleware(StatusCounter, metrics=server.metrics)
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         alive = getattr(engine, "is_running", True)
-        stats = engine.get_stats()
-        body = {"status": "ok" if alive else "engine_dead", "model": options.model_id,
-                "max_model_len": server.max_model_len, "auth": options.api_key is not None,
-                "running": stats.num_running, "waiting": stats.num_waiting,
-                "kv_cache_usage": stats.kv_cache_usage,
-                "engine": encode.engine_info_json(engine.get_info())}
+        body: dict[str, Any] = {"status": "ok" if alive else "engine_dead",
+                                "auth": options.api_key is not None}
+        if server.authorized(request):  # what is served and how: not for a keyless caller
+            stats = engine.get_stats()
+            body.update({"model": options.model_id, "max_model_len": server.max_model_len,
+                         "running": stats.num_running, "waiting": stats.num_waiting,
+                         "kv_cache_usage": stats.kv_cache_usage,
+                         "engine": encode.engine_info_json(engine.get_info())})
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics")
