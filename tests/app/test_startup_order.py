@@ -19,16 +19,15 @@ print("TORCH" if "torch" in sys.modules else "NO-TORCH")
 
 _TOO_LONG = r"""
 import sys
-from localchat.app import ask_cmd
 from localchat.app.load_options import LoadOptions
+from localchat.app.prompt_check import check_prompt_before_load
 from localchat.app.session import ChatSession
 from localchat.engine.errors import ContextLengthError
 session = ChatSession()
 session.add_user("word " * 20000)
 try:
-    ask_cmd._check_prompt_before_load(LoadOptions(model="smollm2-135m", draft=None,
-                                                  quant="auto", num_speculative_tokens=None),
-                                      session, 16)
+    check_prompt_before_load(LoadOptions(model="smollm2-135m", draft=None, quant="auto",
+                                         num_speculative_tokens=None), session, 16)
     print("NO-ERROR")
 except ContextLengthError as err:
     print("ERROR", err)
