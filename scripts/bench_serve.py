@@ -4,13 +4,20 @@ Usage::
 
     python scripts/bench_serve.py                      # smollm2-135m
     python scripts/bench_serve.py --repeats 3 --json serve.json
+    python scripts/bench_serve.py --ask-only --repeats 7 --compare-checkout /tmp/old
 
 Everything runs on 127.0.0.1 in a temporary ``LOCALCHAT_HOME`` (its cache links to the real
 model cache), one ``localchat serve --port 0`` subprocess for the whole run.
 
 1. ``ask`` whole-process wall time (spawn to exit) for a 16-token greedy SmolLM2 reply:
    warm (a running server answers) against cold (``--local``: the process loads the model).
-   Target: <= 0.5 s warm.
+   Target: <= 0.5 s warm. Each warm run is an ``ask --json``, whose client-side timings give
+   the server's share (request sent to last chunk: ``ttft_s + (tokens - 1) / decode tok/s``)
+   and so the client's own (the rest: interpreter start, imports, parsing, state file,
+   ``/health``, history); a bare ``python -c pass`` is timed beside it as the floor of any
+   process. ``--compare-checkout DIR`` times the warm ``ask`` of another checkout of
+   localchat (e.g. ``git worktree add /tmp/old <commit>``) interleaved with this one, against
+   the same server (its ``app/``, ``engine/``, ... are put first on ``PYTHONPATH``).
 2. ``ask -c`` time to first token on turn 5 of a conversation (``--json`` ``ttft_s``): warm
    (the server holds turns 1-4 in its prefix cache) against cold (``--local``: the whole
    conversation is prefilled by a freshly loaded engine).
@@ -50,6 +57,36 @@ def localchat(env: dict, *args: str, timeout: float = 600) -> tuple[float, str]:
     if proc.returncode != 0:
         raise SystemExit(f"localchat {' '.join(args)} failed: {proc.stderr.decode()[-400:]}")
     return wall, proc.stdout.decode()
+
+
+def python_floor(env: dict) -> float:
+    """Wall seconds of ``python -c pass`` in ``env``: the floor of any Python process."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+    return time.perf_counter() - start
+
+
+def warm_ask(env: dict, ask: list[str]) -> dict:
+    """One warm ``ask --json``: its wall time, the server's share of it (request sent to
+    the last chunk, from the client-side timings) and the client's own (the rest)."""
+    wall, out = localchat(env, *ask, "--json", QUESTION)
+    doc = json.loads(out)
+    ttft, tps = doc["timings"]["ttft_s"], doc["timings"]["decode_tokens_per_s"]
+    tokens = doc["usage"]["completion_tokens"]
+    stream = ttft + ((tokens - 1) / tps if tps and tokens > 1 else 0.0)
+    return {"wall_s": wall, "server_s": stream, "client_s": wall - stream}
+
+
+def checkout_env(env: dict, checkout: Path, home: Path) -> dict:
+    """``env`` with another localchat checkout first on ``PYTHONPATH`` (a ``localchat``
+    package of links to its ``app/``, ``engine/``, ``kernels/``, ``themes/``)."""
+    package = home / "compare" / "localchat"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("app", "engine", "kernels", "themes"):
+        if (checkout / name).is_dir():
+            (package / name).symlink_to(checkout.resolve() / name, target_is_directory=True)
+    return {**env, "PYTHONPATH": str(package.parent)}
 
 
 def start_server(env: dict, model: str) -> tuple[subprocess.Popen, str]:
@@ -108,11 +145,19 @@ async def load(url: str, clients: int, per_client: int, tokens: int) -> dict:
             "ttft_p50_s": statistics.median(ttfts), "ttft_p99_s": percentile(ttfts, 0.99)}
 
 
+class _Done(Exception):
+    """``--ask-only``: the ask figures are in."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--repeats", type=int, default=3, help="warm ask runs (cold: 1)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--ask-only", action="store_true",
+                        help="only the warm / cold ask times (no turn 5, no load)")
+    parser.add_argument("--compare-checkout", type=Path, default=None,
+                        help="another localchat checkout whose warm ask is timed too")
     args = parser.parse_args()
 
     from localchat.app import settings
@@ -127,11 +172,30 @@ def main() -> None:
     results: dict = {"model": args.model}
     try:
         ask = ["ask", "-m", args.model, "--temperature", "0", "--max-tokens", "16", "--no-save"]
+        other = checkout_env(env, args.compare_checkout, home) if args.compare_checkout \
+            else None
         localchat(env, *ask, QUESTION)  # first request: warms the server's caches
-        warm = [localchat(env, *ask, QUESTION)[0] for _ in range(args.repeats)]
+        warm, compared, floor = [], [], []
+        for _ in range(args.repeats):  # interleaved: the same load for each
+            floor.append(python_floor(env))
+            warm.append(warm_ask(env, ask))
+            if other is not None:
+                compared.append(warm_ask(other, ask))
         cold = localchat(env, *ask, "--local", QUESTION)[0]
-        results["ask_wall_s"] = {"warm_median": statistics.median(warm), "warm_all": warm,
-                                 "cold": cold, "speedup": cold / statistics.median(warm)}
+        med = {key: statistics.median(r[key] for r in warm)
+               for key in ("wall_s", "server_s", "client_s")}
+        results["ask_wall_s"] = {"warm_median": med["wall_s"], "warm_all": warm,
+                                 "warm_server_median": med["server_s"],
+                                 "warm_client_median": med["client_s"],
+                                 "python_floor_median": statistics.median(floor),
+                                 "cold": cold, "speedup": cold / med["wall_s"]}
+        if compared:
+            results["ask_wall_s"]["compared"] = {
+                "checkout": str(args.compare_checkout), "runs": compared,
+                **{f"{key}_median": statistics.median(r[key] for r in compared)
+                   for key in ("wall_s", "server_s", "client_s")}}
+        if args.ask_only:
+            raise _Done
 
         conv = ["ask", "-m", args.model, "--temperature", "0", "--max-tokens", "32", "--json"]
         _, out = localchat(env, *conv, QUESTION)
@@ -149,6 +213,8 @@ def main() -> None:
 
         results["load"] = [asyncio.run(load(url, n, per, 16))
                            for n, per in ((1, 4), (4, 2), (16, 1))]
+    except _Done:
+        pass
     finally:
         serve.terminate()
         try:
@@ -156,9 +222,24 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             serve.kill()
 
-    a, t = results["ask_wall_s"], results["turn5_ttft_s"]
-    print(f"\nask wall time: warm {a['warm_median']:.2f} s (median of {args.repeats}), "
-          f"cold --local {a['cold']:.2f} s, {a['speedup']:.1f}x")
+    a = results["ask_wall_s"]
+    print(f"\nask wall time: warm {a['warm_median']:.2f} s (median of {args.repeats}; "
+          f"server {a['warm_server_median']:.2f} s, client {a['warm_client_median']:.2f} s; "
+          f"python -c pass {a['python_floor_median']:.2f} s), cold --local {a['cold']:.2f} s, "
+          f"{a['speedup']:.1f}x; target <= 0.5 s warm: "
+          f"{'met' if a['warm_median'] <= 0.5 else 'not met'}")
+    if "compared" in a:
+        c = a["compared"]
+        print(f"  {c['checkout']}: warm {c['wall_s_median']:.2f} s (server "
+              f"{c['server_s_median']:.2f} s, client {c['client_s_median']:.2f} s); this "
+              f"checkout / that: wall {a['warm_median'] / c['wall_s_median']:.2f}, client "
+              f"{a['warm_client_median'] / c['client_s_median']:.2f}")
+    if args.ask_only:
+        print(json.dumps(results))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return
+    t = results["turn5_ttft_s"]
     print(f"ask -c turn 5 TTFT: warm {t['warm']:.3f} s ({t['warm_cached_tokens']} of "
           f"{t['prompt_tokens']} prompt tokens cached), cold {t['cold']:.3f} s, "
           f"{t['speedup']:.1f}x")
