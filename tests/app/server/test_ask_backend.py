@@ -127,6 +127,49 @@ def test_endpoint_dying_mid_reply_exits_1_and_keeps_the_question(env):
     assert history(env)[0] == ("user", QUESTION)
 
 
+def test_local_server_dying_mid_reply_exits_1_and_keeps_the_question(env, monkeypatch):
+    """The same through a server found by its state file (``http.client``, not httpx): the
+    connection dropped after one chunk is one ``mid-reply`` line, exit 1, question kept."""
+    from localchat.app.server import state
+
+    app, seen = fake_openai(die_after=1)
+    server = ServerThread(app).start()
+    try:
+        monkeypatch.setenv("LOCALCHAT_HOME", env["LOCALCHAT_HOME"])
+        state.write_state(state.ServerInfo(url=server.url, model="fake-model"))
+        proc = ask(env, "-m", "fake-model", QUESTION)
+    finally:
+        server.stop()
+    assert len(seen) == 1  # the state file's server was used
+    assert proc.returncode == 1
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("localchat: error: "), lines
+    assert "mid-reply" in lines[0] or "closed the stream" in lines[0]
+    assert history(env)[0] == ("user", QUESTION)
+
+
+def test_stdlib_transport_errors_are_one_kind():
+    """``StdlibTransport``: a refused connection is a connect ``TransportError``; a served
+    body is read whole and as lines."""
+    from localchat.app.server.transport import StdlibTransport, TransportError
+
+    transport = StdlibTransport({}, 2.0, 2.0)
+    with pytest.raises(TransportError) as info:
+        transport.get("http://127.0.0.1:9/health")
+    assert info.value.connect and str(info.value)
+    app, _ = fake_openai()
+    server = ServerThread(app).start()
+    try:
+        assert transport.get(server.url + "/health").json()["status"] == "ok"
+        body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+        with transport.stream("POST", server.url + "/v1/chat/completions", json=body) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert r.status_code == 200 and lines[-1] == "data: [DONE]"
+        assert json.loads(lines[0][6:])["choices"][0]["delta"]["content"] == "Hello"
+    finally:
+        server.stop()
+
+
 def test_unreachable_endpoint_is_one_line(env):
     proc = ask(env, "--endpoint", "http://127.0.0.1:9", QUESTION)
     assert proc.returncode == 1
