@@ -178,6 +178,14 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
                 print(f"localchat: serving {model_id} at {url}/v1 "
                       f"(Ctrl+C stops)", file=sys.stderr, flush=True)
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Here, not only after run(): uvicorn re-raises the signal that stopped it once
+            # it has shut down, and SIGTERM's default action ends the process at once.
+            try:
+                await super().shutdown(sockets=sockets)
+            finally:
+                remove_state()
+
     from localchat.app.server.logs import configure_logging
 
     config = uvicorn.Config(app, log_level=args.log_level,

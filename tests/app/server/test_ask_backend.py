@@ -263,6 +263,30 @@ def test_localchat_serve_killed_mid_reply(env, tmp_path):
             serve.wait(30)
 
 
+def test_serve_stopped_by_sigterm_removes_its_state_file(env):
+    """SIGTERM (what service managers send) stops ``localchat serve`` and removes its state
+    file, as Ctrl+C does: no stale ``server.json`` is left for the next ``ask`` to check."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
+         "--max-model-len", "256"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env=env)
+    try:
+        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
+        deadline = time.monotonic() + 240
+        while not state_file.exists():
+            assert serve.poll() is None, serve.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+    assert serve.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    assert not state_file.exists()
+
+
 def test_chat_jsonl_against_an_endpoint_keeps_the_history_client_side(env):
     app, seen = fake_openai()
     server = ServerThread(app).start()
