@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check (fits in about 8 minutes on an H200; needs no download, no install:
+# One prepared GPU check (stage limits 9 minutes in all on an H200; needs no download, no install:
 # torch + Triton only; textual, gguf and platformdirs stay out of its import path):
 #   0. scripts/gpu_stage0.py: versions, SM count, L2 size, and a batch-1 eager decode step
 #      under torch.cuda.set_sync_debug_mode("error") (stage0.json);
@@ -9,9 +9,10 @@
 #   2. scripts/bench_kernels.py: copy bandwidth (the practical peak), paged decode attention,
 #      int8/int4 GEMV bandwidth (split-K and single pass) and the other ops, each checked
 #      against its reference before timing (kernels.*);
-#   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s at batch 1 and 16 of a random-weight
-#      Llama-3.1-8B-shaped model at bf16, int8 and int4 (CUDA graphs), as % of the copy peak;
-#      prefix-cached TTFT and the cost of a speculative verification step (e2e.*);
+#   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s and host ms per step at batch 1 and 16
+#      of a random-weight Llama-3.1-8B-shaped model at bf16, fp8, int8 and int4 (CUDA graphs),
+#      as % of the copy peak; prefix-cached TTFT and the cost of a speculative verification
+#      step (e2e.*, rewritten after each weight format);
 #   4. a Markdown summary (gpu_check.md, gpu_check.json).
 # Each stage writes its results as soon as it ends, so a run cut short keeps what it finished.
 # Writes to the directory given as $1, else $OUT, else ./gpu_check_out: seven files at most
@@ -129,7 +130,7 @@ summarize >/dev/null
 stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$PARTS" \
     "${KERNEL_ARGS[@]}"
 summarize >/dev/null
-stage e2e 150 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$PARTS" "${E2E_ARGS[@]}"
+stage e2e 170 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$PARTS" "${E2E_ARGS[@]}"
 summarize
 rm -rf "$PARTS"
 FAILED=0
