@@ -4,9 +4,9 @@ Issue 15's host-work defect: on CUDA the sampler's per-row settings (temperature
 top-p, min-p, the greedy mask, the penalties and their token counts) went to the device as
 ``torch.tensor(list, device=...)``: a pageable copy and a stream sync each, several per sampled
 step. Here decode steps of greedy, seeded top-p, unseeded top-k + min-p and penalized requests
-run on CPU under ``HostSyncGuard(blocking_copies=True)`` (the kernels and the step's packed staging copy
-paused: their host work is by design): the only event allowed is the sampled tokens'
-``.tolist()``. The guard itself is checked to catch what it claims to catch.
+run on CPU under ``HostSyncGuard(blocking_copies=True)`` (the kernels and the step's packed
+staging copy paused: their host work is by design): the only event allowed is the sampled
+tokens' ``.tolist()``. The guard itself is checked to catch what it claims to catch.
 """
 
 from __future__ import annotations
