@@ -85,3 +85,32 @@ def test_the_guard_catches_what_it_claims():
         torch.tensor([1.0]).to(torch.float64)  # a dtype cast: passes
         x.tolist()
     assert blocking.events == ["tensor", "to", "to", "tolist"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_verify_reads_the_device_once_per_request(temperature):
+    """``RejectionSampler.verify`` (greedy or sampled): one read of the accepted count and
+    the next token, the drafts staged without a blocking copy; the emitted tokens equal
+    ``rejection_sample`` called directly with the same RNG state."""
+    from localchat.engine.sampler import sampling_probs
+    from localchat.engine.spec_decode.rejection_sampler import RejectionSampler, rejection_sample
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 32, generator=gen) * 2
+    drafts = [5, 9, 2]
+    params = SamplingParams(temperature=temperature, top_p=0.95, max_tokens=8)
+    req = Request("r", [1, 2], params)
+    q = None if temperature == 0 else torch.softmax(torch.randn(3, 32, generator=gen), -1)
+    guard = HostSyncGuard(strict=False, blocking_copies=True)
+    with guard:
+        got = RejectionSampler().verify(logits, drafts, q, req, torch.Generator().manual_seed(7))
+    assert guard.events == ["tolist"]
+    if temperature == 0:
+        target = logits.argmax(-1).tolist()
+        n = next((i for i, d in enumerate(drafts) if d != target[i]), len(drafts))
+        assert got == drafts[:n] + [target[n]]
+    else:
+        probs = sampling_probs(logits, [params] * 4)
+        n, nxt = rejection_sample(probs[None], q[None], torch.tensor([drafts]),
+                                  torch.Generator().manual_seed(7))
+        assert got == drafts[: int(n[0])] + [int(nxt[0])]
