@@ -86,8 +86,8 @@ def token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> tor
     flat = [t for r in rows for t in r]
     if not flat:
         return torch.zeros(n, vocab, dtype=torch.int64, device=device)
-    lengths = _row_values([len(r) for r in rows], torch.int64, device)
-    ids = _row_values(flat, torch.int64, device)
+    lengths = row_values([len(r) for r in rows], torch.int64, device)
+    ids = row_values(flat, torch.int64, device)
     # output_size given: repeat_interleave would otherwise read the lengths' sum back
     row_idx = torch.repeat_interleave(torch.arange(n, device=device), lengths,
                                       output_size=len(flat))
@@ -115,7 +115,7 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
         rows = [list(p) + list(o) if sp.uses_repetition_penalty else []
                 for sp, p, o in zip(params, prompt, output)]
         seen = token_counts(rows, vocab, device) > 0
-        penalty = _row_values([p.repetition_penalty for p in params], logits.dtype,
+        penalty = row_values([p.repetition_penalty for p in params], logits.dtype,
                               device)[:, None].expand_as(logits)
         penalized = torch.where(out > 0, out / penalty, out * penalty)
         out = torch.where(seen, penalized, out).clamp(max=torch.finfo(logits.dtype).max)
@@ -124,9 +124,9 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
         rows = [list(o) if sp.uses_output_penalty else []
                 for sp, o in zip(params, output)]
         counts = token_counts(rows, vocab, device)
-        presence = _row_values([p.presence_penalty for p in params], logits.dtype,
+        presence = row_values([p.presence_penalty for p in params], logits.dtype,
                                device)[:, None]
-        frequency = _row_values([p.frequency_penalty for p in params], logits.dtype,
+        frequency = row_values([p.frequency_penalty for p in params], logits.dtype,
                                 device)[:, None]
         out = out - (presence * (counts > 0).to(logits.dtype)
                      + frequency * counts.to(logits.dtype))
@@ -241,7 +241,7 @@ def exponential_race(probs: torch.Tensor,
     return (probs / noise).argmax(dim=-1)
 
 
-def _row_values(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def row_values(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``values`` (one per row) as a ``[n]`` ``dtype`` tensor on ``device`` without a sync:
     built on the host (pinned when ``device`` is CUDA, from PyTorch's caching host
     allocator, which keeps the block until the copy is done) and sent with
@@ -258,7 +258,7 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     The speculative decoder's draft and target distributions come from here too, so they
     match what plain sampling would draw from."""
     device = logits.device
-    temps = _row_values([p.temperature if not p.greedy else 1.0 for p in params],
+    temps = row_values([p.temperature if not p.greedy else 1.0 for p in params],
                         torch.float32, device)
     # Subtract the row max before dividing: the top logit becomes exactly 0 and the rest
     # go to (at worst) -inf, so any temperature > 0, however tiny, stays NaN-free and a
@@ -267,11 +267,11 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     tiny = torch.finfo(torch.float32).tiny
     scaled = shifted / temps.clamp_min(tiny)[:, None]
     if any(p.top_k > 0 or p.top_p < 1 for p in params):  # decided on the host: no sync
-        top_k = _row_values([p.top_k for p in params], torch.int64, device)
-        top_p = _row_values([p.top_p for p in params], torch.float32, device)
+        top_k = row_values([p.top_k for p in params], torch.int64, device)
+        top_p = row_values([p.top_p for p in params], torch.float32, device)
         scaled = _filter_top_k_top_p(scaled, top_k, top_p)
     if any(p.min_p > 0.0 and not p.greedy for p in params):
-        min_p = _row_values([0.0 if p.greedy else p.min_p for p in params], torch.float32,
+        min_p = row_values([0.0 if p.greedy else p.min_p for p in params], torch.float32,
                             device)
         scaled = _filter_min_p(scaled, min_p)
     return scaled.softmax(dim=-1)
@@ -310,5 +310,5 @@ class Sampler:
                                    list(gens) if any(g is not None for g in gens) else None)
         if not any(p.greedy for p in params):
             return sampled
-        is_greedy = _row_values([p.greedy for p in params], torch.bool, device)
+        is_greedy = row_values([p.greedy for p in params], torch.bool, device)
         return torch.where(is_greedy, greedy_tokens, sampled)

@@ -19,9 +19,9 @@ import torch
 
 from ..request import Request
 from ..sampler import (
-    _row_values,
     apply_penalties_after_drafts,
     exponential_race,
+    row_values,
     sampling_probs,
 )
 
@@ -89,7 +89,7 @@ class RejectionSampler:
                 accepted += 1
             return draft_token_ids[:accepted] + [target[accepted]]
         probs = sampling_probs(logits, [params] * (k + 1))
-        ids = _row_values(draft_token_ids, torch.int64, probs.device)[None]
+        ids = row_values(draft_token_ids, torch.int64, probs.device)[None]
         q = draft_probs[None].to(probs.device, non_blocking=True)  # already there on CUDA
         n, nxt = rejection_sample(probs[None], q, ids, generator)
         a, token = torch.stack([n[0], nxt[0]]).tolist()  # this request's one device read
