@@ -83,12 +83,14 @@ def token_counts(rows: list[list[int]], vocab: int, device: torch.device) -> tor
     ``[0, vocab)`` are ignored.
     """
     n = len(rows)
-    lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
     flat = [t for r in rows for t in r]
     if not flat:
         return torch.zeros(n, vocab, dtype=torch.int64, device=device)
-    ids = torch.tensor(flat, dtype=torch.int64, device=device)
-    row_idx = torch.repeat_interleave(torch.arange(n, device=device), lengths.to(device))
+    lengths = row_values([len(r) for r in rows], torch.int64, device)
+    ids = row_values(flat, torch.int64, device)
+    # output_size given: repeat_interleave would otherwise read the lengths' sum back
+    row_idx = torch.repeat_interleave(torch.arange(n, device=device), lengths,
+                                      output_size=len(flat))
     flat_idx = row_idx * vocab + ids
     # An id outside the logits' vocab (a tokenizer-only added token) has no logit to penalize;
     # without this filter it would land in the next row.
@@ -113,8 +115,8 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
         rows = [list(p) + list(o) if sp.uses_repetition_penalty else []
                 for sp, p, o in zip(params, prompt, output)]
         seen = token_counts(rows, vocab, device) > 0
-        penalty = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype,
-                               device=device)[:, None].expand_as(logits)
+        penalty = row_values([p.repetition_penalty for p in params], logits.dtype,
+                              device)[:, None].expand_as(logits)
         penalized = torch.where(out > 0, out / penalty, out * penalty)
         out = torch.where(seen, penalized, out).clamp(max=torch.finfo(logits.dtype).max)
     if metadata.any_output_penalty:
@@ -122,10 +124,10 @@ def apply_penalties(logits: torch.Tensor, metadata: SamplingMetadata) -> torch.T
         rows = [list(o) if sp.uses_output_penalty else []
                 for sp, o in zip(params, output)]
         counts = token_counts(rows, vocab, device)
-        presence = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype,
-                                device=device)[:, None]
-        frequency = torch.tensor([p.frequency_penalty for p in params], dtype=logits.dtype,
-                                 device=device)[:, None]
+        presence = row_values([p.presence_penalty for p in params], logits.dtype,
+                               device)[:, None]
+        frequency = row_values([p.frequency_penalty for p in params], logits.dtype,
+                                device)[:, None]
         out = out - (presence * (counts > 0).to(logits.dtype)
                      + frequency * counts.to(logits.dtype))
     return out
@@ -239,6 +241,16 @@ def exponential_race(probs: torch.Tensor,
     return (probs / noise).argmax(dim=-1)
 
 
+def row_values(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` (one per row) as a ``[n]`` ``dtype`` tensor on ``device`` without a sync:
+    built on the host (pinned when ``device`` is CUDA, from PyTorch's caching host
+    allocator, which keeps the block until the copy is done) and sent with
+    ``non_blocking=True``. ``torch.tensor(values, device=cuda)`` would be a pageable copy and
+    a stream sync per call."""
+    host = torch.tensor(values, dtype=dtype, pin_memory=device.type == "cuda")
+    return host.to(device, non_blocking=True)
+
+
 def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """The distribution each row samples from: ``logits [n, vocab]`` fp32 (already
     penalized) -> ``probs [n, vocab]`` fp32 after temperature, top-k, top-p and min-p (steps
@@ -246,9 +258,8 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     The speculative decoder's draft and target distributions come from here too, so they
     match what plain sampling would draw from."""
     device = logits.device
-    temps = torch.tensor(
-        [p.temperature if not p.greedy else 1.0 for p in params], device=device
-    )
+    temps = row_values([p.temperature if not p.greedy else 1.0 for p in params],
+                        torch.float32, device)
     # Subtract the row max before dividing: the top logit becomes exactly 0 and the rest
     # go to (at worst) -inf, so any temperature > 0, however tiny, stays NaN-free and a
     # tiny one concentrates all mass on the argmax (no clamp that would flatten gaps).
@@ -256,12 +267,12 @@ def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     tiny = torch.finfo(torch.float32).tiny
     scaled = shifted / temps.clamp_min(tiny)[:, None]
     if any(p.top_k > 0 or p.top_p < 1 for p in params):  # decided on the host: no sync
-        top_k = torch.tensor([p.top_k for p in params], device=device, dtype=torch.int64)
-        top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
+        top_k = row_values([p.top_k for p in params], torch.int64, device)
+        top_p = row_values([p.top_p for p in params], torch.float32, device)
         scaled = _filter_top_k_top_p(scaled, top_k, top_p)
     if any(p.min_p > 0.0 and not p.greedy for p in params):
-        min_p = torch.tensor([0.0 if p.greedy else p.min_p for p in params],
-                             device=device, dtype=torch.float32)
+        min_p = row_values([0.0 if p.greedy else p.min_p for p in params], torch.float32,
+                            device)
         scaled = _filter_min_p(scaled, min_p)
     return scaled.softmax(dim=-1)
 
@@ -299,5 +310,5 @@ class Sampler:
                                    list(gens) if any(g is not None for g in gens) else None)
         if not any(p.greedy for p in params):
             return sampled
-        is_greedy = torch.tensor([p.greedy for p in params], device=device)
+        is_greedy = row_values([p.greedy for p in params], torch.bool, device)
         return torch.where(is_greedy, greedy_tokens, sampled)

@@ -13,7 +13,14 @@ the FLOPs it must do:
 - ``rms_norm`` (read + write), ``fused_add_rms_norm`` (2 reads + 2 writes), ``apply_rope``
   (q and k read + written).
 - ``int8_matmul`` / ``int4_matmul`` at M = 1 (GEMV: the packed weight + scales/zeros read
-  once) and M = 512 (TFLOP/s), against ``F.linear`` on the bf16 weight.
+  once) and M = 512 (TFLOP/s), against ``F.linear`` on the bf16 weight and, on a GPU with
+  fp8 (sm_89+), the engine's fp8 linear (``torch._scaled_mm``, row-wise scales).
+- Baseline beside ``paged_attention_decode``: ``F.scaled_dot_product_attention`` over the same
+  K/V gathered into contiguous tensors (checked against the reference like the kernels).
+
+Not done yet (GPU-only, unproven here): timing inside a CUDA graph and weight buffers rotated
+past the L2 (60 MB on an H200; a 4096 x 4096 int4 weight is 8 MB and stays in it between
+calls, so the GEMV figures of the int4/int8 rows at this shape read partly from L2).
 
 On CPU, when the C++ kernels build, each of ``store_kv_cache``, ``paged_attention_decode``,
 ``rms_norm``, ``fused_add_rms_norm``, ``apply_rope`` and ``silu_and_mul`` is timed as ``c++``
@@ -132,9 +139,14 @@ def cases(device, dtype, quick: bool):
         q = torch.randn(num_seqs, HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
         sl = torch.full((num_seqs,), seq_len, device=device)
         kv_bytes = 2 * num_seqs * seq_len * KV_HEADS * HEAD_DIM * el
-        yield "paged_attention_decode", f"{num_seqs} x {seq_len} tokens", \
-            both("paged_attention_decode", lambda m, q=q, kc=kc, vc=vc, bt=bt, sl=sl:
-                 m.paged_attention_decode(q, kc, vc, bt, sl, HEAD_DIM ** -0.5)), \
+        # baseline: SDPA over the same K/V gathered into contiguous [seqs, kv heads, len, d]
+        kg, vg = (c[bt].reshape(num_seqs, -1, KV_HEADS, HEAD_DIM)[:, :seq_len]
+                  .transpose(1, 2).contiguous() for c in (kc, vc))
+        impls = both("paged_attention_decode", lambda m, q=q, kc=kc, vc=vc, bt=bt, sl=sl:
+                     m.paged_attention_decode(q, kc, vc, bt, sl, HEAD_DIM ** -0.5))
+        impls["sdpa contiguous KV"] = lambda q=q, kg=kg, vg=vg: F.scaled_dot_product_attention(
+            q[:, :, None], kg, vg, enable_gqa=True)[:, :, 0]
+        yield "paged_attention_decode", f"{num_seqs} x {seq_len} tokens", impls, \
             kv_bytes + 2 * q.numel() * el, None
 
     for ctx, q_len in ([(0, 512)] if quick or device.type == "cpu" else
@@ -181,6 +193,11 @@ def cases(device, dtype, quick: bool):
     s4 = (torch.rand(n_out, k_in // group, generator=gen) * 1e-3).to(device)
     m4 = -8.0 * s4  # mins: w = q * scale + min
     s8g = (torch.rand(n_out, k_in // 32, generator=gen) * 1e-3).to(device)  # Q8_0-like G=32
+    from localchat.engine.quant.fp8 import fp8_linear, quantize_fp8
+    from localchat.engine.quant.schemes import fp8_supported
+
+    fp8 = fp8_supported(device)
+    qf8, sf8 = quantize_fp8(w16.float()) if fp8 else (None, None)
     for m_rows in ((1,) if device.type == "cpu" and quick else (1, 512)):
         x = torch.randn(m_rows, k_in, generator=gen).to(dtype).to(device)
         gemv = m_rows == 1
@@ -189,6 +206,10 @@ def cases(device, dtype, quick: bool):
         yield "linear (float weight)", f"{m_rows} x {k_in} -> {n_out}", \
             {"torch": lambda x=x: F.linear(x, w16)}, \
             (n_out * k_in * el + act) if gemv else None, flops
+        if fp8:  # baseline: the engine's fp8 path, torch._scaled_mm with row-wise scales
+            yield "linear (fp8 _scaled_mm)", f"{m_rows} x {k_in} -> {n_out}", \
+                {"torch": lambda x=x: fp8_linear(x, qf8, sf8)}, \
+                (n_out * k_in + 4 * n_out + act) if gemv else None, flops
         # GEMV rows also time the single-pass variant (split_k=1) against split-K
         def single(impls, name, call, gemv=gemv):
             if gemv and name in tri:

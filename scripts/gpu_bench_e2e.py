@@ -3,7 +3,7 @@
 The model is ``localchat.engine.models.llama.LlamaForCausalLM`` built from a ``ModelConfig``
 with Llama-3.1-8B's shapes (32 layers, hidden 4096, 32/8 heads, MLP 14336, vocab 128256,
 llama3 RoPE scaling), random weights, on the engine's own kernels (Triton on CUDA) and decode
-CUDA graphs (``engine.cuda_graphs.CudaGraphRunner``). For each weight format (bf16, int8, int4:
+CUDA graphs (``engine.cuda_graphs.CudaGraphRunner``). For each weight format (bf16, fp8, int8, int4:
 the decoder projections get ``engine.quant`` linear methods holding random packed weights) it
 measures decode tokens/s at each batch size over a ``--context``-token cached prefix, and the
 achieved memory bandwidth, (weight bytes + KV bytes read) per step x steps/s, as a percentage
@@ -36,6 +36,7 @@ from localchat.engine.memory.footprint import kv_bytes
 from localchat.engine.models.llama import LlamaForCausalLM
 from localchat.engine.quant import QuantScheme
 from localchat.engine.quant.methods import make_linear_method
+from localchat.engine.quant.schemes import fp8_supported
 
 BLOCK = 16
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -94,6 +95,10 @@ def quantize_random(model: LlamaForCausalLM, scheme: QuantScheme, device) -> Non
             m.qweight.copy_(torch.randint(-127, 128, m.qweight.shape, generator=gen,
                                           device=device, dtype=torch.int8))
             m.scales.fill_(0.02 / 64)
+        elif scheme is QuantScheme.FP8:  # e4m3 values of a unit normal, scale 0.02
+            m.qweight.copy_(torch.randn(m.qweight.shape, generator=gen, device=device)
+                            .to(torch.float8_e4m3fn))
+            m.scales.fill_(0.02)
         else:
             m.qweight.copy_(torch.randint(0, 256, m.qweight.shape, generator=gen,
                                           device=device, dtype=torch.uint8))
@@ -160,8 +165,11 @@ class Decoder:
             query_start_loc=t(list(range(bs + 1))), max_query_len=1)
 
     @torch.inference_mode()
-    def decode(self, bs: int, runner: CudaGraphRunner | None) -> float:
-        """Seconds for ``steps`` greedy decode steps of ``bs`` sequences (metadata prebuilt)."""
+    def decode(self, bs: int, runner: CudaGraphRunner | None) -> tuple[float, float]:
+        """``(seconds, host seconds)`` for ``steps`` greedy decode steps of ``bs`` sequences
+        (metadata prebuilt; the tokens stay on the device): the wall time to the last
+        step's end, and the time the host took to issue the steps (the loop before the final
+        sync: where it is close to the wall time, the host is the bottleneck)."""
         metas = [self.step_meta(bs, self.context + s) for s in range(self.steps)]
         positions = [torch.full((bs,), self.context + s, dtype=torch.int64, device=self.device)
                      for s in range(self.steps)]
@@ -180,8 +188,9 @@ class Decoder:
         t0 = time.perf_counter()
         for s in range(self.steps):
             ids = one(s, ids)
+        host = time.perf_counter() - t0
         sync(self.device)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, host
 
     @torch.inference_mode()
     def prefill_time(self, ctx: int, q_len: int, repeats: int = 3) -> float:
@@ -215,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="scaled-down model (script check)")
-    ap.add_argument("--schemes", default="bf16,int8,int4")
+    ap.add_argument("--schemes", default="bf16,fp8,int8,int4",
+                    help="fp8 is skipped on a GPU below compute capability 8.9 (on CPU it "
+                         "runs the dequantizing fallback, to check the script)")
     ap.add_argument("--batch-sizes", default="1,16")
     ap.add_argument("--context", type=int, default=512, help="cached tokens per sequence")
     ap.add_argument("--steps", type=int, default=64, help="timed decode steps")
@@ -240,9 +251,42 @@ def main(argv: list[str] | None = None) -> int:
                   args.max_model_len)
     rows: list[dict] = []
     extra: dict[str, object] = {}
+
+    def write(final: bool) -> None:
+        """(Re)write e2e.json/.md from the rows so far: a stage cut short keeps the formats
+        it finished."""
+        md = [("| weights | batch | CUDA graphs | tok/s | ms/step | host ms/step | weight GB "
+               "| GB/s | % of copy peak |"), "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            md.append(f"| {r['weights']} | {r['batch']} | {'yes' if r['graphs'] else 'no'} | "
+                      f"{r['tok_per_s']:.1f} | {r['ms_per_step']:.2f} | "
+                      f"{r['host_ms_per_step']:.2f} | {r['weight_GB']:.2f} | "
+                      f"{r['GB_per_s']:.0f} | {r['pct_of_copy_peak']:.0f} |")
+        md.append("")
+        md.append(f"Copy peak {peak / 1e9:.0f} GB/s. " + (
+            f"TTFT ({extra['ttft_prompt_tokens']} tokens): cold {extra['ttft_cold_ms']:.1f} "
+            f"ms, "
+            f"64-token turn over a cached prefix {extra['ttft_prefix_cached_ms']:.1f} ms. "
+            f"Speculative verification (k=4) costs {extra['verify_k4_over_decode_step']:.2f} "
+            f"decode steps; speculative speedup: not available (random weights)."
+            if extra else ""))
+        result = {"device": name, "torch": torch.__version__, "copy_peak_GBps": peak / 1e9,
+                  "model": "tiny" if args.tiny else "Llama-3.1-8B shapes", "rows": rows,
+                  **extra}
+        if final:
+            print("\n".join(md))
+            print(json.dumps(result))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "e2e.json").write_text(json.dumps(result, indent=1))
+            (args.out / "e2e.md").write_text("\n".join(md) + "\n")
+
     for scheme_name in args.schemes.split(","):
-        scheme = {"bf16": QuantScheme.NONE, "int8": QuantScheme.INT8,
+        scheme = {"bf16": QuantScheme.NONE, "fp8": QuantScheme.FP8, "int8": QuantScheme.INT8,
                   "int4": QuantScheme.INT4}[scheme_name]
+        if scheme is QuantScheme.FP8 and device.type == "cuda" and not fp8_supported(device):
+            print("  fp8   skipped: needs compute capability 8.9+", flush=True)
+            continue
         if scheme is not QuantScheme.NONE:
             quantize_random(model, scheme, device)
         wbytes = weight_bytes_per_step(model)
@@ -254,18 +298,20 @@ def main(argv: list[str] | None = None) -> int:
         if scheme is QuantScheme.NONE:
             modes.append((batch_sizes[0], None))
         for bs, r in modes:
-            sec = dec.decode(bs, r)
+            sec, host_sec = dec.decode(bs, r)
             avg_len = args.context + args.steps / 2
             step_bytes = wbytes + bs * avg_len * dec.kv_bytes_per_token
             bw = step_bytes * args.steps / sec
             graphs = r is not None and r.use_graphs  # CPU: padded buffers, no graphs
             row = {"weights": scheme_name, "batch": bs, "graphs": graphs,
                    "tok_per_s": bs * args.steps / sec, "ms_per_step": 1e3 * sec / args.steps,
+                   "host_ms_per_step": 1e3 * host_sec / args.steps,
                    "weight_GB": wbytes / 1e9, "GB_per_s": bw / 1e9,
                    "pct_of_copy_peak": 100 * bw / peak, "capture_s": capture_s}
             rows.append(row)
             print(f"  {scheme_name:5s} batch {bs:3d} graphs {graphs!s:5s} "
                   f"{row['tok_per_s']:9.1f} tok/s {row['ms_per_step']:8.2f} ms/step "
+                  f"(host {row['host_ms_per_step']:.2f}) "
                   f"{row['GB_per_s']:8.1f} GB/s {row['pct_of_copy_peak']:5.1f}% of copy peak",
                   flush=True)
         if scheme is QuantScheme.NONE:
@@ -286,26 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{extra['verify_k4_over_decode_step']:.2f} graph decode steps (eager)",
                   flush=True)
         del runner
-    md = ["| weights | batch | CUDA graphs | tok/s | ms/step | weight GB | GB/s | % of copy peak |",
-          "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['weights']} | {r['batch']} | {'yes' if r['graphs'] else 'no'} | "
-                  f"{r['tok_per_s']:.1f} | {r['ms_per_step']:.2f} | {r['weight_GB']:.2f} | "
-                  f"{r['GB_per_s']:.0f} | {r['pct_of_copy_peak']:.0f} |")
-    md.append("")
-    md.append(f"Copy peak {peak / 1e9:.0f} GB/s. " + (
-        f"TTFT ({extra['ttft_prompt_tokens']} tokens): cold {extra['ttft_cold_ms']:.1f} ms, "
-        f"64-token turn over a cached prefix {extra['ttft_prefix_cached_ms']:.1f} ms. "
-        f"Speculative verification (k=4) costs {extra['verify_k4_over_decode_step']:.2f} "
-        f"decode steps; speculative speedup: not available (random weights)." if extra else ""))
-    result = {"device": name, "torch": torch.__version__, "copy_peak_GBps": peak / 1e9,
-              "model": "tiny" if args.tiny else "Llama-3.1-8B shapes", "rows": rows, **extra}
-    print("\n".join(md))
-    print(json.dumps(result))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "e2e.json").write_text(json.dumps(result, indent=1))
-        (args.out / "e2e.md").write_text("\n".join(md) + "\n")
+        write(final=False)
+    write(final=True)
     return 0
 
 

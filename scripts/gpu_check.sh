@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check (fits in about 8 minutes on an H200; needs no download, no install:
+# One prepared GPU check (stage limits 9 minutes in all on an H200; needs no download, no install:
 # torch + Triton only; textual, gguf and platformdirs stay out of its import path):
 #   0. scripts/gpu_stage0.py: versions, SM count, L2 size, and a batch-1 eager decode step
 #      under torch.cuda.set_sync_debug_mode("error") (stage0.json);
@@ -9,13 +9,19 @@
 #   2. scripts/bench_kernels.py: copy bandwidth (the practical peak), paged decode attention,
 #      int8/int4 GEMV bandwidth (split-K and single pass) and the other ops, each checked
 #      against its reference before timing (kernels.*);
-#   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s at batch 1 and 16 of a random-weight
-#      Llama-3.1-8B-shaped model at bf16, int8 and int4 (CUDA graphs), as % of the copy peak;
-#      prefix-cached TTFT and the cost of a speculative verification step (e2e.*);
+#   3. scripts/gpu_bench_e2e.py: end-to-end decode tok/s and host ms per step at batch 1 and 16
+#      of a random-weight Llama-3.1-8B-shaped model at bf16, fp8, int8 and int4 (CUDA graphs),
+#      as % of the copy peak; prefix-cached TTFT and the cost of a speculative verification
+#      step (e2e.*, rewritten after each weight format);
 #   4. a Markdown summary (gpu_check.md, gpu_check.json).
 # Each stage writes its results as soon as it ends, so a run cut short keeps what it finished.
-# Writes to the directory given as $1, else $OUT, else ./gpu_check_out. GPU_CHECK_DRY_RUN=1
-# runs tiny versions of the stages on a CPU (to check the script itself).
+# Writes to the directory given as $1, else $OUT, else ./gpu_check_out: seven files at most
+# (gpu_check.log/.md/.json, tests.txt, stage0.json, kernels.json, e2e.json: the device tool
+# brings back eight); each stage's Markdown part stays in a scratch folder and is folded into
+# gpu_check.md. The C++ CPU kernels are not built (CXX points nowhere): the CPU side of every
+# comparison runs the PyTorch references, and the CPU-kernel tests are not in stage 1 (they
+# would compile for minutes and need platformdirs). Exits 1 when a stage failed.
+# GPU_CHECK_DRY_RUN=1 runs tiny versions of the stages on a CPU (to check the script itself).
 # Usage: bash scripts/gpu_check.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,10 +31,16 @@ OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 LOG="$OUT_DIR/gpu_check.log"
 PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
+PARTS="$(mktemp -d)"  # each stage's own outputs (json + md); the json is copied to OUT_DIR
 exec > >(tee "$LOG") 2>&1
+TEE_PID=$!
+# No C++ CPU kernels here: nothing to compile, no platformdirs needed for their build folder.
+export CXX=/nonexistent/c++
 
 DEVICE=cuda
-TESTS=(tests/kernels tests/engine/test_cuda_graphs.py tests/engine/test_cuda_defects.py)
+TESTS=(tests/kernels/test_triton_*.py tests/kernels/test_quant_matmul.py
+       tests/kernels/test_reference.py tests/engine/test_cuda_graphs.py
+       tests/engine/test_cuda_defects.py)
 for t in tests/engine/quant/test_quant_maths.py tests/engine/test_quant_maths.py; do
     [ -f "$t" ] && TESTS+=("$t") && break
 done
@@ -73,12 +85,15 @@ summarize() {  # (re)write gpu_check.json/.md from what the stages wrote so far
     local STATUS_JSON="{"
     for k in stage0 tests kernels e2e; do STATUS_JSON+="\"$k\": \"${STATUS[$k]:-not run}\", "; done
     STATUS_JSON="${STATUS_JSON%, }}"
-    "$PY" - "$OUT_DIR" "$STATUS_JSON" <<'PYEOF'
+    for f in stage0.json kernels.json e2e.json; do
+        [ -f "$PARTS/$f" ] && cp "$PARTS/$f" "$OUT_DIR/$f"
+    done
+    "$PY" - "$OUT_DIR" "$PARTS" "$STATUS_JSON" <<'PYEOF'
 import json, sys
 from pathlib import Path
-out, status = Path(sys.argv[1]), json.loads(sys.argv[2])
+out, parts, status = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 def read(name):
-    p = out / name
+    p = out / name if (out / name).exists() else parts / name
     return p.read_text() if p.exists() else None
 tests_txt = read("tests.txt") or ""
 summary = next((ln for ln in reversed(tests_txt.splitlines()) if " passed" in ln
@@ -101,7 +116,7 @@ print("\n".join(md))
 PYEOF
 }
 
-stage stage0 90 "$PY" scripts/gpu_stage0.py --device "$DEVICE" --out "$OUT_DIR" \
+stage stage0 90 "$PY" scripts/gpu_stage0.py --device "$DEVICE" --out "$PARTS" \
     "${STAGE0_ARGS[@]}"
 summarize >/dev/null
 
@@ -112,8 +127,17 @@ stage tests 180 bash -c 'set -o pipefail; "$0" -m pytest "${@}" -q -o addopts=""
     -p no:cacheprovider -W ignore::pytest.PytestConfigWarning 2>&1 | tee "$OUT_DIR/tests.txt"' \
     "$PY" "${TESTS[@]}" "${XDIST[@]}"
 summarize >/dev/null
-stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$OUT_DIR" \
+stage kernels 100 "$PY" scripts/bench_kernels.py --device "$DEVICE" --out "$PARTS" \
     "${KERNEL_ARGS[@]}"
 summarize >/dev/null
-stage e2e 150 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$OUT_DIR" "${E2E_ARGS[@]}"
+stage e2e 170 "$PY" scripts/gpu_bench_e2e.py --device "$DEVICE" --out "$PARTS" "${E2E_ARGS[@]}"
 summarize
+rm -rf "$PARTS"
+FAILED=0
+for k in stage0 tests kernels e2e; do
+    case "${STATUS[$k]:-}" in "rc=0 "*) ;; *) FAILED=1 ;; esac
+done
+echo "gpu_check: $([ $FAILED = 0 ] && echo 'every stage passed' || echo 'a stage failed') ($OUT_DIR)"
+exec >&- 2>&-  # let tee write the log's last lines before the files are collected
+wait "$TEE_PID" 2>/dev/null
+exit $FAILED

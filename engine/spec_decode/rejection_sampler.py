@@ -18,7 +18,12 @@ from __future__ import annotations
 import torch
 
 from ..request import Request
-from ..sampler import apply_penalties_after_drafts, exponential_race, sampling_probs
+from ..sampler import (
+    apply_penalties_after_drafts,
+    exponential_race,
+    row_values,
+    sampling_probs,
+)
 
 
 def _categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -84,8 +89,8 @@ class RejectionSampler:
                 accepted += 1
             return draft_token_ids[:accepted] + [target[accepted]]
         probs = sampling_probs(logits, [params] * (k + 1))
-        ids = torch.tensor([draft_token_ids], dtype=torch.int64, device=probs.device)
-        n, nxt = rejection_sample(probs[None], draft_probs[None].to(probs.device), ids,
-                                  generator)
-        a = int(n[0])
-        return draft_token_ids[:a] + [int(nxt[0])]
+        ids = row_values(draft_token_ids, torch.int64, probs.device)[None]
+        q = draft_probs[None].to(probs.device, non_blocking=True)  # already there on CUDA
+        n, nxt = rejection_sample(probs[None], q, ids, generator)
+        a, token = torch.stack([n[0], nxt[0]]).tolist()  # this request's one device read
+        return draft_token_ids[:a] + [token]

@@ -5,7 +5,9 @@ On CPU every tensor is a host tensor, so the guard judges the *operation*: ``.it
 ``.tolist()``, ``bool()``/``int()``/``float()``/``__index__`` of a tensor, ``.cpu()``,
 ``.numpy()``, ``torch.tensor``/``as_tensor``/``from_numpy`` (host data), a factory without an
 explicit ``device=`` (it lands on the host), and indexing with a Python list (a host index
-tensor). Inside ``localchat.kernels`` ops the guard can pause (``pause_in_kernels``): there the
+tensor). With ``blocking_copies=True`` only reads and host data sent to a device without
+``non_blocking`` count (for code that stages host values on purpose: the sampler's per-row
+settings). Inside ``localchat.kernels`` ops the guard can pause (``pause_in_kernels``): there the
 CPU stands in for the Triton launchers, which never read device values (their launch
 arguments are shapes and strides); the guard checks the engine code around them.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 from torch.overrides import TorchFunctionMode
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy"}
@@ -32,16 +35,34 @@ class HostSyncGuard(TorchFunctionMode):
     """Record offending ops in ``self.events`` (name strings); raise ``HostSyncError`` at the
     first one when ``strict``. ``paused`` (a counter) suspends the guard."""
 
-    def __init__(self, strict: bool = True, reads_only: bool = False) -> None:
+    def __init__(self, strict: bool = True, reads_only: bool = False,
+                 blocking_copies: bool = False) -> None:
         super().__init__()
         self.strict = strict
         self.reads_only = reads_only
+        self.blocking_copies = blocking_copies
         self.events: list[str] = []
         self.paused = 0
+
+    @staticmethod
+    def _blocking_copy(name: str, args, kwargs) -> bool:
+        """Host data sent to a device without ``non_blocking``: ``torch.tensor(data,
+        device=...)`` (a pageable copy plus a stream sync on CUDA) or ``t.to(device)`` /
+        ``t.cuda()`` with ``non_blocking`` false. Host tensors built first (pinned, no
+        ``device=``) and sent with ``non_blocking=True`` pass."""
+        if name in HOST_DATA:
+            return kwargs.get("device") is not None
+        if name in ("to", "cuda"):
+            target = name == "cuda" or kwargs.get("device") is not None or any(
+                isinstance(a, (torch.device, str)) for a in args[1:])
+            return target and not kwargs.get("non_blocking", False)
+        return False
 
     def _offends(self, name: str, args, kwargs) -> bool:
         if name in READS:
             return True
+        if self.blocking_copies:
+            return self._blocking_copy(name, args, kwargs)
         if self.reads_only:
             return False
         if name in HOST_DATA:

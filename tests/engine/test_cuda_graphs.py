@@ -266,6 +266,25 @@ def test_capture_and_replay_are_free_of_host_syncs(fake_cuda_graphs):
     assert len(captures) == 5 and guard.events == []
 
 
+def test_capture_check_fails_on_a_host_read(fake_cuda_graphs):
+    """The capture check can fail: a model that reads ``seq_lens`` on the host (what the
+    PyTorch reference attention does) is refused inside the captured region."""
+    from .host_sync_guard import HostSyncError
+
+    class Reading(LlamaForCausalLM):
+        def forward(self, input_ids, positions, kv_caches, attn_metadata):
+            int(attn_metadata.seq_lens.max())
+            return super().forward(input_ids, positions, kv_caches, attn_metadata)
+
+    model = _make_model(torch.device("cpu"))
+    model.__class__ = Reading
+    runner = CudaGraphRunner(model, _caches(torch.device("cpu")), MAX_BLOCKS, batch_sizes=(1,),
+                             device=torch.device("cpu"), use_graphs=True)
+    _FakeGraph.runner = runner
+    with pytest.raises(HostSyncError, match="__int__"):
+        runner.capture()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: real graphs at 8B shapes")
 @pytest.mark.parametrize("scheme", ["none", "fp8", "int8", "int4"])
 def test_graph_replay_equals_eager_at_8b_shapes(scheme):

@@ -66,6 +66,35 @@ def test_decode_matches_reference(num_heads, num_kv_heads, head_dim, block_size,
             _check_not_worse_than_reference(out, ref, exact)
 
 
+def test_decode_split_k_over_a_length_bucket_of_a_wide_table(device):
+    """The engine's call: a 4096-token block table (max_model_len) holding sequences of at
+    most 600 tokens, ``max_seq_len`` = their length bucket (1024), default split-K: the
+    partitions cover the bucket only and the result equals the reference (and the table-wide
+    call). The padding entries of the table point to a NaN block."""
+    from localchat.engine.attention_metadata import seq_len_bucket
+
+    seq_lens = [1, 17, 600]
+    st = PagedSetup(seq_lens, 8, 2, 64, 16, seed=5)
+    width = 4096 // 16
+    bt = torch.cat([st.block_tables, st.block_tables[:, -1:].expand(
+        -1, width - st.block_tables.shape[1])], dim=1).contiguous()
+    gen = torch.Generator().manual_seed(5)
+    query = torch.randn(len(seq_lens), 8, 64, generator=gen)
+    lens = torch.tensor(seq_lens)
+    ref = reference.paged_attention_decode(query, st.key_cache, st.value_cache, bt, lens,
+                                           0.125)
+    q, kc, vc, bt_d, sl = _on(device, query, st.key_cache, st.value_cache, bt, lens)
+    bucket = seq_len_bucket(max(seq_lens))
+    assert bucket == 1024
+    from localchat.kernels.triton_decode import partitioning
+
+    splits, partition = partitioning(len(seq_lens), 2, bucket, q.device)
+    assert splits > 1 and splits * partition >= bucket  # the split-K path, over the bucket
+    for bound in (bucket, None):
+        out = paged_attention_decode(q, kc, vc, bt_d, sl, 0.125, max_seq_len=bound)
+        assert_close(out, ref, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
