@@ -1,0 +1,503 @@
+"""Stage 3 of ``gpu_check.sh``: end-to-end decode through ``LLMEngine`` on random Llama-3.1-8B weights.
+
+The engine is built as ``engine_build.build_engine`` builds it, minus the file loading: the
+model is ``models.llama.LlamaForCausalLM`` with Llama-3.1-8B's shapes (all 32 layers, 16 GB at
+bf16; ``gpu_bench_e2e.model_config``), random weights (``gpu_bench_e2e.build_model``; fp8 /
+int8 / int4 replace the decoder projections' weights with random packed ones,
+``gpu_bench_e2e.quantize_random``), an offline tokenizer (a word-level ``tokenizers`` vocabulary
+of the model's 128256 ids, written to a temporary folder and read by
+``tokenizer_files.TokenizerFiles``: no download), and on CUDA the KV pool sized by
+``memory.kv_pools.plan_cuda_pools`` from ``torch.cuda.mem_get_info`` (the measured activation
+peak and the CUDA-graph pool included); the engine then captures its decode graphs. Prompts are
+token ids (``add_request``), greedy, ``ignore_eos``.
+
+For each weight format: decode tok/s at each batch size over ``--context``-token prompts
+(``--steps`` timed ``engine.step()`` calls after every request is decoding), the bandwidth it
+implies ((weight bytes + KV bytes read) per step x steps/s) as % of the device copy bandwidth
+measured in the same run, and per step: wall ms and the ms outside the model forward (host
+scheduling, input staging, sampling, detokenizing: step wall minus the forward's GPU time,
+CUDA events around ``ModelRunner._forward``). At bf16 also: TTFT of a cold 2048-token prompt vs
+a prompt sharing its first 1984 tokens (prefix cache hit, checked through
+``num_cached_tokens``), and the speculative verification cost: with a 1-layer random draft
+(k = 4, adaptive off) the target's ``execute_model`` time per step over a plain decode step's.
+Acceptance is meaningless with random weights and is not reported. Side by side: transformers'
+``LlamaForCausalLM`` built from a ``LlamaConfig`` (no download) holding the same weights (copied
+from the engine's model), ``generate`` greedy decode tok/s at batch 1 (a clear skip line when
+transformers is missing).
+
+Results are rewritten to ``engine.json`` / ``engine.md`` after every row. ``--tiny --device
+cpu`` runs a scaled-down model through the same code on CPU (the dry run and
+``tests/engine/test_gpu_engine_script.py``); its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bench_e2e import build_model, copy_peak, model_config, quantize_random  # noqa: E402
+from gpu_bench_e2e import weight_bytes_per_step  # noqa: E402
+
+from localchat.engine.config import (  # noqa: E402
+    CacheConfig,
+    EngineConfig,
+    ModelConfig,
+    QuantConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+)
+from localchat.engine.llm_engine import LLMEngine  # noqa: E402
+from localchat.engine.memory.footprint import kv_bytes  # noqa: E402
+from localchat.engine.quant import QuantScheme  # noqa: E402
+from localchat.engine.quant.schemes import fp8_supported  # noqa: E402
+from localchat.engine.sampling_params import SamplingParams  # noqa: E402
+from localchat.engine.tokenizer import Tokenizer  # noqa: E402
+from localchat.engine.tokenizer_files import TokenizerFiles  # noqa: E402
+
+SCHEMES = {"bf16": QuantScheme.NONE, "fp8": QuantScheme.FP8, "int8": QuantScheme.INT8,
+           "int4": QuantScheme.INT4}
+
+
+def offline_tokenizer(vocab_size: int, folder: Path) -> Tokenizer:
+    """A word-level tokenizer of ``vocab_size`` ids (``t0`` .. ``t{V-2}``, EOS ``</s>`` last),
+    saved to ``folder`` and read back with the ``tokenizers`` library alone."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, pre_tokenizers
+
+    vocab = {f"t{i}": i for i in range(vocab_size - 1)}
+    vocab["</s>"] = vocab_size - 1
+    backend = Backend(models.WordLevel(vocab, unk_token="t0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    backend.add_special_tokens(["</s>"])
+    folder.mkdir(parents=True, exist_ok=True)
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    return Tokenizer(TokenizerFiles(folder))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def engine_config(device, args, scheme_name: str, spec_k: int = 0) -> EngineConfig:
+    cache = CacheConfig() if device.type == "cuda" else CacheConfig(
+        kv_cache_memory_bytes=64 * 2**20)
+    return EngineConfig(
+        device=str(device), dtype=torch.bfloat16, cache=cache,
+        scheduler=SchedulerConfig(max_num_seqs=max(args.batch_list), max_model_len=args.max_model_len,
+                                  max_num_batched_tokens=2048),
+        quant=QuantConfig(scheme=scheme_name if scheme_name != "bf16" else "none"),
+        speculative=SpeculativeConfig(num_speculative_tokens=spec_k, adaptive=False)
+        if spec_k else SpeculativeConfig())
+
+
+def make_engine(model, cfg: ModelConfig, tok: Tokenizer, config: EngineConfig,
+                max_model_len: int, draft=None, draft_cfg: ModelConfig | None = None
+                ) -> tuple[LLMEngine, dict]:
+    """``build_engine``'s wiring for an in-memory model: on CUDA the KV pools from
+    ``plan_cuda_pools`` (free memory after the target's and the draft's weights, less measured
+    activations, graph pool and margin, split between the target's pool and the draft's); on
+    CPU ``plan_num_blocks`` under the config's byte budget. The draft (if any) is not attached:
+    ``spec_verify_cost`` attaches it."""
+    plan_info: dict = {}
+    if config.resolved_device().type == "cuda":
+        from localchat.engine.memory.kv_pools import plan_cuda_pools
+
+        free0 = torch.cuda.mem_get_info()[0]
+        config, plan = plan_cuda_pools(model, cfg, draft, draft_cfg, config, max_model_len)
+        plan_info = {"free_bytes_before_plan": free0, "num_blocks": config.cache.num_blocks,
+                     "plan": repr(plan)[:400]}
+    engine = LLMEngine(model, cfg, tok, config, max_model_len, model_name="random-llama")
+    plan_info["num_blocks"] = engine.num_blocks
+    plan_info["graphs"] = engine.runner.graphs is not None
+    return engine, plan_info
+
+
+class ForwardTimer:
+    """CUDA events around ``ModelRunner._forward`` (no sync added): the GPU ms of each step's
+    forward, read after the timed loop. On CPU, ``perf_counter`` around the call."""
+
+    def __init__(self, runner, device) -> None:
+        self.runner, self.device, self.events, self.cpu = runner, device, [], []
+        self._orig = runner._forward
+
+        def timed(*a, **k):
+            if device.type == "cuda":
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                out = self._orig(*a, **k)
+                e.record()
+                self.events.append((s, e))
+                return out
+            t0 = time.perf_counter()
+            out = self._orig(*a, **k)
+            self.cpu.append(time.perf_counter() - t0)
+            return out
+        runner._forward = timed
+
+    def reset(self) -> None:
+        self.events.clear()
+        self.cpu.clear()
+
+    def total_s(self) -> float:
+        sync(self.device)
+        if self.device.type == "cuda":
+            return sum(s.elapsed_time(e) for s, e in self.events) / 1e3
+        return sum(self.cpu)
+
+    def close(self) -> None:
+        self.runner._forward = self._orig
+
+
+def decode_run(engine: LLMEngine, bs: int, context: int, steps: int, vocab: int, seed: int
+               ) -> dict:
+    """``bs`` requests of ``context`` random prompt ids; once all decode, time ``steps``
+    ``engine.step()`` calls. Returns wall, forward-GPU and per-step figures."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = []
+    for _ in range(bs):
+        prompt = torch.randint(0, vocab - 1, (context,), generator=gen).tolist()
+        ids.append(engine.add_request(None, prompt, SamplingParams(
+            temperature=0.0, max_tokens=steps + 8, ignore_eos=True)))
+    while len(engine.scheduler.waiting) or any(
+            r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running):
+        engine.step()
+    for _ in range(3):  # warm-up decode steps
+        engine.step()
+    timer = ForwardTimer(engine.runner, engine.device)
+    try:
+        sync(engine.device)
+        per_step = []
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            s0 = time.perf_counter()
+            engine.step()
+            per_step.append(time.perf_counter() - s0)
+        sync(engine.device)
+        wall = time.perf_counter() - t0
+        fwd = timer.total_s()
+    finally:
+        timer.close()
+    running = len(engine.scheduler.running)
+    for rid in ids:
+        engine.abort_request(rid)
+    return {"wall_s": wall, "forward_s": fwd, "median_step_s": statistics.median(per_step),
+            "running": running}
+
+
+def ttft(engine: LLMEngine, prompt: list[int]) -> tuple[float, int]:
+    """Seconds from ``add_request`` to the first token of ``prompt``; its cached tokens."""
+    sync(engine.device)
+    t0 = time.perf_counter()
+    rid = engine.add_request(None, prompt, SamplingParams(temperature=0.0, max_tokens=1,
+                                                          ignore_eos=True))
+    while True:
+        outs = [o for o in engine.step() if o.request_id == rid]
+        if outs and outs[-1].new_token_ids:
+            sync(engine.device)
+            return time.perf_counter() - t0, outs[-1].num_cached_tokens
+
+
+def execute_time(engine: LLMEngine, steps: int) -> float:
+    """Median seconds of ``runner.execute_model`` (it ends in the step's one sync) over
+    ``steps`` steps of whatever is running."""
+    orig, times = engine.runner.execute_model, []
+
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        out = orig(*a, **k)
+        sync(engine.device)
+        times.append(time.perf_counter() - t0)
+        return out
+    engine.runner.execute_model = timed
+    try:
+        for _ in range(steps):
+            engine.step()
+    finally:
+        engine.runner.execute_model = orig
+    return statistics.median(times)
+
+
+def spec_verify_cost(engine: LLMEngine, cfg: ModelConfig, draft, dcfg: ModelConfig, args
+                     ) -> dict:
+    """Target ``execute_model`` ms per step with ``draft`` (planned with the engine's pools)
+    proposing k = 4 tokens, over the same without the draft, batch 1 over a ``--context``
+    prompt. The draft's KV pool is allocated here, as ``build_engine`` does after the engine."""
+    import dataclasses
+
+    from localchat.engine.spec_decode.speculator import Speculator
+
+    gen = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, cfg.vocab_size - 1, (args.context,), generator=gen).tolist()
+    sp = SamplingParams(temperature=0.0, max_tokens=4 * args.steps, ignore_eos=True)
+    rid = engine.add_request(None, prompt, sp)
+    while engine.scheduler.running and \
+            engine.scheduler.running[0].num_computed_tokens < len(prompt) or \
+            engine.scheduler.waiting:
+        engine.step()
+    engine.step()
+    plain = execute_time(engine, 8)
+    engine.abort_request(rid)
+    config = dataclasses.replace(engine.config, speculative=SpeculativeConfig(
+        draft_model="random-1-layer", num_speculative_tokens=4, adaptive=False))
+    engine.speculator = Speculator.build(
+        draft, dcfg, cfg, config, engine.num_blocks * config.cache.block_size,
+        engine.max_model_len)
+    try:
+        rid = engine.add_request(None, prompt, sp)
+        for _ in range(3):
+            engine.step()
+        verify = execute_time(engine, 8)
+        drafted = engine.get_stats().spec
+        engine.abort_request(rid)
+    finally:
+        engine.speculator = None
+    return {"decode_execute_ms": 1e3 * plain, "verify_k4_execute_ms": 1e3 * verify,
+            "verify_k4_over_decode_step": verify / plain, "spec_stats": repr(drafted)[:300],
+            "speculative_speedup": "not available (random weights: acceptance is meaningless)"}
+
+
+def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
+    """transformers' ``generate`` (greedy, batch 1, ``--steps`` new tokens after a
+    ``--context`` prompt) on a ``LlamaForCausalLM`` from a ``LlamaConfig`` holding ``model``'s
+    weights. Returns tok/s, or ``{"skipped": why}``."""
+    try:
+        import transformers
+        from transformers import LlamaConfig
+        from transformers import LlamaForCausalLM as HFLlama
+    except ImportError as err:
+        return {"skipped": f"transformers not importable here ({err})"}
+    hcfg = LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
+        max_position_embeddings=cfg.max_position_embeddings, rope_scaling=cfg.rope_scaling,
+        tie_word_embeddings=False, torch_dtype=torch.bfloat16)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            hf = HFLlama(hcfg)
+    finally:
+        torch.set_default_dtype(before)
+    q, kv = cfg.q_size, cfg.kv_size
+    sd = {}
+    for name, t in model.state_dict().items():
+        if "cos_sin_cache" in name:
+            continue
+        if "qkv_proj.weight" in name:
+            b = name.replace("qkv_proj.weight", "")
+            sd[b + "q_proj.weight"], sd[b + "k_proj.weight"], sd[b + "v_proj.weight"] = \
+                t.split([q, kv, kv])
+        elif "gate_up_proj.weight" in name:
+            b = name.replace("gate_up_proj.weight", "")
+            sd[b + "gate_proj.weight"], sd[b + "up_proj.weight"] = t.chunk(2)
+        else:
+            sd[name] = t
+    missing, unexpected = hf.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        return {"skipped": f"weight mapping failed: missing {missing[:3]}, "
+                           f"unexpected {unexpected[:3]}"}
+    hf = hf.eval()
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, cfg.vocab_size - 1, (1, args.context), generator=gen).to(device)
+    kw = dict(do_sample=False, min_new_tokens=args.steps, max_new_tokens=args.steps,
+              pad_token_id=0)
+    with torch.inference_mode():
+        hf.generate(prompt, **{**kw, "min_new_tokens": 4, "max_new_tokens": 4})  # warm-up
+        sync(device)
+        t0 = time.perf_counter()
+        hf.generate(prompt, **{**kw, "min_new_tokens": 1, "max_new_tokens": 1})
+        sync(device)
+        prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = hf.generate(prompt, **kw)
+        sync(device)
+        total = time.perf_counter() - t0
+    new = out.shape[1] - args.context
+    decode_s = max(total - prefill, 1e-9)
+    del hf
+    return {"transformers": transformers.__version__, "new_tokens": new,
+            "tok_per_s": (new - 1) / decode_s, "generate_s": total, "prefill_s": prefill}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="scaled-down model (script check)")
+    ap.add_argument("--layers", type=int, default=None, help="override the layer count")
+    ap.add_argument("--schemes", default="bf16,fp8,int8,int4")
+    ap.add_argument("--batch-sizes", default="1,16")
+    ap.add_argument("--context", type=int, default=512, help="prompt tokens per request")
+    ap.add_argument("--steps", type=int, default=64, help="timed engine steps")
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
+    ap.add_argument("--no-extras", action="store_true", help="skip TTFT and speculative rows")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_engine_e2e: error: CUDA is not available", file=sys.stderr)
+        return 2
+    args.batch_list = [int(b) for b in args.batch_sizes.split(",")]
+    cfg = model_config(args.tiny)
+    if args.layers:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, num_hidden_layers=args.layers)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"workload: LLMEngine on random {'tiny' if args.tiny else 'Llama-3.1-8B'} weights "
+          f"({cfg.num_hidden_layers} layers), {args.context}-token prompts, {args.steps} timed "
+          f"steps, batch {args.batch_list}, device {name}, torch {torch.__version__}", flush=True)
+    peak = copy_peak(device)
+    print(f"copy peak: {peak / 1e9:.1f} GB/s (read + write)", flush=True)
+    tmp = tempfile.TemporaryDirectory()
+    tok = offline_tokenizer(cfg.vocab_size, Path(tmp.name) / "tokenizer")
+    result: dict = {"device": name, "torch": torch.__version__, "copy_peak_GBps": peak / 1e9,
+                    "layers": cfg.num_hidden_layers, "rows": [], "plans": {}}
+
+    def write() -> None:
+        md = ["| weights | batch | tok/s | ms/step | ms/step outside the forward | weight GB "
+              "| GB/s | % of copy peak |", "|---|---|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            md.append(f"| {r['weights']} | {r['batch']} | {r['tok_per_s']:.1f} | "
+                      f"{r['ms_per_step']:.2f} | {r['non_forward_ms_per_step']:.2f} | "
+                      f"{r['weight_GB']:.2f} | {r['GB_per_s']:.0f} | "
+                      f"{r['pct_of_copy_peak']:.0f} |")
+        hf = result.get("hf_generate")
+        if hf:
+            md += ["", "transformers generate, batch 1: " + (
+                f"{hf['tok_per_s']:.1f} tok/s (transformers {hf['transformers']})"
+                if "tok_per_s" in hf else f"skipped: {hf['skipped']}")]
+            b1 = next((r for r in result["rows"] if r["weights"] == "bf16"
+                       and r["batch"] == 1), None)
+            if b1 and "tok_per_s" in hf:
+                md.append(f"engine bf16 batch 1 / transformers: "
+                          f"{b1['tok_per_s'] / hf['tok_per_s']:.2f}x")
+        for key in ("ttft", "speculative"):
+            if key in result:
+                md += ["", f"{key}: " + ", ".join(
+                    f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in result[key].items())]
+        md += ["", f"Copy peak {peak / 1e9:.0f} GB/s; {cfg.num_hidden_layers} layers."]
+        result["md"] = md
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "engine.json").write_text(json.dumps(result, indent=1, default=str))
+            (args.out / "engine.md").write_text("\n".join(md) + "\n")
+
+    model = build_model(cfg, torch.bfloat16, device, args.max_model_len)
+    failed = False
+    if args.no_hf:
+        result["hf_generate"] = {"skipped": "--no-hf"}
+    else:
+        try:
+            result["hf_generate"] = hf_generate(model, cfg, args, device)
+        except Exception as err:  # a transformers API change must not end the stage
+            result["hf_generate"] = {"skipped": f"failed: {type(err).__name__}: {err}"[:300]}
+        print(f"  transformers generate: {result['hf_generate']}", flush=True)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        write()
+
+    names = args.schemes.split(",")
+    unknown = [n for n in names if n not in SCHEMES]
+    if unknown:
+        print(f"gpu_engine_e2e: error: unknown weight format {unknown[0]!r}", file=sys.stderr)
+        return 2
+    # bf16 first: the quantized formats replace the float weights in place.
+    for scheme_name in sorted(set(names), key=list(SCHEMES).index):
+        scheme = SCHEMES[scheme_name]
+        if scheme is QuantScheme.FP8 and device.type == "cuda" and not fp8_supported(device):
+            print("  fp8   skipped: needs compute capability 8.9+", flush=True)
+            continue
+        if scheme is not QuantScheme.NONE:
+            quantize_random(model, scheme, device)
+        model.quant_scheme = scheme
+        wbytes = weight_bytes_per_step(model)
+        engine = draft = dcfg = None
+        extras = scheme is QuantScheme.NONE and not args.no_extras
+        try:
+            t0 = time.perf_counter()
+            if extras:  # a 1-layer random draft, loaded before the plan (build_engine's order)
+                import dataclasses
+
+                dcfg = dataclasses.replace(cfg, num_hidden_layers=1)
+                draft = build_model(dcfg, torch.bfloat16, device, args.max_model_len)
+            engine, plan = make_engine(model, cfg, tok, engine_config(device, args, scheme_name),
+                                       args.max_model_len, draft, dcfg)
+            plan["build_s"] = time.perf_counter() - t0
+            result["plans"][scheme_name] = plan
+            print(f"  {scheme_name}: engine built in {plan['build_s']:.1f} s, "
+                  f"{plan['num_blocks']} KV blocks, graphs {plan['graphs']}", flush=True)
+            for i, bs in enumerate(args.batch_list):
+                r = decode_run(engine, bs, args.context, args.steps, cfg.vocab_size, seed=i)
+                avg_len = args.context + args.steps / 2
+                step_bytes = wbytes + bs * avg_len * kv_bytes(cfg, 1, torch.bfloat16)
+                bw = step_bytes * args.steps / r["wall_s"]
+                row = {"weights": scheme_name, "batch": bs, "running": r["running"],
+                       "tok_per_s": bs * args.steps / r["wall_s"],
+                       "ms_per_step": 1e3 * r["wall_s"] / args.steps,
+                       "median_step_ms": 1e3 * r["median_step_s"],
+                       "forward_ms_per_step": 1e3 * r["forward_s"] / args.steps,
+                       "non_forward_ms_per_step": 1e3 * (r["wall_s"] - r["forward_s"])
+                       / args.steps,
+                       "weight_GB": wbytes / 1e9, "GB_per_s": bw / 1e9,
+                       "pct_of_copy_peak": 100 * bw / peak}
+                result["rows"].append(row)
+                print(f"  {scheme_name:5s} batch {bs:3d} ({r['running']} running) "
+                      f"{row['tok_per_s']:9.1f} tok/s {row['ms_per_step']:8.2f} ms/step "
+                      f"(outside the forward {row['non_forward_ms_per_step']:.2f}) "
+                      f"{row['GB_per_s']:8.1f} GB/s {row['pct_of_copy_peak']:5.1f}% of copy",
+                      flush=True)
+                write()
+            if extras:
+                gen = torch.Generator().manual_seed(5)
+                n = min(2048, engine.max_model_len - 8)
+                base = torch.randint(0, cfg.vocab_size - 1, (n,), generator=gen).tolist()
+                tail = torch.randint(0, cfg.vocab_size - 1, (64,), generator=gen).tolist()
+                cold, c0 = ttft(engine, base)
+                cached, c1 = ttft(engine, base[: n - 64] + tail)
+                result["ttft"] = {"prompt_tokens": n, "cold_ms": 1e3 * cold,
+                                  "prefix_cached_ms": 1e3 * cached, "cached_tokens": c1,
+                                  "speedup": cold / cached}
+                print(f"  TTFT {n} tokens: cold {1e3 * cold:.1f} ms ({c0} cached), "
+                      f"with {c1} cached {1e3 * cached:.1f} ms", flush=True)
+                write()
+                result["speculative"] = spec_verify_cost(engine, cfg, draft, dcfg, args)
+                print(f"  speculative: {result['speculative']}", flush=True)
+                write()
+        except Exception as err:  # record it, go on with the next format
+            failed = True
+            result.setdefault("errors", {})[scheme_name] = f"{type(err).__name__}: {err}"[:500]
+            print(f"  {scheme_name} FAILED: {type(err).__name__}: {err}", flush=True)
+            import traceback
+
+            traceback.print_exc()
+            write()
+        finally:
+            del engine, draft
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    write()
+    print("\n".join(result["md"]))
+    tmp.cleanup()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
