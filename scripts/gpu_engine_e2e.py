@@ -268,25 +268,23 @@ def spec_verify_cost(engine: LLMEngine, cfg: ModelConfig, draft, dcfg: ModelConf
             "speculative_speedup": "not available (random weights: acceptance is meaningless)"}
 
 
-def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
-    """transformers' ``generate`` (greedy, batch 1, ``--steps`` new tokens after a
-    ``--context`` prompt) on a ``LlamaForCausalLM`` from a ``LlamaConfig`` holding ``model``'s
-    weights. Returns tok/s, or ``{"skipped": why}``."""
-    try:
-        import transformers
-        from transformers import LlamaConfig
-        from transformers import LlamaForCausalLM as HFLlama
-    except ImportError as err:
-        return {"skipped": f"transformers not importable here ({err})"}
+def hf_llama_from(model, cfg: ModelConfig, device, dtype=torch.bfloat16):
+    """transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (no download) holding
+    ``model``'s weights (the fused ``qkv_proj`` / ``gate_up_proj`` split back into HF's
+    names). Raises ``ImportError`` without transformers, ``ValueError`` when a weight does not
+    map."""
+    from transformers import LlamaConfig
+    from transformers import LlamaForCausalLM as HFLlama
+
     hcfg = LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
         num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
         max_position_embeddings=cfg.max_position_embeddings, rope_scaling=cfg.rope_scaling,
-        tie_word_embeddings=False, torch_dtype=torch.bfloat16)
+        tie_word_embeddings=False)
     before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
             hf = HFLlama(hcfg)
@@ -294,9 +292,14 @@ def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
         torch.set_default_dtype(before)
     q, kv = cfg.q_size, cfg.kv_size
     sd = {}
-    for name, t in model.state_dict().items():
-        if "cos_sin_cache" in name:
-            continue
+    from localchat.engine.layers.linear import Linear
+
+    weights = {k: v for k, v in model.state_dict().items() if "cos_sin_cache" not in k}
+    for mname, mod in model.named_modules():  # fp32 on CPU keeps only ``weight_t [in, out]``
+        w = getattr(mod, "weight", None)
+        if isinstance(mod, Linear) and not isinstance(w, torch.Tensor):
+            weights[mname + ".weight"] = mod.weight_t.t()
+    for name, t in weights.items():
         if "qkv_proj.weight" in name:
             b = name.replace("qkv_proj.weight", "")
             sd[b + "q_proj.weight"], sd[b + "k_proj.weight"], sd[b + "v_proj.weight"] = \
@@ -308,9 +311,21 @@ def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
             sd[name] = t
     missing, unexpected = hf.load_state_dict(sd, strict=False)
     if missing or unexpected:
-        return {"skipped": f"weight mapping failed: missing {missing[:3]}, "
-                           f"unexpected {unexpected[:3]}"}
-    hf = hf.eval()
+        raise ValueError(f"weight mapping failed: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    return hf.eval()
+
+
+def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
+    """transformers' ``generate`` (greedy, batch 1, ``--steps`` new tokens after a
+    ``--context`` prompt) on ``hf_llama_from(model)``; decode tok/s = (new tokens - 1) /
+    (generate time - the time of a 1-token generate). Returns ``{"skipped": why}`` without
+    transformers."""
+    try:
+        import transformers
+    except ImportError as err:
+        return {"skipped": f"transformers not importable here ({err})"}
+    hf = hf_llama_from(model, cfg, device)
     gen = torch.Generator().manual_seed(3)
     prompt = torch.randint(0, cfg.vocab_size - 1, (1, args.context), generator=gen).to(device)
     kw = dict(do_sample=False, min_new_tokens=args.steps, max_new_tokens=args.steps,
