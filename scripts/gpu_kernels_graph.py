@@ -12,7 +12,7 @@ Method (the issue's): each op's weight (or KV) buffers are copied enough times t
 over the copies reads more than twice the L2 (``L2_cache_size``; 60 MB on an H200), so every
 call reads a cold copy. Before any timing each implementation's output on copy 0 is checked
 against its reference (fp32 maths: ``kernels.reference`` for the int kernels and attention,
-the dequantized fp8 weight for ``_scaled_mm``, the fp32 weight for ``F.linear``): max error
+the e4m3-rounded activations times the dequantized fp8 weight for ``_scaled_mm``, the fp32 weight for ``F.linear``): max error
 within 2% of the reference's largest magnitude, else the row says ``mismatch`` and is not
 timed. Then N calls (cycling over the copies) are captured into one CUDA graph, replayed once to
 warm up, and three replays are timed with CUDA events; the median / N is the time per call.
@@ -114,9 +114,13 @@ def linear_impls(x, n, k, copies_for, gen, device, fp8: bool):
         qf, sf = quantize_fp8(w32)
         nb = n * k + 4 * n
         cps = [(qf, sf)] + [(qf.clone(), sf.clone()) for _ in range(copies_for(nb) - 1)]
+        # reference: the same per-row e4m3 activation rounding fp8_linear applies, then fp32
+        # maths on the dequantized weight (only the bf16 output rounding is left to differ)
+        xs = (x.float().abs().amax(dim=-1, keepdim=True) / 448.0).clamp(min=1e-12)
+        xq = (x.float() / xs).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * xs
         out.append(("fp8 _scaled_mm", [lambda c=c: fp8_linear(x, *c) for c in cps], nb,
                     lambda: close(fp8_linear(x, qf, sf),
-                                  F.linear(x.float(), dequantize_fp8(qf, sf)))))
+                                  F.linear(xq, dequantize_fp8(qf, sf)))))
     del w32
     q8 = torch.randint(-127, 128, (n, k), generator=gen, device=device, dtype=torch.int8)
     s8 = torch.rand(n, 1, generator=gen, device=device) * 1e-3
@@ -189,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from localchat.engine.quant.schemes import fp8_supported
 
-    fp8 = device.type == "cuda" and fp8_supported(device)
+    # CPU: torch's CPU _scaled_mm runs the fp8 rows too (the script check covers them)
+    fp8 = fp8_supported(device) if device.type == "cuda" else hasattr(torch, "_scaled_mm")
     l2 = (torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda"
           else 2**20)
     copies_for = lambda nbytes: num_copies(nbytes, l2)  # noqa: E731

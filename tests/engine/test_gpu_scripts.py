@@ -53,7 +53,8 @@ def test_kernels_graph_stage_checks_every_row(tmp_path):
     assert ops == {"qkv", "o", "gate_up", "down", "lm_head", "decode attention"}
     assert all(r["rel_err"] <= 2e-2 and r["us"] is not None for r in rows)
     assert {r["impl"] for r in rows} >= {"F.linear bf16", "int8_matmul (per channel)",
-                                         "SDPA contiguous KV", "paged_attention_decode"}
+                                         "fp8 _scaled_mm", "SDPA contiguous KV",
+                                         "paged_attention_decode"}
 
 
 def test_engine_stage_model_equals_transformers(tmp_path):
