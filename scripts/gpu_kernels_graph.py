@@ -48,7 +48,7 @@ def shapes(tiny: bool):
     d = 32 if tiny else 1
     lin = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672),
            ("down", 14336, 4096), ("lm_head", 4096, 128256)]
-    return ([(n, k // d, o // d) for n, k, o in lin],
+    return ([(n, k // d, -(-o // d // 16) * 16) for n, k, o in lin],  # tiny: N % 16 == 0
             dict(heads=32 // (4 if tiny else 1), kv_heads=8 // (4 if tiny else 1),
                  head_dim=128 // (4 if tiny else 1), context=4096 // d))
 
@@ -118,6 +118,8 @@ def linear_impls(x, n, k, copies_for, gen, device, fp8: bool):
         # maths on the dequantized weight (only the bf16 output rounding is left to differ)
         xs = (x.float().abs().amax(dim=-1, keepdim=True) / 448.0).clamp(min=1e-12)
         xq = (x.float() / xs).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * xs
+        if n % 16 or k % 16:  # fp8_linear's fallback: bf16 activations, dequantized weight
+            xq = x.float()
         out.append(("fp8 _scaled_mm", [lambda c=c: fp8_linear(x, *c) for c in cps], nb,
                     lambda: close(fp8_linear(x, qf, sf),
                                   F.linear(xq, dequantize_fp8(qf, sf)))))
