@@ -18,9 +18,10 @@ the FLOPs it must do:
 - Baseline beside ``paged_attention_decode``: ``F.scaled_dot_product_attention`` over the same
   K/V gathered into contiguous tensors (checked against the reference like the kernels).
 
-Not done yet (GPU-only, unproven here): timing inside a CUDA graph and weight buffers rotated
-past the L2 (60 MB on an H200; a 4096 x 4096 int4 weight is 8 MB and stays in it between
-calls, so the GEMV figures of the int4/int8 rows at this shape read partly from L2).
+These timings are eager and reuse one weight buffer (a 4096 x 4096 int4 weight is 8 MB and
+stays in an H200's 60 MB L2 between calls, so the int4/int8 GEMV rows read partly from L2):
+``scripts/gpu_kernels_graph.py`` times the decode linears and attention at every real 8B shape
+inside a CUDA graph with the buffers rotated past the L2 (stage 2b of ``gpu_check.sh``).
 
 On CPU, when the C++ kernels build, each of ``store_kv_cache``, ``paged_attention_decode``,
 ``rms_norm``, ``fused_add_rms_norm``, ``apply_rope`` and ``silu_and_mul`` is timed as ``c++``

@@ -29,7 +29,8 @@
 # points nowhere): the CPU side of every comparison runs the PyTorch references, and the
 # CPU-kernel tests are not in stage 1 (they would compile for minutes and need platformdirs).
 # Exits 1 when a stage failed.
-# GPU_CHECK_DRY_RUN=1 runs tiny versions of the stages on a CPU (to check the script itself).
+# GPU_CHECK_DRY_RUN=1 runs tiny versions of the stages on a CPU (to check the script itself);
+# GPU_CHECK_ENGINE_ARGS adds arguments to stage 3 (gpu_engine_e2e.py --help).
 # Usage: bash scripts/gpu_check.sh [OUT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +56,8 @@ done
 STAGE0_ARGS=()
 KERNEL_ARGS=(--quick)
 KGRAPH_ARGS=()
-ENGINE_ARGS=()
+# Extra stage-3 arguments for a rerun inside the budget, e.g. "--schemes bf16,int4 --no-hf".
+read -r -a ENGINE_ARGS <<< "${GPU_CHECK_ENGINE_ARGS:-}"
 if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then
     # Check this script's plumbing on a CPU: tiny sizes, a few tests, no GPU figures.
     DEVICE=cpu
@@ -63,7 +65,7 @@ if [ "${GPU_CHECK_DRY_RUN:-0}" = 1 ]; then
     STAGE0_ARGS=(--tiny)
     KERNEL_ARGS=(--quick)
     KGRAPH_ARGS=(--tiny --calls 8)
-    ENGINE_ARGS=(--tiny --steps 4 --context 48 --batch-sizes 1,4 --max-model-len 256)
+    ENGINE_ARGS+=(--tiny --steps 4 --context 48 --batch-sizes 1,4 --max-model-len 256)
 elif ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "gpu_check: error: no CUDA device visible to $PY" >&2
     exit 1
