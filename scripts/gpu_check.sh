@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared GPU check (stage limits 9 minutes in all on an H200, inside the device tool's
-# 10-minute command; needs no download, no install: torch + Triton (+ transformers for one row,
+# 10-minute command; stage 3 also gets the time the earlier stages did not use; needs no download, no install: torch + Triton (+ transformers for one row,
 # skipped with a line when missing); textual, gguf and platformdirs stay out of its import path):
 #   0. scripts/gpu_stage0.py: versions, SM count, L2 size, and a batch-1 eager decode step
 #      under torch.cuda.set_sync_debug_mode("error") (stage0.json);
@@ -149,7 +149,11 @@ summarize >/dev/null
 stage kgraph 90 "$PY" scripts/gpu_kernels_graph.py --device "$DEVICE" --out "$PARTS" \
     "${KGRAPH_ARGS[@]}"
 summarize >/dev/null
-stage engine 190 "$PY" scripts/gpu_engine_e2e.py --device "$DEVICE" --out "$PARTS" \
+# Stage 3 gets what the earlier stages left of the total (GPU_CHECK_TOTAL_S, default 560 s:
+# the device tool's 600 s command less start-up and the summary), at least 190 s.
+ENGINE_LIMIT=$(( ${GPU_CHECK_TOTAL_S:-560} - SECONDS ))
+[ "$ENGINE_LIMIT" -lt 190 ] && ENGINE_LIMIT=190
+stage engine "$ENGINE_LIMIT" "$PY" scripts/gpu_engine_e2e.py --device "$DEVICE" --out "$PARTS" \
     "${ENGINE_ARGS[@]}"
 summarize
 rm -rf "$PARTS"
