@@ -44,10 +44,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench_e2e import build_model, copy_peak, model_config, quantize_random  # noqa: E402
-from gpu_bench_e2e import weight_bytes_per_step  # noqa: E402
+from gpu_bench_e2e import (
+    build_model,
+    copy_peak,
+    model_config,
+    quantize_random,
+    weight_bytes_per_step,
+)
 
-from localchat.engine.config import (  # noqa: E402
+from localchat.engine.config import (
     CacheConfig,
     EngineConfig,
     ModelConfig,
@@ -55,13 +60,13 @@ from localchat.engine.config import (  # noqa: E402
     SchedulerConfig,
     SpeculativeConfig,
 )
-from localchat.engine.llm_engine import LLMEngine  # noqa: E402
-from localchat.engine.memory.footprint import kv_bytes  # noqa: E402
-from localchat.engine.quant import QuantScheme  # noqa: E402
-from localchat.engine.quant.schemes import fp8_supported  # noqa: E402
-from localchat.engine.sampling_params import SamplingParams  # noqa: E402
-from localchat.engine.tokenizer import Tokenizer  # noqa: E402
-from localchat.engine.tokenizer_files import TokenizerFiles  # noqa: E402
+from localchat.engine.llm_engine import LLMEngine
+from localchat.engine.memory.footprint import kv_bytes
+from localchat.engine.quant import QuantScheme
+from localchat.engine.quant.schemes import fp8_supported
+from localchat.engine.sampling_params import SamplingParams
+from localchat.engine.tokenizer import Tokenizer
+from localchat.engine.tokenizer_files import TokenizerFiles
 
 SCHEMES = {"bf16": QuantScheme.NONE, "fp8": QuantScheme.FP8, "int8": QuantScheme.INT8,
            "int4": QuantScheme.INT4}
@@ -328,8 +333,8 @@ def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
     hf = hf_llama_from(model, cfg, device)
     gen = torch.Generator().manual_seed(3)
     prompt = torch.randint(0, cfg.vocab_size - 1, (1, args.context), generator=gen).to(device)
-    kw = dict(do_sample=False, min_new_tokens=args.steps, max_new_tokens=args.steps,
-              pad_token_id=0)
+    kw = {"do_sample": False, "min_new_tokens": args.steps, "max_new_tokens": args.steps,
+          "pad_token_id": 0}
     with torch.inference_mode():
         hf.generate(prompt, **{**kw, "min_new_tokens": 4, "max_new_tokens": 4})  # warm-up
         sync(device)
@@ -384,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                     "layers": cfg.num_hidden_layers, "rows": [], "plans": {}}
 
     def write() -> None:
-        md = ["| weights | batch | tok/s | ms/step | ms/step outside the forward | weight GB "
-              "| GB/s | % of copy peak |", "|---|---|---|---|---|---|---|---|"]
+        md = [("| weights | batch | tok/s | ms/step | ms/step outside the forward | weight GB "
+               "| GB/s | % of copy peak |"), "|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
             md.append(f"| {r['weights']} | {r['batch']} | {r['tok_per_s']:.1f} | "
                       f"{r['ms_per_step']:.2f} | {r['non_forward_ms_per_step']:.2f} | "
@@ -420,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             result["hf_generate"] = hf_generate(model, cfg, args, device)
-        except Exception as err:  # a transformers API change must not end the stage
+        except Exception as err:  # noqa: BLE001 (a transformers API change must not end the stage)
             result["hf_generate"] = {"skipped": f"failed: {type(err).__name__}: {err}"[:300]}
         print(f"  transformers generate: {result['hf_generate']}", flush=True)
         gc.collect()
@@ -495,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["speculative"] = spec_verify_cost(engine, cfg, draft, dcfg, args)
                 print(f"  speculative: {result['speculative']}", flush=True)
                 write()
-        except Exception as err:  # record it, go on with the next format
+        except Exception as err:  # noqa: BLE001 (record it, go on with the next format)
             failed = True
             result.setdefault("errors", {})[scheme_name] = f"{type(err).__name__}: {err}"[:500]
             print(f"  {scheme_name} FAILED: {type(err).__name__}: {err}", flush=True)

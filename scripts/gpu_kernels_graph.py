@@ -49,8 +49,8 @@ def shapes(tiny: bool):
     lin = [("qkv", 4096, 6144), ("o", 4096, 4096), ("gate_up", 4096, 28672),
            ("down", 14336, 4096), ("lm_head", 4096, 128256)]
     return ([(n, k // d, -(-o // d // 16) * 16) for n, k, o in lin],  # tiny: N % 16 == 0
-            dict(heads=32 // (4 if tiny else 1), kv_heads=8 // (4 if tiny else 1),
-                 head_dim=128 // (4 if tiny else 1), context=4096 // d))
+            {"heads": 32 // (4 if tiny else 1), "kv_heads": 8 // (4 if tiny else 1),
+             "head_dim": 128 // (4 if tiny else 1), "context": 4096 // d})
 
 
 def num_copies(nbytes: int, l2: int) -> int:
@@ -172,7 +172,7 @@ def attention_impls(bs, a, copies_for, gen, device):
         return F.scaled_dot_product_attention(q[:, :, None], kv[0], kv[1], scale=scale,
                                               enable_gqa=True)[:, :, 0]
 
-    ref = lambda: reference.paged_attention_decode(q.float(), copies[0][0].float(),  # noqa: E731
+    ref = lambda: reference.paged_attention_decode(q.float(), copies[0][0].float(),
                                                    copies[0][1].float(), copies[0][2], sl,
                                                    scale)
     return [("paged_attention_decode", [lambda c=c: paged(c) for c in copies], kv_bytes,
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     fp8 = fp8_supported(device) if device.type == "cuda" else hasattr(torch, "_scaled_mm")
     l2 = (torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda"
           else 2**20)
-    copies_for = lambda nbytes: num_copies(nbytes, l2)  # noqa: E731
+    copies_for = lambda nbytes: num_copies(nbytes, l2)
     gen = torch.Generator(device=device).manual_seed(0)
     lin, attn = shapes(args.tiny)
     rows: list[dict] = []
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     dst = torch.empty_like(src)
     sec, graphed = time_rotated([lambda: dst.copy_(src)], device, 8)
     peak = 2 * n_copy * 4 / sec
-    del src, dst
+    src = dst = None
     print(f"device {name}, L2 {l2 / 2**20:.0f} MiB, copy {peak / 1e9:.0f} GB/s "
           f"(read + write, graph: {graphed})", flush=True)
 
@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             md += [f"| {r['op']} | {r['shape']} | {r['impl']} | {r['copies']} | "
                    f"{r['rel_err']:.1e} | {t} | "
                    + (f"{r['GBps']:.0f} | {r['pct_of_copy']:.0f} |" if r["us"] else "- | - |")]
-        md += ["", f"Inside a CUDA graph: {graphed}; copy bandwidth {peak / 1e9:.0f} GB/s; "
-               f"L2 {l2 / 2**20:.0f} MiB; fp8 rows: {fp8}."]
+        md += ["", (f"Inside a CUDA graph: {graphed}; copy bandwidth {peak / 1e9:.0f} GB/s; "
+                    f"L2 {l2 / 2**20:.0f} MiB; fp8 rows: {fp8}.")]
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "kgraph.json").write_text(json.dumps(
