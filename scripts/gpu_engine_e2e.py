@@ -350,7 +350,21 @@ def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
     decode_s = max(total - prefill, 1e-9)
     del hf
     return {"transformers": transformers.__version__, "new_tokens": new,
-            "tok_per_s": (new - 1) / decode_s, "generate_s": total, "prefill_s": prefill}
+            "tok_per_s": (new - 1) / decode_s, "generate_s": total, "prefill_s": prefill,
+            "prompt": prompt[0].tolist(), "tokens": out[0, args.context:].tolist()}
+
+
+def greedy_agreement(engine: LLMEngine, prompt: list[int], ref: list[int]) -> int:
+    """How many leading greedy tokens the engine shares with ``ref`` (transformers' on the
+    same weights and prompt). Information only: random bf16 weights make near-ties, where
+    two correct implementations may part."""
+    outs = list(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=len(ref),
+                                                       ignore_eos=True)))
+    ours = outs[-1].output_token_ids
+    n = 0
+    while n < min(len(ours), len(ref)) and ours[n] == ref[n]:
+        n += 1
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         hf = result.get("hf_generate")
         if hf:
             md += ["", "transformers generate, batch 1: " + (
-                f"{hf['tok_per_s']:.1f} tok/s (transformers {hf['transformers']})"
+                f"{hf['tok_per_s']:.1f} tok/s (transformers {hf['transformers']}; leading "
+                f"greedy tokens equal to the engine's at bf16: "
+                f"{hf.get('greedy_tokens_equal_to_engine_bf16', '?')})"
                 if "tok_per_s" in hf else f"skipped: {hf['skipped']}")]
             b1 = next((r for r in result["rows"] if r["weights"] == "bf16"
                        and r["batch"] == 1), None)
@@ -427,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
             result["hf_generate"] = hf_generate(model, cfg, args, device)
         except Exception as err:  # noqa: BLE001 (a transformers API change must not end the stage)
             result["hf_generate"] = {"skipped": f"failed: {type(err).__name__}: {err}"[:300]}
-        print(f"  transformers generate: {result['hf_generate']}", flush=True)
+        print("  transformers generate: " + str({k: v for k, v in result["hf_generate"].items()
+                                                  if k not in ("prompt", "tokens")}), flush=True)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -483,6 +500,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"(outside the forward {row['non_forward_ms_per_step']:.2f}) "
                       f"{row['GB_per_s']:8.1f} GB/s {row['pct_of_copy_peak']:5.1f}% of copy",
                       flush=True)
+                write()
+            hf = result.get("hf_generate") or {}
+            if scheme is QuantScheme.NONE and "tokens" in hf:
+                n = greedy_agreement(engine, hf.pop("prompt"), hf["tokens"])
+                hf["greedy_tokens_equal_to_engine_bf16"] = f"{n} of {len(hf.pop('tokens'))}"
+                print(f"  greedy tokens equal to transformers': "
+                      f"{hf['greedy_tokens_equal_to_engine_bf16']}", flush=True)
                 write()
             if extras:
                 gen = torch.Generator().manual_seed(5)
