@@ -6,7 +6,10 @@ Llama 3.x scales RoPE frequencies. Projections are fused (``qkv_proj``, ``gate_u
 ``load_weights`` maps HF parameter names onto them. Inside the decoder stack submodules are
 called through ``.forward`` directly: ``nn.Module.__call__``'s hook machinery costs about a
 microsecond per call, some 300 calls per SmolLM2 step, and no module of the engine carries
-hooks (register one on the top-level model if you need one). Reference design: transformers'
+hooks (register one on the top-level model if you need one). For the same reason the model's
+parameters, buffers and submodules are mirrored into instance attributes
+(``layers/module_attrs.py``): each ``self.<submodule>`` read would otherwise cost a failed
+lookup plus ``nn.Module.__getattr__``, some 640 reads per step. Reference design: transformers'
 ``modeling_llama.py`` / ``modeling_qwen3.py`` and vLLM's ``llama.py``.
 """
 
@@ -24,6 +27,7 @@ from ..config import ModelConfig
 from ..layers.attention import Attention
 from ..layers.embedding import VocabEmbedding
 from ..layers.linear import Linear, MergedLinear, QKVLinear
+from ..layers.module_attrs import mirror_module_attributes
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
 
@@ -48,14 +52,16 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(
             config.num_heads, config.num_kv_heads, config.head_dim, config.head_dim**-0.5
         )
+        self.qkv_split = [config.num_heads, config.num_kv_heads, config.num_kv_heads]
 
     def forward(self, positions, hidden_states, kv_cache, attn_metadata):
         num_tokens = hidden_states.shape[0]
         qkv = self.qkv_proj.forward(hidden_states)
         # One view to [tokens, heads, head_dim] and one split over the heads: q, k, v come
         # out already in the attention layer's shapes (no reshape per tensor).
-        q, k, v = qkv.view(num_tokens, -1, self.head_dim).split(
-            [self.num_heads, self.num_kv_heads, self.num_kv_heads], dim=1)
+        # (``split_with_sizes``: ``Tensor.split`` is a Python wrapper around it.)
+        q, k, v = qkv.view(num_tokens, -1, self.head_dim).split_with_sizes(
+            self.qkv_split, dim=1)
         if self.qk_norm:
             q = self.q_norm.forward(q)
             k = self.k_norm.forward(k)
@@ -72,7 +78,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(kernels.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj.forward(kernels.silu_and_mul(self.gate_up_proj.forward(x)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -105,7 +111,7 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata):
         # a quantized embedding dequantizes its rows to fp32; activations follow the norms
-        hidden_states = self.embed_tokens(input_ids)
+        hidden_states = self.embed_tokens.forward(input_ids)
         if hidden_states.dtype != self.norm.weight.dtype:  # a no-op .to() still costs an op
             hidden_states = hidden_states.to(self.norm.weight.dtype)
         residual = None
@@ -113,7 +119,7 @@ class LlamaModel(nn.Module):
             hidden_states, residual = layer.forward(
                 positions, hidden_states, residual, kv_cache, attn_metadata
             )
-        hidden_states, _ = self.norm(hidden_states, residual)
+        hidden_states, _ = self.norm.forward(hidden_states, residual)
         return hidden_states
 
 
@@ -146,6 +152,10 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head = None
         else:
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
+        # Parameters, buffers and submodules read as instance attributes (no
+        # ``nn.Module.__getattr__`` per read: layers/module_attrs.py); loaders that replace
+        # them later (materialize, process_weights_after_loading) stay visible.
+        mirror_module_attributes(self)
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
