@@ -40,7 +40,7 @@ class MirroredDict(dict):
     ``skip`` and names that are not identifiers. Only single-entry writes and removals are
     needed by ``nn.Module``; the bulk operations are routed through them too."""
 
-    __slots__ = ("_mirror", "_cls")
+    __slots__ = ("_cls", "_mirror")
 
     def __init__(self, entries: Iterable[tuple[str, Any]] | dict, mirror: dict,
                  cls: type) -> None:
