@@ -248,6 +248,8 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
         if cpu_a8_enabled() and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
                 and qweight.is_contiguous():
             return cpu.int8_matmul_a8(x, qweight, scales, mins, g)
+        if _scales_ok(scales, mins):
+            return cpu.int8_matmul(x, qweight, scales, mins, group_size)
         return cpu.int8_matmul(x, qweight, scales.float(),
                                None if mins is None else mins.float(), group_size)
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
@@ -269,5 +271,7 @@ def int4_matmul(x, qweight, scales, mins, group_size: int):
         if cpu_a8_enabled() and _a8_group_ok(x.shape[-1], group_size, True) \
                 and _scales_ok(scales, mins) and qweight.is_contiguous():
             return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size)
+        if _scales_ok(scales, mins):
+            return cpu.int4_matmul(x, qweight, scales, mins, group_size)
         return cpu.int4_matmul(x, qweight, scales.float(), mins.float(), group_size)
     return reference.int4_matmul(x, qweight, scales, mins, group_size)

@@ -42,9 +42,58 @@ int64_t clamp_isa(int64_t isa) {
 
 typedef void (*RowsFn)(const QuantArgs&, int64_t, int64_t);
 
-at::Tensor run_rows(const at::Tensor& x32, const at::Tensor& out_like, QuantArgs args,
-                    RowsFn fn) {
-  at::Tensor out = at::empty({args.M, args.N}, x32.options());
+// x [M, K] (fp32 / bf16 / fp16, any strides) -> a contiguous fp32 copy; for int4 block-major
+// [K/32][M][32], each 32-column block permuted as quant.h describes (int4_src_col).
+template <class T>
+void widen_rows(const at::Tensor& x, float* dst, bool permute) {
+  const int64_t M = x.size(0), K = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
+  const T* src = x.data_ptr<T>();
+  int perm[32];
+  for (int i = 0; i < 32; ++i) perm[i] = permute ? int4_src_col(i) : i;
+  for (int64_t m = 0; m < M; ++m) {
+    const T* xr = src + m * s0;
+    float* d = dst + m * K;
+    if (!permute && s1 == 1) {
+      for (int64_t k = 0; k < K; ++k) d[k] = static_cast<float>(xr[k]);
+      continue;
+    }
+    for (int64_t kb = 0; kb < K; kb += 32) {
+      float* db = permute ? dst + (kb / 32 * M + m) * 32 : d + kb;  // int4: [K/32][M][32]
+      for (int i = 0; i < 32 && kb + i < K; ++i)
+        db[i] = static_cast<float>(xr[(kb + perm[i]) * s1]);
+    }
+  }
+}
+
+at::Tensor widen(const at::Tensor& x, bool permute) {
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  float* d = out.data_ptr<float>();
+  switch (x.scalar_type()) {
+    case at::kFloat: widen_rows<float>(x, d, permute); break;
+    case at::kBFloat16: widen_rows<at::BFloat16>(x, d, permute); break;
+    case at::kHalf: widen_rows<at::Half>(x, d, permute); break;
+    default: TORCH_CHECK(false, "x must be fp32/bf16/fp16");
+  }
+  return out;
+}
+
+// Checks the scale / min tensors of the exact kernels: [N, ngroups] fp32 or fp16 (both one
+// dtype); returns whether they are fp16. Contiguous ones are read in place.
+bool exact_scales(const char* op, const at::Tensor& scales, const at::Tensor* mins, int64_t N,
+                  int64_t ng) {
+  const auto dt = scales.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.numel() == N * ng &&
+                  scales.size(0) == N,
+              op, ": scales must be fp32 or fp16 [", N, ", ", ng, "], got ", scales.sizes(),
+              " ", dt);
+  if (mins)
+    TORCH_CHECK(mins->scalar_type() == dt && mins->numel() == N * ng && mins->size(0) == N,
+                op, ": mins must be [", N, ", ", ng, "] of the scales' dtype (fp32 or fp16)");
+  return dt == at::kHalf;
+}
+
+at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
+  at::Tensor out = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
   args.out = out.data_ptr<float>();
   // Split output columns in blocks of 4 (the widest tile); each output element is computed
   // by one thread in a fixed order, so the thread count does not change the result.
@@ -65,21 +114,17 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(group_size > 0 && group_size % 32 == 0 && K % group_size == 0,
               "int4_matmul: group_size ", group_size, " must be a multiple of 32 dividing K=", K);
   const int64_t ng = K / group_size;
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && mins.scalar_type() == at::kFloat &&
-                  scales.sizes() == at::IntArrayRef({N, ng}) && mins.sizes() == scales.sizes(),
-              "int4_matmul: scales and mins must be fp32 [", N, ", ", ng, "]");
+  const bool half = exact_scales("int4_matmul", scales, &mins, N, ng);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int4_matmul: x must be fp32/bf16/fp16");
-  // Permute each 32-column block of x to (16 even k, 16 odd k): the low / high nibbles of a
-  // block's 16 bytes then meet contiguous activations.
-  at::Tensor xp = x.to(at::kFloat).reshape({M, K / 32, 16, 2}).transpose(2, 3).contiguous();
+  at::Tensor xp = widen(x, true);
   at::Tensor q = qweight.contiguous(), s = scales.contiguous(), m = mins.contiguous();
-  QuantArgs a{xp.data_ptr<float>(), q.data_ptr(), s.data_ptr<float>(), m.data_ptr<float>(),
+  QuantArgs a{xp.data_ptr<float>(), q.data_ptr(), s.data_ptr(), m.data_ptr(), half,
               nullptr, M, N, K, group_size, ng};
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int4_rows_avx512 : use == kAvx2 ? int4_rows_avx2
                                                                : int4_rows_scalar;
-  return run_rows(xp, x, a, fn);
+  return run_rows(x, a, fn);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -91,22 +136,19 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(group_size > 0 && K % group_size == 0,
               "int8_matmul: group_size ", group_size, " must divide K=", K);
   const int64_t ng = K / group_size;
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == N * ng,
-              "int8_matmul: scales must be fp32 [", N, ", ", ng, "]");
   const bool has_min = mins.has_value() && mins->defined();
-  TORCH_CHECK(!has_min || (mins->scalar_type() == at::kFloat && mins->numel() == N * ng),
-              "int8_matmul: mins must be fp32 [", N, ", ", ng, "]");
+  const bool half = exact_scales("int8_matmul", scales, has_min ? &*mins : nullptr, N, ng);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int8_matmul: x must be fp32/bf16/fp16");
-  at::Tensor x32 = x.to(at::kFloat).contiguous();
+  at::Tensor x32 = (x.scalar_type() == at::kFloat && x.is_contiguous()) ? x : widen(x, false);
   at::Tensor q = qweight.contiguous(), s = scales.contiguous();
   at::Tensor m = has_min ? mins->contiguous() : at::Tensor();
-  QuantArgs a{x32.data_ptr<float>(), q.data_ptr(), s.data_ptr<float>(),
-              has_min ? m.data_ptr<float>() : nullptr, nullptr, M, N, K, group_size, ng};
+  QuantArgs a{x32.data_ptr<float>(), q.data_ptr(), s.data_ptr(),
+              has_min ? m.data_ptr() : nullptr, half, nullptr, M, N, K, group_size, ng};
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int8_rows_avx512 : use == kAvx2 ? int8_rows_avx2
                                                                : int8_rows_scalar;
-  return run_rows(x32, x, a, fn);
+  return run_rows(x, a, fn);
 }
 
 
