@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "qa8.h"
 #include "quant.h"
@@ -92,17 +93,32 @@ bool exact_scales(const char* op, const at::Tensor& scales, const at::Tensor* mi
   return dt == at::kHalf;
 }
 
+template <class T>
+void narrow_cols(const float* src, T* dst, int64_t M, int64_t N, int64_t c0, int64_t c1) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = c0; c < c1; ++c) dst[m * N + c] = static_cast<T>(src[m * N + c]);
+}
+
+// Runs fn over column blocks on the torch thread pool; the result in out_like's dtype (a
+// bf16 / fp16 result is rounded from the fp32 sums by the thread that computed them).
 at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
-  at::Tensor out = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
-  args.out = out.data_ptr<float>();
+  const auto dt = out_like.scalar_type();
+  at::Tensor out32 = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
+  at::Tensor out = dt == at::kFloat ? out32 : at::empty({args.M, args.N}, out_like.options());
+  args.out = out32.data_ptr<float>();
   // Split output columns in blocks of 4 (the widest tile); each output element is computed
   // by one thread in a fixed order, so the thread count does not change the result.
   const int64_t blocks = (args.N + 3) / 4;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 4 * args.K));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    fn(args, b0 * 4, std::min(b1 * 4, args.N));
+    const int64_t c0 = b0 * 4, c1 = std::min(b1 * 4, args.N);
+    fn(args, c0, c1);
+    if (dt == at::kBFloat16)
+      narrow_cols(args.out, out.data_ptr<at::BFloat16>(), args.M, args.N, c0, c1);
+    else if (dt == at::kHalf)
+      narrow_cols(args.out, out.data_ptr<at::Half>(), args.M, args.N, c0, c1);
   });
-  return out_like.scalar_type() == at::kFloat ? out : out.to(out_like.scalar_type());
+  return out;
 }
 
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -151,6 +167,54 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   return run_rows(x, a, fn);
 }
 
+
+// out [N, K] fp32 <- q * s + m of the int4 rows qweight [N, K/2] (fp32 or fp16 scales/mins
+// [N, K/G]): the same fp32 values every kernel dequantizes to (fma, one rounding; exact for
+// GGUF scales). For blocks of rows of a prefill GEMM (M > CPU_MAX_ROWS).
+template <class ST>
+void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, float* out, int64_t r0,
+                   int64_t r1, int64_t K, int64_t G) {
+  const int64_t ng = K / G;
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* qr = q + n * (K / 2);
+    float* o = out + n * K;
+    for (int64_t g = 0; g < ng; ++g) {
+      const float sc = static_cast<float>(s[n * ng + g]), mn = static_cast<float>(m[n * ng + g]);
+      float table[16];
+      for (int v = 0; v < 16; ++v) table[v] = std::fma(static_cast<float>(v), sc, mn);
+      for (int64_t j = g * G / 2; j < (g + 1) * G / 2; ++j) {
+        o[2 * j] = table[qr[j] & 0x0F];
+        o[2 * j + 1] = table[qr[j] >> 4];
+      }
+    }
+  }
+}
+
+void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
+                     int64_t group_size, at::Tensor out) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
+              "int4_dequantize: qweight must be contiguous uint8 [N, K/2]");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
+  TORCH_CHECK(group_size > 0 && group_size % 2 == 0 && K % group_size == 0,
+              "int4_dequantize: group_size ", group_size, " must divide K=", K);
+  const int64_t ng = K / group_size;
+  const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
+  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
+              "int4_dequantize: scales and mins must be contiguous");
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_contiguous() &&
+                  out.sizes() == at::IntArrayRef({N, K}),
+              "int4_dequantize: out must be contiguous fp32 [", N, ", ", K, "]");
+  const uint8_t* q = qweight.data_ptr<uint8_t>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
+    if (half)
+      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(), o, r0, r1, K,
+                    group_size);
+    else
+      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(), o, r0, r1, K,
+                    group_size);
+  });
+}
 
 // ---- integer-dot (W4A8 / W8A8) matmuls, qa8.h -------------------------------------------
 
@@ -271,11 +335,14 @@ TORCH_LIBRARY(localchat_cpu, m) {
         "int isa) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
         "int isa) -> Tensor");
+  m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group_size, "
+        "Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul", &localchat_cpu::int4_matmul);
   m.impl("int8_matmul", &localchat_cpu::int8_matmul);
+  m.impl("int4_dequantize", &localchat_cpu::int4_dequantize);
   m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
 }
