@@ -244,13 +244,13 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
 
 def native_is_fast(path, device, cache_dir=None) -> bool:
     """Whether ``--quant auto`` may offer GGUF ``path``'s own format on ``device`` (the one
-    place it is decided): on CUDA always (Triton int4/int8). On CPU not when the file has
-    4-bit layers: they run PyTorch's ``_weight_int4pack_mm_for_cpu``, which rounds the group
-    scales and mins to bf16, and on SmolLM2 (Q4_1) that turns the greedy answer to "What is
-    the capital of France?" from Paris (float weights) into a French list, so the default
-    stays on the planner's float choice; group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) only
-    when ``localchat.kernels``' C++ int8 kernel is built (the row-block fallback is 2-3x slower
-    than an fp32 GEMV); float-only files always."""
+    place it is decided): on CUDA always (Triton int4/int8). On CPU only where
+    ``localchat.kernels``' C++ kernels are built: 4-bit layers then run localchat's exact int4
+    kernel over the file's own scales (``engine/quant/cpu_int4.py``; without it they would
+    run PyTorch's int4pack kernel, whose bf16-rounded scales turned SmolLM2's greedy answer to
+    "What is the capital of France?" from Paris into a French list), group-wise int8 layers
+    (Q8_0, Q5_x, Q6_K, ...) the C++ int8 kernel (the row-block fallback is 2-3x slower than
+    an fp32 GEMV); float-only files always."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
@@ -259,7 +259,10 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
     except ModelLoadError:
         return False
     if "int4" in kinds:
-        return False
+        from ..quant.cpu_int4 import own_kernels
+
+        if not own_kernels():
+            return False
     if "int8" not in kinds:
         return True
     from ..quant.native import _cpu_kernel_rows

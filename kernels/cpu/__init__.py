@@ -190,10 +190,11 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
 
 
 def int4_dequantize(qweight, scales, mins, group_size: int, out) -> None:
-    """``out [N, K]`` fp32 (contiguous, written in place) <- ``q * scales + mins`` of int4
-    ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16): the
-    values the matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF scales),
-    for the row blocks of a prefill GEMM. Raises ``RuntimeError`` on a bad layout."""
+    """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- ``q * scales + mins`` of
+    int4 ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16):
+    the values the matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF
+    scales; rounded once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
+    Raises ``RuntimeError`` on a bad layout."""
     _ops().int4_dequantize(qweight, scales, mins, group_size, out)
 
 

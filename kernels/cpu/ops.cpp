@@ -170,18 +170,20 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
 
 // out [N, K] fp32 <- q * s + m of the int4 rows qweight [N, K/2] (fp32 or fp16 scales/mins
 // [N, K/G]): the same fp32 values every kernel dequantizes to (fma, one rounding; exact for
-// GGUF scales). For blocks of rows of a prefill GEMM (M > CPU_MAX_ROWS).
-template <class ST>
-void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, float* out, int64_t r0,
+// GGUF scales), or those values rounded to bf16 (out bf16). For blocks of rows of a prefill
+// GEMM (M > CPU_MAX_ROWS).
+template <class ST, class OT>
+void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, OT* out, int64_t r0,
                    int64_t r1, int64_t K, int64_t G) {
   const int64_t ng = K / G;
   for (int64_t n = r0; n < r1; ++n) {
     const uint8_t* qr = q + n * (K / 2);
-    float* o = out + n * K;
+    OT* o = out + n * K;
     for (int64_t g = 0; g < ng; ++g) {
       const float sc = static_cast<float>(s[n * ng + g]), mn = static_cast<float>(m[n * ng + g]);
-      float table[16];
-      for (int v = 0; v < 16; ++v) table[v] = std::fma(static_cast<float>(v), sc, mn);
+      OT table[16];
+      for (int v = 0; v < 16; ++v)
+        table[v] = static_cast<OT>(std::fma(static_cast<float>(v), sc, mn));
       for (int64_t j = g * G / 2; j < (g + 1) * G / 2; ++j) {
         o[2 * j] = table[qr[j] & 0x0F];
         o[2 * j + 1] = table[qr[j] >> 4];
@@ -201,18 +203,24 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
   const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
   TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
               "int4_dequantize: scales and mins must be contiguous");
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_contiguous() &&
-                  out.sizes() == at::IntArrayRef({N, K}),
-              "int4_dequantize: out must be contiguous fp32 [", N, ", ", K, "]");
+  TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
+                  out.is_contiguous() && out.sizes() == at::IntArrayRef({N, K}),
+              "int4_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "]");
   const uint8_t* q = qweight.data_ptr<uint8_t>();
-  float* o = out.data_ptr<float>();
+  const bool bf16 = out.scalar_type() == at::kBFloat16;
   at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
-    if (half)
-      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(), o, r0, r1, K,
-                    group_size);
+    if (half && bf16)
+      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(),
+                    out.data_ptr<at::BFloat16>(), r0, r1, K, group_size);
+    else if (half)
+      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(),
+                    out.data_ptr<float>(), r0, r1, K, group_size);
+    else if (bf16)
+      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(),
+                    out.data_ptr<at::BFloat16>(), r0, r1, K, group_size);
     else
-      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(), o, r0, r1, K,
-                    group_size);
+      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(),
+                    out.data_ptr<float>(), r0, r1, K, group_size);
   });
 }
 

@@ -1,7 +1,8 @@
 """CPU int4 layers (``Int4LinearMethod``, kernel "packed"): where the C++ kernels are built they
 keep the contract layout alone (one copy) and compute with localchat's exact kernels
 (``engine/quant/cpu_int4.py``): up to ``CPU_MAX_ROWS`` rows ``localchat.kernels.int4_matmul``
-(batch invariant), more rows (prefill) row blocks dequantized to fp32 and multiplied. With
+(batch invariant), more rows (prefill) row blocks dequantized (to fp32, or to bf16 for bf16
+activations) and multiplied. With
 ``LOCALCHAT_CPU_INT4=int4pack`` (or without a compiler) they repack for PyTorch's
 ``_weight_int4pack_mm_for_cpu`` and drop the contract layout.
 
@@ -54,15 +55,22 @@ def test_own_kernels_keep_one_copy_and_are_exact(monkeypatch):
     w = reference.dequantize_int4(q, s, m, 32)
     bound = 2 * 258 * 2.0**-24 * (x.abs() @ w.abs().t())
     assert bool(((big - x @ w.t()).abs() <= bound).all())
+    # bf16 activations: prefill multiplies the weights rounded once to bf16 (fp32 sums),
+    # then rounds to bf16: within one bf16 rounding of that product
     xb = x.bfloat16()
-    assert layer(xb).dtype == torch.bfloat16 and layer(xb[:3]).dtype == torch.bfloat16
+    big_b = layer(xb)
+    assert big_b.dtype == torch.bfloat16 and layer(xb[:3]).dtype == torch.bfloat16
+    wb = w.bfloat16().float()
+    ref = xb.float() @ wb.t()
+    slack = 2 * 258 * 2.0**-24 * (xb.float().abs() @ wb.abs().t())
+    assert bool(((big_b.float() - ref).abs() <= 2.0**-8 * ref.abs() + slack).all())
 
 
 def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     """N not a multiple of the row block, fp16 scales (GGUF Q4_0 / Q4_1) read in place."""
     from localchat.engine.quant import cpu_int4
 
-    layer, (q, s, m) = _layer(monkeypatch, None, k=128, n=cpu_int4.ROWS_PER_BLOCK * 2 + 7)
+    layer, (q, s, m) = _layer(monkeypatch, None, k=128, n=cpu_int4.ROWS_PER_BLOCK * cpu_int4.MAX_BLOCKS + 7)
     if not cpu.available():
         return
     s16, m16 = s.half(), m.half()
