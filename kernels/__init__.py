@@ -58,10 +58,27 @@ def triton_available() -> bool:
     return True
 
 
+@functools.cache
+def _kernels_env() -> str:
+    return os.environ.get("LOCALCHAT_KERNELS", "").strip().lower()
+
+
+def refresh_env() -> None:
+    """Re-read the environment switches. ``LOCALCHAT_KERNELS=triton`` routing,
+    ``LOCALCHAT_CPU_A8`` and ``LOCALCHAT_CPU_ISA`` are read once per process (every op call
+    consults them); call this after changing one at run time (tests' ``monkeypatch`` does, see
+    ``tests/conftest.py``). ``LOCALCHAT_KERNELS=reference`` is fixed once the kernels load."""
+    from . import cpu
+
+    _kernels_env.cache_clear()
+    cpu_a8_enabled.cache_clear()
+    cpu.active_isa.cache_clear()
+
+
 def _use_triton(t: torch.Tensor) -> bool:
     # LOCALCHAT_KERNELS=triton also sends CPU tensors through the Triton launchers (with
     # TRITON_INTERPRET=1: the model-level interpreter tests and the CPU capture check).
-    return (t.is_cuda or os.environ.get("LOCALCHAT_KERNELS") == "triton") and triton_available()
+    return (t.is_cuda or _kernels_env() == "triton") and triton_available()
 
 
 # Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
@@ -198,12 +215,13 @@ def apply_rope(positions, query, key, cos_sin_cache):
     return reference.apply_rope(positions, query, key, cos_sin_cache)
 
 
+@functools.cache
 def cpu_a8_enabled() -> bool:
     """Whether CPU quantized matmuls (``M <= CPU_MAX_ROWS``) take the integer-dot W4A8 / W8A8
     kernels (activations quantized per 32-column block to int8): only with
     ``LOCALCHAT_CPU_A8=1`` for now (opt-in: on SmolLM2 native, speculative greedy output
     stopped equalling plain greedy with them, not yet explained); otherwise the exact
-    fp32-activation kernels."""
+    fp32-activation kernels. Read once (:func:`refresh_env`)."""
     return os.environ.get(A8_ENV, "0").strip() in ("1", "true", "yes", "on")
 
 
@@ -248,6 +266,8 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
         if cpu_a8_enabled() and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
                 and qweight.is_contiguous():
             return cpu.int8_matmul_a8(x, qweight, scales, mins, g)
+        if _scales_ok(scales, mins):
+            return cpu.int8_matmul(x, qweight, scales, mins, group_size)
         return cpu.int8_matmul(x, qweight, scales.float(),
                                None if mins is None else mins.float(), group_size)
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
@@ -269,5 +289,7 @@ def int4_matmul(x, qweight, scales, mins, group_size: int):
         if cpu_a8_enabled() and _a8_group_ok(x.shape[-1], group_size, True) \
                 and _scales_ok(scales, mins) and qweight.is_contiguous():
             return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size)
+        if _scales_ok(scales, mins):
+            return cpu.int4_matmul(x, qweight, scales, mins, group_size)
         return cpu.int4_matmul(x, qweight, scales.float(), mins.float(), group_size)
     return reference.int4_matmul(x, qweight, scales, mins, group_size)

@@ -7,15 +7,15 @@ of the rounds is kept):
 
 - ``lc int4 a8`` / ``lc int8 a8``: the integer-dot kernels (``cpu.int4_matmul_a8`` /
   ``int8_matmul_a8``; activations quantized to int8 per 32 columns; VNNI, and ``avx2``
-  forced; fp16 scales too), the CPU default for up to 16 rows;
-- ``lc int4 g32`` (``localchat.kernels.cpu.int4_matmul``, exact fp32 activations, the
-  ``LOCALCHAT_CPU_A8=0`` path),
+  forced; fp16 scales too), opt-in with ``LOCALCHAT_CPU_A8=1``;
+- ``lc int4 g32`` (``localchat.kernels.cpu.int4_matmul``, exact fp32 activations, the CPU
+  int4 path by default; fp32 and fp16 scales, and ``avx2`` forced),
   against ``torch int4pack`` (``aten._weight_int4pack_mm_for_cpu``, bf16 activations, the
   same weights repacked);
 - ``lc int8`` per channel, against ``torch int8pack`` (``aten._weight_int8pack_mm``, bf16);
 - ``F.linear`` on the fp32 and bf16 weights.
 
-Printed: ms per call; GB/s of weight bytes (packed weight + fp32 scales/mins) at M = 1; the time
+Printed: ms per call and its ratio to ``torch int4pack`` at the same M; GB/s of weight bytes (packed weight + fp32 scales/mins) at M = 1; the time
 at M = 5 over the time at M = 1 (what verifying 4 draft tokens costs relative to one decode
 step). On this project's shared 2-core machine the absolute figures are noisy; read the ratios.
 
@@ -71,6 +71,8 @@ def _methods(n: int, k: int, m_rows: int):
                                  n * k + 4 * n * (k // g)),
         f"lc int4 g32 {cpu.isa_name(best)}": (lambda: cpu.int4_matmul(x, q4, s4, m4, g, best),
                                               int4_bytes),
+        "lc int4 g32 fp16 scales": (lambda: cpu.int4_matmul(x, q4, s4h, m4h, g, best),
+                                    n * k // 2 + 4 * n * (k // g)),
         "lc int4 g32 avx2": (lambda: cpu.int4_matmul(x, q4, s4, m4, g, avx2), int4_bytes),
         "torch int4pack g32": (lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(
             xb, packed, g, sz), int4_bytes),
@@ -117,17 +119,23 @@ def run(threads: int, rounds: int, quick: bool) -> list[dict]:
             t1 = per_m[1][0][name]
             row = {"shape": f"{n}x{k}", "impl": name, "gbps_m1": per_m[1][1][name] / t1 / 1e9,
                    **{f"ms_m{m}": per_m[m][0][name] * 1e3 for m in ROWS},
+                   **{f"vs_pack_m{m}": per_m[m][0][name] / per_m[m][0]["torch int4pack g32"]
+                      for m in ROWS},
                    "m5_over_m1": per_m[5][0][name] / t1}
             rows.append(row)
-            print(f"  {row['shape']:10s} {name:22s} "
-                  + " ".join(f"M={m}: {row[f'ms_m{m}']:7.3f} ms" for m in ROWS)
+            print(f"  {row['shape']:10s} {name:23s} "
+                  + " ".join(f"M={m}: {row[f'ms_m{m}']:7.3f} ms ({row[f'vs_pack_m{m}']:.2f}x)"
+                             for m in ROWS)
                   + f"  {row['gbps_m1']:6.1f} GB/s at M=1  M5/M1 {row['m5_over_m1']:.2f}",
                   flush=True)
-    print("| shape N x K | impl | ms M=1 | ms M=5 | ms M=16 | GB/s M=1 | M=5 / M=1 |")
-    print("|---|---|---|---|---|---|---|")
+    print("(x: time over torch int4pack's at the same M, same run)")
+    print("| shape N x K | impl | ms M=1 | ms M=5 | ms M=16 | vs int4pack M=1 / M=5 | GB/s M=1 "
+          "| M=5 / M=1 |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['shape']} | {r['impl']} | {r['ms_m1']:.3f} | {r['ms_m5']:.3f} | "
-              f"{r['ms_m16']:.3f} | {r['gbps_m1']:.1f} | {r['m5_over_m1']:.2f} |")
+              f"{r['ms_m16']:.3f} | {r['vs_pack_m1']:.2f}x / {r['vs_pack_m5']:.2f}x | "
+              f"{r['gbps_m1']:.1f} | {r['m5_over_m1']:.2f} |")
     return rows
 
 

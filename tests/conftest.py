@@ -84,3 +84,35 @@ def smollm2_oracle(smollm2_gguf: Path):
         str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name, dtype=torch.float32
     )
     return model.eval()
+
+
+def _reread_env_switches() -> None:
+    """Clear localchat's read-once environment switches (only of modules already imported,
+    so that a test that never imports torch-side code does not start to)."""
+    import sys
+
+    kernels = sys.modules.get("localchat.kernels")
+    if kernels is not None:
+        kernels.refresh_env()
+    cpu_int4 = sys.modules.get("localchat.engine.quant.cpu_int4")
+    clear = getattr(getattr(cpu_int4, "own_kernels", None), "cache_clear", None)
+    if clear is not None:  # (not while a test has monkeypatched own_kernels itself)
+        clear()
+
+
+@pytest.fixture(autouse=True)
+def _env_switches_follow_monkeypatch(monkeypatch):
+    """localchat reads ``LOCALCHAT_CPU_ISA``, ``LOCALCHAT_CPU_A8``, ``LOCALCHAT_CPU_INT4`` and
+    ``LOCALCHAT_KERNELS=triton`` once per process (they sit on every op call); a test that
+    changes one through ``monkeypatch.setenv`` / ``delenv`` gets it re-read at once, and the
+    caches are cleared again before ``monkeypatch`` restores the environment."""
+    for name in ("setenv", "delenv"):
+        original = getattr(monkeypatch, name)
+
+        def changed(*args, _original=original, **kwargs):
+            _original(*args, **kwargs)
+            _reread_env_switches()
+
+        setattr(monkeypatch, name, changed)
+    yield
+    _reread_env_switches()

@@ -6,10 +6,9 @@ into the scheme's layout (the one the cache stores and the Triton kernels read) 
 float copy; after loading (or after reading the cache, through ``create_weights``),
 ``process_weights_after_loading`` converts to what the device's kernel reads fastest.
 
-CPU kernels (chosen by ``scripts/bench_quant.py --linear`` on this project's AVX2 machine; see the
-README): int8 uses ``torch.ops.aten._weight_int8pack_mm`` and int4
-``torch.ops.aten._weight_int4pack_mm_for_cpu``, both fed bf16 activations (their fp32 paths are
-several times slower here) and cast back; ``kernel="dequant"`` dequantizes to the activation
+CPU kernels: int8 uses ``torch.ops.aten._weight_int8pack_mm`` (bf16 activations, cast back);
+int4 localchat's exact C++ kernels over its own layout (``cpu_int4.py``) where they are built,
+else ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (bf16 activations and scales); ``kernel="dequant"`` dequantizes to the activation
 dtype and calls ``F.linear`` (the reference, and the CUDA path until ``localchat.kernels``
 provides ``int8_matmul`` / ``int4_matmul``).
 """
@@ -150,10 +149,9 @@ class Int8LinearMethod(_PerChannelLinearMethod):
 class Int4LinearMethod(LinearMethod):
     """W4A16 int4 group-wise (``int4.py``), ``group_size`` chosen per layer by
     :func:`pick_group_size` (the loader leaves layers without one unquantized). ``kernel``:
-    "packed" (CPU ``_weight_int4pack_mm_for_cpu`` over a repacked copy; with
-    ``LOCALCHAT_CPU_INT4_A8=1`` the W4A8 ``localchat.kernels.int4_matmul`` for up to
-    ``CPU_MAX_ROWS`` rows, see ``_own_cpu_rows``;
-    on CUDA ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
+    "packed" (CPU: localchat's exact C++ kernels over the contract layout where they are built,
+    ``cpu_int4.py``, else ``_weight_int4pack_mm_for_cpu`` over a repacked copy, see
+    ``_own_cpu``; on CUDA ``localchat.kernels.int4_matmul`` when present) or "dequant"."""
 
     scheme = QuantScheme.INT4
 
@@ -179,39 +177,30 @@ class Int4LinearMethod(LinearMethod):
         _set_buffer(layer, "scales", torch.empty(n, k // g, dtype=torch.float32, device=device))
         _set_buffer(layer, "mins", torch.empty(n, k // g, dtype=torch.float32, device=device))
 
-    def _own_cpu_rows(self) -> int:
-        """Rows up to which CPU calls use localchat's integer-dot kernel over the contract
-        layout (``kernels.int4_matmul``, batch invariant): ``CPU_MAX_ROWS`` when
-        ``LOCALCHAT_CPU_INT4_A8=1`` and ``LOCALCHAT_CPU_A8=1`` and the C++ kernels are built;
-        else 0 (torch's int4pack for every M, the default). Opt-in because it keeps the
-        contract layout beside the int4pack copy that prefill still needs (int4 would then
-        hold more bytes than int8) until a blocked prefill kernel replaces int4pack."""
-        import os
+    def _own_cpu(self) -> bool:
+        """Whether this CPU layer computes with localchat's kernels over the contract layout
+        alone (``cpu_int4.py``: the exact C++ matmul for up to ``CPU_MAX_ROWS`` rows, row-block
+        GEMMs for prefill); else (no C++ kernels, or ``LOCALCHAT_CPU_INT4=int4pack``) it
+        repacks for PyTorch's int4pack kernel, which rounds scales and mins to bf16."""
+        from .cpu_int4 import own_kernels
 
-        from localchat import kernels
-        from localchat.kernels import cpu
-
-        if not self._packed_cpu() or os.environ.get("LOCALCHAT_CPU_INT4_A8", "0") != "1" \
-                or not kernels.cpu_a8_enabled() or not cpu.available():
-            return 0
-        return kernels.CPU_MAX_ROWS
+        return self._packed_cpu() and own_kernels()
 
     def process_weights_after_loading(self, layer):
-        if self._packed_cpu():
+        if self._packed_cpu() and not self._own_cpu():
             packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.mins)
-            if self._own_cpu_rows() == 0:
-                _drop(layer, "qweight", "scales", "mins")
-            # else the contract layout stays for M <= CPU_MAX_ROWS (decode, verification):
-            # the int4pack copy serves prefill, where torch's kernel is faster than ours
+            _drop(layer, "qweight", "scales", "mins")
             _set_buffer(layer, "qweight_cpu", packed)
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
 
     def apply(self, layer, x):
         x2 = _flat(x)
-        if self._packed_cpu() and x2.shape[0] <= self._own_cpu_rows() \
-                and getattr(layer, "qweight", None) is not None:
-            y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.mins,
-                                       self.group_size).to(x.dtype)
+        if self._packed_cpu() and getattr(layer, "qweight", None) is not None \
+                and self._own_cpu():
+            from .cpu_int4 import int4_linear
+
+            y = int4_linear(x2, layer.qweight, layer.scales, layer.mins,
+                            self.group_size).to(x.dtype)
         elif self._packed_cpu():
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
@@ -225,14 +214,11 @@ class Int4LinearMethod(LinearMethod):
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 
     def weight_bytes(self, out_features, in_features, dtype):
-        # the CPU repack keeps scales and PyTorch's zero points as bf16 [K // G, N, 2]; with
-        # the integer-dot kernels the contract layout (fp32 scales / mins) stays as well
-        if not self._packed_cpu():
-            return int4_weight_bytes(out_features, in_features, self.group_size, 4)
-        packed = int4_weight_bytes(out_features, in_features, self.group_size, 2)
-        own = int4_weight_bytes(out_features, in_features, self.group_size, 4) \
-            if self._own_cpu_rows() else 0
-        return packed + own
+        # the int4pack repack keeps scales and PyTorch's zero points as bf16 [K // G, N, 2];
+        # otherwise the contract layout (fp32 scales / mins) is all there is
+        if self._packed_cpu() and not self._own_cpu():
+            return int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        return int4_weight_bytes(out_features, in_features, self.group_size, 4)
 
 
 class Fp8LinearMethod(_PerChannelLinearMethod):

@@ -8,8 +8,9 @@ int4 values are int8 values, a group of 32 is two groups of 16 with equal scales
 missing min is 0. Reference design: llama.cpp keeps each tensor in its file type and
 dispatches per type; vLLM's GGUF linear method does the same per layer.
 
-Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU PyTorch's
-``_weight_int4pack_mm_for_cpu``, bf16 scales); group-wise int8 uses
+Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU localchat's exact C++ kernels over
+this layout, ``cpu_int4.py``; without them PyTorch's ``_weight_int4pack_mm_for_cpu``, bf16
+scales); group-wise int8 uses
 ``localchat.kernels.int8_matmul`` on CUDA and, for up to ``CPU_MAX_ROWS`` rows, on CPU
 through the C++ kernel; otherwise it dequantizes blocks of rows into a reused fp32 buffer
 and multiplies (about 2-3x slower than an fp32 GEMV on this machine).
@@ -141,14 +142,12 @@ class NativeInt4LinearMethod(Int4LinearMethod):
                                                  device=device))
 
     def weight_bytes(self, out_features, in_features, dtype):
-        # the CPU repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2]; with the
-        # opt-in integer-dot kernels (``_own_cpu_rows``) the contract layout stays as well
-        own = int4_weight_bytes(out_features, in_features, self.group_size,
-                                self.scale_dtype.itemsize)
-        if not self._packed_cpu():
-            return own
-        packed = int4_weight_bytes(out_features, in_features, self.group_size, 2)
-        return packed + (own if self._own_cpu_rows() else 0)
+        # the int4pack repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2];
+        # otherwise the contract layout in scale_dtype is all there is
+        if self._packed_cpu() and not self._own_cpu():
+            return int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        return int4_weight_bytes(out_features, in_features, self.group_size,
+                                 self.scale_dtype.itemsize)
 
     def embed(self, layer, ids, dtype):
         return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype)

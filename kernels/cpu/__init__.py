@@ -6,7 +6,8 @@ first time an op is needed, with a one-line note on stderr; later processes load
 library. Each ISA path is its own translation unit compiled for that ISA (``#pragma GCC
 target``): AVX-512 (F/BW/VL/DQ), AVX2 + FMA, and portable scalar code, chosen per call from the
 CPU's flags. ``LOCALCHAT_CPU_ISA`` (``avx512``, ``avx2`` or ``scalar``) caps the choice, e.g.
-to run the AVX2 path on an AVX-512 machine; a request above what the CPU has is clamped.
+to run the AVX2 path on an AVX-512 machine; a request above what the CPU has is clamped. It is
+read once per process (:func:`active_isa`).
 
 Without a compiler (or ninja), or when the build fails, :func:`available` is False after one
 line on stderr saying so, and ``localchat.kernels`` runs the PyTorch references instead.
@@ -144,8 +145,11 @@ def best_isa() -> int:
     return int(_ops().best_isa())
 
 
+@functools.cache
 def active_isa() -> int:
-    """The ISA path a call takes now: :func:`best_isa`, capped by ``LOCALCHAT_CPU_ISA``.
+    """The ISA path calls take: :func:`best_isa`, capped by ``LOCALCHAT_CPU_ISA``. Read once
+    per process (the ops consult it on every call): after changing the variable call
+    ``active_isa.cache_clear()`` (or ``localchat.kernels.refresh_env()``).
 
     Raises ``ValueError`` for an unknown ``LOCALCHAT_CPU_ISA`` value."""
     want = os.environ.get(ISA_ENV, "").strip().lower()
@@ -183,6 +187,15 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
         group_size = x.shape[-1] // (scales.shape[1] if scales.dim() == 2 else 1)
     return _ops().int8_matmul(
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
+def int4_dequantize(qweight, scales, mins, group_size: int, out) -> None:
+    """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- ``q * scales + mins`` of
+    int4 ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16):
+    the values the matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF
+    scales; rounded once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
+    Raises ``RuntimeError`` on a bad layout."""
+    _ops().int4_dequantize(qweight, scales, mins, group_size, out)
 
 
 @functools.cache

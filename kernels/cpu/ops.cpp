@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "qa8.h"
 #include "quant.h"
@@ -42,18 +43,82 @@ int64_t clamp_isa(int64_t isa) {
 
 typedef void (*RowsFn)(const QuantArgs&, int64_t, int64_t);
 
-at::Tensor run_rows(const at::Tensor& x32, const at::Tensor& out_like, QuantArgs args,
-                    RowsFn fn) {
-  at::Tensor out = at::empty({args.M, args.N}, x32.options());
-  args.out = out.data_ptr<float>();
+// x [M, K] (fp32 / bf16 / fp16, any strides) -> a contiguous fp32 copy; for int4 block-major
+// [K/32][M][32], each 32-column block permuted as quant.h describes (int4_src_col).
+template <class T>
+void widen_rows(const at::Tensor& x, float* dst, bool permute) {
+  const int64_t M = x.size(0), K = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
+  const T* src = x.data_ptr<T>();
+  int perm[32];
+  for (int i = 0; i < 32; ++i) perm[i] = permute ? int4_src_col(i) : i;
+  for (int64_t m = 0; m < M; ++m) {
+    const T* xr = src + m * s0;
+    float* d = dst + m * K;
+    if (!permute && s1 == 1) {
+      for (int64_t k = 0; k < K; ++k) d[k] = static_cast<float>(xr[k]);
+      continue;
+    }
+    for (int64_t kb = 0; kb < K; kb += 32) {
+      float* db = permute ? dst + (kb / 32 * M + m) * 32 : d + kb;  // int4: [K/32][M][32]
+      for (int i = 0; i < 32 && kb + i < K; ++i)
+        db[i] = static_cast<float>(xr[(kb + perm[i]) * s1]);
+    }
+  }
+}
+
+at::Tensor widen(const at::Tensor& x, bool permute) {
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  float* d = out.data_ptr<float>();
+  switch (x.scalar_type()) {
+    case at::kFloat: widen_rows<float>(x, d, permute); break;
+    case at::kBFloat16: widen_rows<at::BFloat16>(x, d, permute); break;
+    case at::kHalf: widen_rows<at::Half>(x, d, permute); break;
+    default: TORCH_CHECK(false, "x must be fp32/bf16/fp16");
+  }
+  return out;
+}
+
+// Checks the scale / min tensors of the exact kernels: [N, ngroups] fp32 or fp16 (both one
+// dtype); returns whether they are fp16. Contiguous ones are read in place.
+bool exact_scales(const char* op, const at::Tensor& scales, const at::Tensor* mins, int64_t N,
+                  int64_t ng) {
+  const auto dt = scales.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.numel() == N * ng &&
+                  scales.size(0) == N,
+              op, ": scales must be fp32 or fp16 [", N, ", ", ng, "], got ", scales.sizes(),
+              " ", dt);
+  if (mins)
+    TORCH_CHECK(mins->scalar_type() == dt && mins->numel() == N * ng && mins->size(0) == N,
+                op, ": mins must be [", N, ", ", ng, "] of the scales' dtype (fp32 or fp16)");
+  return dt == at::kHalf;
+}
+
+template <class T>
+void narrow_cols(const float* src, T* dst, int64_t M, int64_t N, int64_t c0, int64_t c1) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = c0; c < c1; ++c) dst[m * N + c] = static_cast<T>(src[m * N + c]);
+}
+
+// Runs fn over column blocks on the torch thread pool; the result in out_like's dtype (a
+// bf16 / fp16 result is rounded from the fp32 sums by the thread that computed them).
+at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
+  const auto dt = out_like.scalar_type();
+  at::Tensor out32 = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
+  at::Tensor out = dt == at::kFloat ? out32 : at::empty({args.M, args.N}, out_like.options());
+  args.out = out32.data_ptr<float>();
   // Split output columns in blocks of 4 (the widest tile); each output element is computed
   // by one thread in a fixed order, so the thread count does not change the result.
   const int64_t blocks = (args.N + 3) / 4;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 4 * args.K));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    fn(args, b0 * 4, std::min(b1 * 4, args.N));
+    const int64_t c0 = b0 * 4, c1 = std::min(b1 * 4, args.N);
+    fn(args, c0, c1);
+    if (dt == at::kBFloat16)
+      narrow_cols(args.out, out.data_ptr<at::BFloat16>(), args.M, args.N, c0, c1);
+    else if (dt == at::kHalf)
+      narrow_cols(args.out, out.data_ptr<at::Half>(), args.M, args.N, c0, c1);
   });
-  return out_like.scalar_type() == at::kFloat ? out : out.to(out_like.scalar_type());
+  return out;
 }
 
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -65,21 +130,17 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(group_size > 0 && group_size % 32 == 0 && K % group_size == 0,
               "int4_matmul: group_size ", group_size, " must be a multiple of 32 dividing K=", K);
   const int64_t ng = K / group_size;
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && mins.scalar_type() == at::kFloat &&
-                  scales.sizes() == at::IntArrayRef({N, ng}) && mins.sizes() == scales.sizes(),
-              "int4_matmul: scales and mins must be fp32 [", N, ", ", ng, "]");
+  const bool half = exact_scales("int4_matmul", scales, &mins, N, ng);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int4_matmul: x must be fp32/bf16/fp16");
-  // Permute each 32-column block of x to (16 even k, 16 odd k): the low / high nibbles of a
-  // block's 16 bytes then meet contiguous activations.
-  at::Tensor xp = x.to(at::kFloat).reshape({M, K / 32, 16, 2}).transpose(2, 3).contiguous();
+  at::Tensor xp = widen(x, true);
   at::Tensor q = qweight.contiguous(), s = scales.contiguous(), m = mins.contiguous();
-  QuantArgs a{xp.data_ptr<float>(), q.data_ptr(), s.data_ptr<float>(), m.data_ptr<float>(),
+  QuantArgs a{xp.data_ptr<float>(), q.data_ptr(), s.data_ptr(), m.data_ptr(), half,
               nullptr, M, N, K, group_size, ng};
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int4_rows_avx512 : use == kAvx2 ? int4_rows_avx2
                                                                : int4_rows_scalar;
-  return run_rows(xp, x, a, fn);
+  return run_rows(x, a, fn);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -91,24 +152,77 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(group_size > 0 && K % group_size == 0,
               "int8_matmul: group_size ", group_size, " must divide K=", K);
   const int64_t ng = K / group_size;
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == N * ng,
-              "int8_matmul: scales must be fp32 [", N, ", ", ng, "]");
   const bool has_min = mins.has_value() && mins->defined();
-  TORCH_CHECK(!has_min || (mins->scalar_type() == at::kFloat && mins->numel() == N * ng),
-              "int8_matmul: mins must be fp32 [", N, ", ", ng, "]");
+  const bool half = exact_scales("int8_matmul", scales, has_min ? &*mins : nullptr, N, ng);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int8_matmul: x must be fp32/bf16/fp16");
-  at::Tensor x32 = x.to(at::kFloat).contiguous();
+  at::Tensor x32 = (x.scalar_type() == at::kFloat && x.is_contiguous()) ? x : widen(x, false);
   at::Tensor q = qweight.contiguous(), s = scales.contiguous();
   at::Tensor m = has_min ? mins->contiguous() : at::Tensor();
-  QuantArgs a{x32.data_ptr<float>(), q.data_ptr(), s.data_ptr<float>(),
-              has_min ? m.data_ptr<float>() : nullptr, nullptr, M, N, K, group_size, ng};
+  QuantArgs a{x32.data_ptr<float>(), q.data_ptr(), s.data_ptr(),
+              has_min ? m.data_ptr() : nullptr, half, nullptr, M, N, K, group_size, ng};
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int8_rows_avx512 : use == kAvx2 ? int8_rows_avx2
                                                                : int8_rows_scalar;
-  return run_rows(x32, x, a, fn);
+  return run_rows(x, a, fn);
 }
 
+
+// out [N, K] fp32 <- q * s + m of the int4 rows qweight [N, K/2] (fp32 or fp16 scales/mins
+// [N, K/G]): the same fp32 values every kernel dequantizes to (fma, one rounding; exact for
+// GGUF scales), or those values rounded to bf16 (out bf16). For blocks of rows of a prefill
+// GEMM (M > CPU_MAX_ROWS).
+template <class ST, class OT>
+void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, OT* out, int64_t r0,
+                   int64_t r1, int64_t K, int64_t G) {
+  const int64_t ng = K / G;
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* qr = q + n * (K / 2);
+    OT* o = out + n * K;
+    for (int64_t g = 0; g < ng; ++g) {
+      const float sc = static_cast<float>(s[n * ng + g]), mn = static_cast<float>(m[n * ng + g]);
+      OT table[16];
+      for (int v = 0; v < 16; ++v)
+        table[v] = static_cast<OT>(std::fma(static_cast<float>(v), sc, mn));
+      for (int64_t j = g * G / 2; j < (g + 1) * G / 2; ++j) {
+        o[2 * j] = table[qr[j] & 0x0F];
+        o[2 * j + 1] = table[qr[j] >> 4];
+      }
+    }
+  }
+}
+
+void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
+                     int64_t group_size, at::Tensor out) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
+              "int4_dequantize: qweight must be contiguous uint8 [N, K/2]");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
+  TORCH_CHECK(group_size > 0 && group_size % 2 == 0 && K % group_size == 0,
+              "int4_dequantize: group_size ", group_size, " must divide K=", K);
+  const int64_t ng = K / group_size;
+  const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
+  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
+              "int4_dequantize: scales and mins must be contiguous");
+  TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
+                  out.is_contiguous() && out.sizes() == at::IntArrayRef({N, K}),
+              "int4_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "]");
+  const uint8_t* q = qweight.data_ptr<uint8_t>();
+  const bool bf16 = out.scalar_type() == at::kBFloat16;
+  at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
+    if (half && bf16)
+      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(),
+                    out.data_ptr<at::BFloat16>(), r0, r1, K, group_size);
+    else if (half)
+      dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(),
+                    out.data_ptr<float>(), r0, r1, K, group_size);
+    else if (bf16)
+      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(),
+                    out.data_ptr<at::BFloat16>(), r0, r1, K, group_size);
+    else
+      dequant4_rows(q, scales.data_ptr<float>(), mins.data_ptr<float>(),
+                    out.data_ptr<float>(), r0, r1, K, group_size);
+  });
+}
 
 // ---- integer-dot (W4A8 / W8A8) matmuls, qa8.h -------------------------------------------
 
@@ -229,11 +343,14 @@ TORCH_LIBRARY(localchat_cpu, m) {
         "int isa) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
         "int isa) -> Tensor");
+  m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group_size, "
+        "Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul", &localchat_cpu::int4_matmul);
   m.impl("int8_matmul", &localchat_cpu::int8_matmul);
+  m.impl("int4_dequantize", &localchat_cpu::int4_dequantize);
   m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
 }

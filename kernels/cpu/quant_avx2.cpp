@@ -1,5 +1,9 @@
 // AVX2 + FMA tiles of the quantized matmuls; compiled for that ISA by the pragma below (no
 // torch headers; internal linkage for everything but the two entry points).
+//
+// int4: per 32-column block one 128-bit broadcast of the 16 weight bytes into both halves,
+// then per 8 weights a per-lane shift (vpsrlvd), a mask, a conversion and fma(q, s, m): the
+// permuted activation layout of quant.h read 8 lanes at a time.
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
@@ -10,10 +14,9 @@ namespace {
 
 typedef __m256 VF;
 constexpr int W = 8;
-constexpr int NT = 2;
-constexpr int MT = 4;
-constexpr int NT_WIDE = 1;
-constexpr int MT_WIDE = 8;
+constexpr int NT_A = 2, MT_A = 4;
+constexpr int NT_B = 1, MT_B = 8;
+constexpr int NT_C = 1, MT_C = 8;
 
 inline VF vzero() { return _mm256_setzero_ps(); }
 inline VF vset1(float f) { return _mm256_set1_ps(f); }
@@ -25,12 +28,21 @@ inline float vsum(VF v) {
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
 }
-inline void deq4_16(const uint8_t* p, int high, VF s, VF m, VF* out) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  const __m128i q = high ? _mm_and_si128(_mm_srli_epi16(b, 4), mask) : _mm_and_si128(b, mask);
-  out[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), s, m);
-  out[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), s, m);
+
+struct P4 {
+  VF s, m;
+};
+inline P4 prep4(float s, float m) { return {_mm256_set1_ps(s), _mm256_set1_ps(m)}; }
+inline void deq4_32(const uint8_t* p, const P4& pr, VF* out) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mask = _mm256_set1_epi32(0x0F);
+  // vector u, lane l: word l % 4 shifted to nibble 2 u + l / 4
+  const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  for (int u = 0; u < 4; ++u) {
+    const __m256i q = _mm256_and_si256(
+        _mm256_srlv_epi32(b, _mm256_add_epi32(sh, _mm256_set1_epi32(8 * u))), mask);
+    out[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), pr.s, pr.m);
+  }
 }
 inline void deq8_16(const int8_t* p, VF s, VF m, bool has_min, VF* out) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -44,10 +56,7 @@ inline void deq8_16(const int8_t* p, VF s, VF m, bool has_min, VF* out) {
 
 }  // namespace
 
-void int4_rows_avx2(const QuantArgs& a, int64_t n0, int64_t n1) { all_rows<Int4Tile>(a, n0, n1); }
-void int8_rows_avx2(const QuantArgs& a, int64_t n0, int64_t n1) {
-  if (a.mins) all_rows<Int8Tile<true>>(a, n0, n1);
-  else all_rows<Int8Tile<false>>(a, n0, n1);
-}
+void int4_rows_avx2(const QuantArgs& a, int64_t n0, int64_t n1) { int4_all(a, n0, n1); }
+void int8_rows_avx2(const QuantArgs& a, int64_t n0, int64_t n1) { int8_all(a, n0, n1); }
 
 }  // namespace localchat_cpu

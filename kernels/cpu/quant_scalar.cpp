@@ -1,29 +1,66 @@
 // Portable scalar quantized matmuls (any x86 or other CPU): each output row is dequantized
 // once into a buffer, then dotted with every activation row in k order (batch invariant).
+#include <cstring>
 #include <vector>
 
 #include "quant.h"
 
 namespace localchat_cpu {
+namespace {
+
+// IEEE fp16 bits -> fp32 (exact; no F16C here).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    exp = 113;
+    while (!(man & 0x400)) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float ldsc(const QuantArgs& a, const void* p, int64_t i) {
+  return a.half ? half_to_float(static_cast<const uint16_t*>(p)[i])
+                : static_cast<const float*>(p)[i];
+}
+
+}  // namespace
 
 void int4_rows_scalar(const QuantArgs& a, int64_t n0, int64_t n1) {
   const uint8_t* qw = static_cast<const uint8_t*>(a.qweight);
   std::vector<float> w(a.K);
+  int src[32];
+  for (int i = 0; i < 32; ++i) src[i] = int4_src_col(i);
   for (int64_t n = n0; n < n1; ++n) {
-    // x is permuted per 32-column block: (16 even k, 16 odd k); lay w out the same way
+    // x is permuted per 32-column block (quant.h); lay w out the same way
     for (int64_t kb = 0; kb < a.K; kb += 32) {
       const int64_t g = kb / a.group_size;
-      const float s = a.scales[n * a.ngroups + g], m = a.mins[n * a.ngroups + g];
-      for (int j = 0; j < 16; ++j) {
-        const uint8_t b = qw[n * (a.K / 2) + kb / 2 + j];
-        w[kb + j] = static_cast<float>(b & 0x0F) * s + m;
-        w[kb + 16 + j] = static_cast<float>(b >> 4) * s + m;
+      const float s = ldsc(a, a.scales, n * a.ngroups + g), m = ldsc(a, a.mins, n * a.ngroups + g);
+      const uint8_t* b = qw + n * (a.K / 2) + kb / 2;
+      for (int i = 0; i < 32; ++i) {
+        const int c = src[i];
+        const int q = (b[c / 2] >> (4 * (c % 2))) & 0x0F;
+        w[kb + i] = static_cast<float>(q) * s + m;
       }
     }
     for (int64_t r = 0; r < a.M; ++r) {
-      const float* xr = a.x + r * a.K;
       float acc = 0.0f;
-      for (int64_t k = 0; k < a.K; ++k) acc += w[k] * xr[k];
+      for (int64_t kb = 0; kb < a.K; kb += 32) {
+        const float* xr = a.x + (kb / 32 * a.M + r) * 32;  // [K / 32][M][32]
+        for (int i = 0; i < 32; ++i) acc += w[kb + i] * xr[i];
+      }
       a.out[r * a.N + n] = acc;
     }
   }
@@ -36,8 +73,8 @@ void int8_rows_scalar(const QuantArgs& a, int64_t n0, int64_t n1) {
     for (int64_t k = 0; k < a.K; ++k) {
       const int64_t g = k / a.group_size;
       const float q = static_cast<float>(qw[n * a.K + k]);
-      w[k] = a.mins ? q * a.scales[n * a.ngroups + g] + a.mins[n * a.ngroups + g]
-                    : q * a.scales[n * a.ngroups + g];
+      const float s = ldsc(a, a.scales, n * a.ngroups + g);
+      w[k] = a.mins ? q * s + ldsc(a, a.mins, n * a.ngroups + g) : q * s;
     }
     for (int64_t r = 0; r < a.M; ++r) {
       const float* xr = a.x + r * a.K;

@@ -1,63 +1,132 @@
 // ISA-generic tiles of the quantized matmuls, included by quant_avx2.cpp / quant_avx512.cpp
 // INSIDE an anonymous namespace after they define (for their ISA):
 //   VF (float vector), W (lanes), vzero(), vset1(f), vload(p), vfma(a, b, c), vsum(v),
-//   deq4_16(p, high, s, m, out[16 / W])  : 16 nibbles (low or high of 16 bytes) -> q * s + m
+//   P4 prep4(s, m)                 : per (row, group) state of the int4 dequantization
+//   deq4_32(p, P4, out[32 / W])    : a block's 16 bytes -> its 32 weights q * s + m, in the
+//                                    permuted activation order of quant.h
 //   deq8_16(p, s, m, has_min, out[16 / W]): 16 int8 -> q * s (+ m)
-// and NT (output rows per tile) and MT (activation rows per tile).
+// and three tile shapes (NT_A, MT_A), (NT_B, MT_B), (NT_C, MT_C): output columns x activation
+// rows per tile, taken for M <= MT_A, M <= MT_B and larger M.
 //
 // Every (n, m) output has ONE vector accumulator updated in k order (and, for int8 groups
 // that are not a multiple of 16 wide, one scalar accumulator for the group tails), reduced
-// once at the end: the result depends on neither M nor the tiling (batch invariance).
+// once at the end by vsum: the result depends on neither M nor the tiling (batch invariance).
+// Each weight tile is loaded and dequantized once for all the tile's rows.
+//
+// K blocking: with several activation rows, x would not stay in L1 over a whole row of K, so
+// the groups are walked in chunks whose activations fit in kXChunkBytes, over a strip of
+// kStrip output columns at a time; between chunks each (n, m) accumulator VECTOR is parked in
+// a per-thread buffer and reloaded, unchanged, so the sum is the same for every chunking.
 
-constexpr int V = 16 / W;  // vectors per 16 weights
+template <bool HALF>
+inline float ldsc(const void* p, int64_t i) {
+  if constexpr (HALF) return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
+  else return static_cast<const float*>(p)[i];
+}
+
+// Groups whose fp16 scales / mins are widened at a time into a tile's stack buffer.
+constexpr int kScaleChunk = 64;
+
+// fp16 [n] -> fp32 (exact), 4 at a time with F16C.
+inline void widen_half(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(dst + i, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+// The groups [g0, g1) of one tile. first: accumulators start at zero (else reload from
+// save); last: reduce into out (else park in save). save[t * ld + m] for output n + t, row m.
+struct Span {
+  int64_t g0, g1;
+  bool first, last;
+  VF* save;
+  float* tsave;
+  int64_t ld;
+};
 
 template <int nt, int mt>
-inline void int4_tile(const QuantArgs& a, int64_t n, int64_t m0) {
+inline void span_begin(const Span& sp, int64_t m0, VF (&acc)[nt][mt]) {
+  for (int t = 0; t < nt; ++t)
+    for (int r = 0; r < mt; ++r) acc[t][r] = sp.first ? vzero() : sp.save[t * sp.ld + m0 + r];
+}
+
+template <int nt, int mt, bool HALF>
+inline void int4_tile(const QuantArgs& a, int64_t n, int64_t m0, const Span& span) {
   const uint8_t* qw = static_cast<const uint8_t*>(a.qweight);
   const int64_t K = a.K, ldq = a.K / 2, G = a.group_size, ng = a.ngroups;
+  const int64_t sz = HALF ? 2 : 4;
+  const bool more = n + 2 * nt <= a.N && m0 + mt >= a.M;  // prefetch the next tile
   VF acc[nt][mt];
-  for (int t = 0; t < nt; ++t)
-    for (int r = 0; r < mt; ++r) acc[t][r] = vzero();
-  for (int64_t g = 0; g < ng; ++g) {
-    VF s[nt], mn[nt];
+  span_begin<nt, mt>(span, m0, acc);
+  for (int64_t g0 = span.g0; g0 < span.g1; g0 += kScaleChunk) {
+    const int64_t gn = span.g1 - g0 < kScaleChunk ? span.g1 - g0 : kScaleChunk;
+    float sbuf[HALF ? nt : 1][HALF ? kScaleChunk : 1], mbuf[HALF ? nt : 1][HALF ? kScaleChunk : 1];
+    const float* sp[nt];
+    const float* mp[nt];
     for (int t = 0; t < nt; ++t) {
-      s[t] = vset1(a.scales[(n + t) * ng + g]);
-      mn[t] = vset1(a.mins[(n + t) * ng + g]);
+      if constexpr (HALF) {
+        widen_half(static_cast<const uint16_t*>(a.scales) + (n + t) * ng + g0, sbuf[t], gn);
+        widen_half(static_cast<const uint16_t*>(a.mins) + (n + t) * ng + g0, mbuf[t], gn);
+        sp[t] = sbuf[t];
+        mp[t] = mbuf[t];
+      } else {
+        sp[t] = static_cast<const float*>(a.scales) + (n + t) * ng + g0;
+        mp[t] = static_cast<const float*>(a.mins) + (n + t) * ng + g0;
+      }
     }
-    for (int64_t kb = g * G; kb < (g + 1) * G; kb += 32) {
-      for (int h = 0; h < 2; ++h) {
-        VF w[nt][V];
-        for (int t = 0; t < nt; ++t) deq4_16(qw + (n + t) * ldq + kb / 2, h, s[t], mn[t], w[t]);
-        for (int r = 0; r < mt; ++r) {
-          const float* xr = a.x + (m0 + r) * K + kb + 16 * h;
-          for (int v = 0; v < V; ++v) {
-            VF xv = vload(xr + v * W);
-            for (int t = 0; t < nt; ++t) acc[t][r] = vfma(w[t][v], xv, acc[t][r]);
+    for (int64_t gi = 0; gi < gn; ++gi) {
+      const int64_t g = g0 + gi;
+      P4 pr[nt];
+      for (int t = 0; t < nt; ++t) pr[t] = prep4(sp[t][gi], mp[t][gi]);
+      if (more && (g * nt * sz) % 64 < nt * sz) {  // the next tile's scales and mins
+        prefetch(static_cast<const char*>(a.scales) + ((n + nt) * ng + g * nt) * sz);
+        prefetch(static_cast<const char*>(a.mins) + ((n + nt) * ng + g * nt) * sz);
+      }
+      for (int64_t kb = g * G; kb < (g + 1) * G; kb += 32) {
+        if (more && kb % 128 == 0)  // its rows' next cache line
+          for (int t = 0; t < nt; ++t) prefetch(qw + (n + nt + t) * ldq + kb / 2);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; ++t) {
+          VF w[32 / W];
+          deq4_32(qw + (n + t) * ldq + kb / 2, pr[t], w);
+#pragma GCC unroll 16
+          for (int r = 0; r < mt; ++r) {
+            const float* xr = a.x + (kb / 32 * a.M + m0 + r) * 32;  // [K / 32][M][32]
+#pragma GCC unroll 4
+            for (int v = 0; v < 32 / W; ++v) acc[t][r] = vfma(w[v], vload(xr + v * W), acc[t][r]);
           }
         }
       }
     }
   }
   for (int t = 0; t < nt; ++t)
-    for (int r = 0; r < mt; ++r) a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]);
+    for (int r = 0; r < mt; ++r) {
+      if (span.last) a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]);
+      else span.save[t * span.ld + m0 + r] = acc[t][r];
+    }
 }
 
-template <int nt, int mt, bool has_min>
-inline void int8_tile(const QuantArgs& a, int64_t n, int64_t m0) {
+template <int nt, int mt, bool has_min, bool HALF>
+inline void int8_tile(const QuantArgs& a, int64_t n, int64_t m0, const Span& span) {
+  constexpr int V = 16 / W;  // vectors per 16 weights
   const int8_t* qw = static_cast<const int8_t*>(a.qweight);
   const int64_t K = a.K, G = a.group_size, ng = a.ngroups, gv = G / 16 * 16;
   VF acc[nt][mt];
   float tail[nt][mt];
+  span_begin<nt, mt>(span, m0, acc);
   for (int t = 0; t < nt; ++t)
-    for (int r = 0; r < mt; ++r) {
-      acc[t][r] = vzero();
-      tail[t][r] = 0.0f;
-    }
-  for (int64_t g = 0; g < ng; ++g) {
+    for (int r = 0; r < mt; ++r) tail[t][r] = span.first ? 0.0f : span.tsave[t * span.ld + m0 + r];
+  for (int64_t g = span.g0; g < span.g1; ++g) {
+    float sc[nt], mnf[nt];
     VF s[nt], mn[nt];
     for (int t = 0; t < nt; ++t) {
-      s[t] = vset1(a.scales[(n + t) * ng + g]);
-      mn[t] = vset1(has_min ? a.mins[(n + t) * ng + g] : 0.0f);
+      sc[t] = ldsc<HALF>(a.scales, (n + t) * ng + g);
+      mnf[t] = has_min ? ldsc<HALF>(a.mins, (n + t) * ng + g) : 0.0f;
+      s[t] = vset1(sc[t]);
+      mn[t] = vset1(mnf[t]);
     }
     const int64_t k0 = g * G;
     for (int64_t kb = k0; kb < k0 + gv; kb += 16) {
@@ -73,58 +142,121 @@ inline void int8_tile(const QuantArgs& a, int64_t n, int64_t m0) {
     }
     for (int64_t k = k0 + gv; k < k0 + G; ++k) {  // group tail (G not a multiple of 16)
       for (int t = 0; t < nt; ++t) {
-        const float sc = a.scales[(n + t) * ng + g];
-        const float w = has_min ? __builtin_fmaf(static_cast<float>(qw[(n + t) * K + k]), sc,
-                                                 a.mins[(n + t) * ng + g])
-                                : static_cast<float>(qw[(n + t) * K + k]) * sc;
+        const float q = static_cast<float>(qw[(n + t) * K + k]);
+        const float w = has_min ? __builtin_fmaf(q, sc[t], mnf[t]) : q * sc[t];
         for (int r = 0; r < mt; ++r)
           tail[t][r] = __builtin_fmaf(w, a.x[(m0 + r) * K + k], tail[t][r]);
       }
     }
   }
   for (int t = 0; t < nt; ++t)
-    for (int r = 0; r < mt; ++r) a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]) + tail[t][r];
+    for (int r = 0; r < mt; ++r) {
+      if (span.last) {
+        a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]) + tail[t][r];
+      } else {
+        span.save[t * span.ld + m0 + r] = acc[t][r];
+        span.tsave[t * span.ld + m0 + r] = tail[t][r];
+      }
+    }
 }
 
 // The remainder tile of exactly `left` (< mt) rows.
 template <int nt, int mt, class Tile>
-inline void rest_rows(const QuantArgs& a, int64_t n, int64_t m0, int64_t left) {
+inline void rest_rows(const QuantArgs& a, int64_t n, int64_t m0, int64_t left, const Span& sp) {
   if constexpr (mt >= 1) {
-    if (left == mt) Tile::template run<nt, mt>(a, n, m0);
-    else rest_rows<nt, mt - 1, Tile>(a, n, m0, left);
+    if (left == mt) Tile::template run<nt, mt>(a, n, m0, sp);
+    else rest_rows<nt, mt - 1, Tile>(a, n, m0, left, sp);
   }
 }
 
 // All M rows for output columns [n, n + nt): full mt-row tiles, then the remainder.
 template <int nt, int mt, class Tile>
-inline void rows_for(const QuantArgs& a, int64_t n) {
+inline void rows_for(const QuantArgs& a, int64_t n, const Span& sp) {
   int64_t m0 = 0;
-  for (; m0 + mt <= a.M; m0 += mt) Tile::template run<nt, mt>(a, n, m0);
-  if (a.M > m0) rest_rows<nt, mt - 1, Tile>(a, n, m0, a.M - m0);
+  for (; m0 + mt <= a.M; m0 += mt) Tile::template run<nt, mt>(a, n, m0, sp);
+  if (a.M > m0) rest_rows<nt, mt - 1, Tile>(a, n, m0, a.M - m0, sp);
 }
 
+template <bool HALF>
 struct Int4Tile {
   template <int nt, int mt>
-  static void run(const QuantArgs& a, int64_t n, int64_t m0) { int4_tile<nt, mt>(a, n, m0); }
+  static void run(const QuantArgs& a, int64_t n, int64_t m0, const Span& sp) {
+    int4_tile<nt, mt, HALF>(a, n, m0, sp);
+  }
 };
-template <bool has_min>
+template <bool has_min, bool HALF>
 struct Int8Tile {
   template <int nt, int mt>
-  static void run(const QuantArgs& a, int64_t n, int64_t m0) {
-    int8_tile<nt, mt, has_min>(a, n, m0);
+  static void run(const QuantArgs& a, int64_t n, int64_t m0, const Span& sp) {
+    int8_tile<nt, mt, has_min, HALF>(a, n, m0, sp);
   }
 };
 
-// Few rows (decode): NT output columns per tile for independent FMA chains. More rows
-// (verification, small batches): NT_WIDE columns by MT_WIDE rows, so a weight tile is
-// dequantized once for up to MT_WIDE rows. The tiling never changes a result.
+constexpr int64_t kXChunkBytes = 24 * 1024;  // activations of one K chunk (L1 is 32-48 KiB)
+constexpr int64_t kStrip = 64;               // output columns per strip when K is chunked
+
+// Output columns [n0, n1) in tiles of nt (then single columns), groups [g0, g1).
+template <int nt, int mt, class Tile>
+inline void cols_for(const QuantArgs& a, int64_t n0, int64_t n1, Span sp, VF* save,
+                     float* tsave) {
+  int64_t n = n0;
+  for (; n + nt <= n1; n += nt) {
+    sp.save = save + (n - n0) * a.M;
+    sp.tsave = tsave + (n - n0) * a.M;
+    rows_for<nt, mt, Tile>(a, n, sp);
+  }
+  for (; n < n1; ++n) {
+    sp.save = save + (n - n0) * a.M;
+    sp.tsave = tsave + (n - n0) * a.M;
+    rows_for<1, mt, Tile>(a, n, sp);
+  }
+}
+
+template <int nt, int mt, class Tile>
+inline void chunked(const QuantArgs& a, int64_t n0, int64_t n1) {
+  const int64_t G = a.group_size, ng = a.ngroups;
+  int64_t gk = kXChunkBytes / (4 * a.M * G);
+  if (gk < 1) gk = 1;
+  if (gk >= ng) {
+    cols_for<nt, mt, Tile>(a, n0, n1, Span{0, ng, true, true, nullptr, nullptr, a.M}, nullptr,
+                           nullptr);
+    return;
+  }
+  // plain new[] (a library call): no std:: template is instantiated in an ISA unit
+  VF* save = new VF[kStrip * a.M];
+  float* tsave = new float[kStrip * a.M];
+  for (int64_t ns = n0; ns < n1; ns += kStrip) {
+    const int64_t ne = ns + kStrip < n1 ? ns + kStrip : n1;
+    for (int64_t g0 = 0; g0 < ng; g0 += gk) {
+      const int64_t g1 = g0 + gk < ng ? g0 + gk : ng;
+      cols_for<nt, mt, Tile>(a, ns, ne, Span{g0, g1, g0 == 0, g1 == ng, nullptr, nullptr, a.M},
+                             save, tsave);
+    }
+  }
+  delete[] save;
+  delete[] tsave;
+}
+
+// The tile shape for this M (neither the tiling nor the chunking changes a result).
 template <class Tile>
 inline void all_rows(const QuantArgs& a, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  if (a.M <= MT) {
-    for (; n + NT <= n1; n += NT) rows_for<NT, MT, Tile>(a, n);
-  } else {
-    for (; n + NT_WIDE <= n1; n += NT_WIDE) rows_for<NT_WIDE, MT_WIDE, Tile>(a, n);
-  }
-  for (; n < n1; ++n) rows_for<1, MT_WIDE, Tile>(a, n);
+  if (a.M <= MT_A) chunked<NT_A, MT_A, Tile>(a, n0, n1);
+  else if (a.M <= MT_B) chunked<NT_B, MT_B, Tile>(a, n0, n1);
+  else chunked<NT_C, MT_C, Tile>(a, n0, n1);
+}
+
+template <template <bool> class T>
+inline void dispatch_half(const QuantArgs& a, int64_t n0, int64_t n1) {
+  if (a.half) all_rows<T<true>>(a, n0, n1);
+  else all_rows<T<false>>(a, n0, n1);
+}
+
+inline void int4_all(const QuantArgs& a, int64_t n0, int64_t n1) {
+  dispatch_half<Int4Tile>(a, n0, n1);
+}
+template <bool H> using Int8TileMin = Int8Tile<true, H>;
+template <bool H> using Int8TileNoMin = Int8Tile<false, H>;
+inline void int8_all(const QuantArgs& a, int64_t n0, int64_t n1) {
+  if (a.mins) dispatch_half<Int8TileMin>(a, n0, n1);
+  else dispatch_half<Int8TileNoMin>(a, n0, n1);
 }

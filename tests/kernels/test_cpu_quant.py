@@ -75,16 +75,23 @@ def assert_fp32_close(out, ref, x, w):
 INT4_CASES = [(1, 32), (7, 64), (37, 96), (9, 128), (64, 384)]  # (N, K); groups follow K
 
 
+def as_scales(s, m, dtype):
+    """fp16 scales / mins are the GGUF Q4_0 / Q4_1 case: read in place, widened exactly."""
+    return (s, m) if dtype == torch.float32 else (s.to(dtype), None if m is None else m.to(dtype))
+
+
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("n,k", INT4_CASES)
-def test_int4_matches_reference(built, monkeypatch, isa, group_size, n, k):
+def test_int4_matches_reference(built, monkeypatch, isa, scale_dtype, group_size, n, k):
     if k % group_size:
         k = group_size * 3
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     q, s, m = random_int4(n, k, group_size, seed=n * k + group_size)
+    s, m = as_scales(s, m, scale_dtype)
     w = reference.dequantize_int4(q, s, m, group_size)
-    for rows in (1, 2, 5, 16):
+    for rows in (1, 2, 3, 4, 5, 8, 9, 16):
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
         out = kernels.int4_matmul(x, q, s, m, group_size)
         assert_fp32_close(out, reference.int4_matmul(x, q, s, m, group_size), x, w)
@@ -94,9 +101,12 @@ def test_int4_matches_reference(built, monkeypatch, isa, group_size, n, k):
 @pytest.mark.parametrize("n,k,group_size,with_mins", [
     (1, 16, 16, False), (7, 48, 16, True), (37, 96, 32, True), (11, 100, 100, False),
     (5, 100, 50, True), (64, 384, 384, False), (3, 7, 7, False)])
-def test_int8_matches_reference(built, monkeypatch, isa, n, k, group_size, with_mins):
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float16])
+def test_int8_matches_reference(built, monkeypatch, isa, n, k, group_size, with_mins,
+                                scale_dtype):
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     q, s, m = random_int8(n, k, group_size, with_mins, seed=n + k)
+    s, m = as_scales(s, m, scale_dtype)
     w = reference.dequantize_int8(q, s, m, group_size)
     for rows in (1, 3, 16):
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
@@ -137,6 +147,54 @@ def test_batch_invariance(built, monkeypatch, isa, op):
         def call(a):
             return kernels.int8_matmul(a, q, s, m)
     assert_batch_invariant(call, x)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["int4", "int8"])
+def test_k_chunks_keep_batch_invariance(built, monkeypatch, isa, op):
+    """With many rows the kernels walk K in chunks that keep the activations in L1 (and
+    strips of 64 output columns): K here spans several chunks at M = 16 but one at M = 1, and
+    N several strips plus a ragged tile; int8 groups of 40 have 8-column tails. Rows must
+    still equal the one-row calls bit for bit, and the reference within the fp32 bound."""
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    n, k = 133, 2560
+    x = torch.randn(16, k, generator=torch.Generator().manual_seed(4)).bfloat16().float()
+    if op == "int4":
+        q, s, m = random_int4(n, k, 32, seed=6)
+        s, m = as_scales(s, m, torch.float16)
+        def call(a):
+            return kernels.int4_matmul(a, q, s, m, 32)
+        w = reference.dequantize_int4(q, s, m, 32)
+    else:
+        q, s, m = random_int8(n, k, 40, True, seed=6)
+        def call(a):
+            return kernels.int8_matmul(a, q, s, m)
+        w = reference.dequantize_int8(q, s, m, 40)
+    assert_batch_invariant(call, x)
+    assert_fp32_close(call(x), x @ w.t(), x, w)
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float16])
+def test_int4_dequantize_equals_reference(built, scale_dtype):
+    """The prefill path's row-block dequantization gives the reference's fp32 weights: bit for
+    bit with fp16 scales (q * s is then exact, as for every GGUF type), within one rounding of
+    the add otherwise (the kernel fuses q * s + m)."""
+    if not built:  # then the engine's int4 layers do not take this path either
+        from localchat.engine.quant import cpu_int4
+
+        assert not cpu_int4.own_kernels()
+        return
+    q, s, m = random_int4(37, 384, 32, seed=8)
+    s, m = as_scales(s, m, scale_dtype)
+    out = torch.empty(37, 384)
+    cpu.int4_dequantize(q, s, m, 32, out)
+    ref = reference.dequantize_int4(q, s, m, 32)
+    if scale_dtype == torch.float16:
+        assert torch.equal(out, ref)
+    else:
+        assert torch.allclose(out, ref, rtol=2.0**-23, atol=1e-7)
+    with pytest.raises(RuntimeError, match="out must be"):
+        cpu.int4_dequantize(q, s, m, 32, torch.empty(37, 383))
 
 
 def test_isa_paths_are_distinct_code(built, monkeypatch):

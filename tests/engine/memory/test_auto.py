@@ -46,8 +46,9 @@ def test_auto_keeps_float_on_cpu_for_a_file_with_int4_layers(monkeypatch, smollm
                                                              cpu_int8_kernel):
     # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
     # can fit here, yet on CPU auto keeps the planner's float choice with or without the C++
-    # int8 kernel: its Q4_1 layers would run PyTorch's int4 kernel (bf16 scales and mins),
-    # which changes the greedy answer to the README's question. On CUDA native is offered.
+    # int8 kernel (``native_is_fast``: native's prefill measured far slower than bf16's; and
+    # without the C++ kernels its Q4_1 layers would run PyTorch's int4 kernel, bf16 scales and
+    # mins, which changes the greedy answer to the README's question). On CUDA it is offered.
     from localchat.engine.config import EngineConfig
     from localchat.engine.engine_build import resolve_auto_quant
     from localchat.engine.loader import native as native_loader
