@@ -1,10 +1,10 @@
-"""CPU int4 layers (``Int4LinearMethod``, kernel "packed"): where the C++ kernels are built they
-keep the contract layout alone (one copy) and compute with localchat's exact kernels
-(``engine/quant/cpu_int4.py``): up to ``CPU_MAX_ROWS`` rows ``localchat.kernels.int4_matmul``
-(batch invariant), more rows (prefill) row blocks dequantized (to fp32, or to bf16 for bf16
-activations) and multiplied. With
-``LOCALCHAT_CPU_INT4=int4pack`` (or without a compiler) they repack for PyTorch's
-``_weight_int4pack_mm_for_cpu`` and drop the contract layout.
+"""CPU int4 layers (``Int4LinearMethod``, kernel "packed"): with ``LOCALCHAT_CPU_INT4=exact``
+where the C++ kernels are built they keep the contract layout alone (one copy) and compute
+with localchat's exact kernels (``engine/quant/cpu_int4.py``): up to ``CPU_MAX_ROWS`` rows
+``localchat.kernels.int4_matmul`` (batch invariant), more rows (prefill) row blocks
+dequantized (to fp32, or to bf16 for bf16 activations) and multiplied. By default (and without
+a compiler) they repack for PyTorch's ``_weight_int4pack_mm_for_cpu`` and drop the contract
+layout.
 
 Bounds: the prefill path and the reference both sum K fp32 products, so they differ by at most
 ``2 * gamma_K`` relative to ``|x| @ |w|.T`` (as in ``tests/kernels/test_cpu_quant.py``)."""
@@ -41,7 +41,7 @@ def _held(layer) -> int:
 
 
 def test_own_kernels_keep_one_copy_and_are_exact(monkeypatch):
-    layer, (q, s, m) = _layer(monkeypatch, None)
+    layer, (q, s, m) = _layer(monkeypatch, "exact")
     if not cpu.available():  # no compiler: int4pack for every M, as before
         assert getattr(layer, "qweight", None) is None
         return
@@ -70,7 +70,8 @@ def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     """N not a multiple of the row block, fp16 scales (GGUF Q4_0 / Q4_1) read in place."""
     from localchat.engine.quant import cpu_int4
 
-    layer, (q, s, m) = _layer(monkeypatch, None, k=128, n=cpu_int4.ROWS_PER_BLOCK * cpu_int4.MAX_BLOCKS + 7)
+    layer, (q, s, m) = _layer(monkeypatch, "exact", k=128,
+                              n=cpu_int4.ROWS_PER_BLOCK * cpu_int4.MAX_BLOCKS + 7)
     if not cpu.available():
         return
     s16, m16 = s.half(), m.half()
@@ -82,7 +83,7 @@ def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     assert bool(((out - x @ w.t()).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("mode", ["int4pack"])
+@pytest.mark.parametrize("mode", [None, "int4pack"])
 def test_int4pack_switch_keeps_int4pack_only(monkeypatch, mode):
     layer, _ = _layer(monkeypatch, mode)
     assert getattr(layer, "qweight", None) is None

@@ -57,9 +57,15 @@ def test_exact_path_matches_transformers(smollm2_gguf, smollm2_engine, cache_dir
     assert top1_agreement(got[:POSITIONS], oracle_logits[:POSITIONS]) >= 0.995
 
 
+@pytest.mark.parametrize("int4_kernel", [None, "exact"])
 def test_packed_path_within_bf16_tolerance(smollm2_gguf, smollm2_engine, cache_dir, ids,
-                                           oracle_logits):
+                                           oracle_logits, monkeypatch, int4_kernel):
     from localchat.engine.quant.cpu_int4 import own_kernels
+
+    if int4_kernel is None:
+        monkeypatch.delenv("LOCALCHAT_CPU_INT4", raising=False)
+    else:
+        monkeypatch.setenv("LOCALCHAT_CPU_INT4", int4_kernel)
 
     model = _native(smollm2_gguf, smollm2_engine.model_config, cache_dir)
     got = teacher_forced_logits(model, ids)
