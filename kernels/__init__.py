@@ -87,12 +87,24 @@ CPU_MAX_ROWS = 16
 A8_ENV = "LOCALCHAT_CPU_A8"
 
 
-def _use_cpu(x: torch.Tensor) -> bool:
-    if x.device.type != "cpu" or x.dim() != 2 or x.shape[0] > CPU_MAX_ROWS:
-        return False
-    from . import cpu
+_cpu_module = None  # localchat.kernels.cpu once first needed (an import per op call costs)
 
-    return cpu.available()
+
+def _cpu():
+    """``localchat.kernels.cpu`` when its C++ kernels are built (built on the first call),
+    else None. ``cpu.available`` is consulted on every call (tests replace it)."""
+    global _cpu_module
+    if _cpu_module is None:
+        from . import cpu
+
+        _cpu_module = cpu
+    return _cpu_module if _cpu_module.available() else None
+
+
+def _use_cpu(x: torch.Tensor) -> bool:
+    if not x.is_cpu or x.dim() != 2 or x.shape[0] > CPU_MAX_ROWS:
+        return False
+    return _cpu() is not None
 
 
 _CPU_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -100,15 +112,16 @@ _CPU_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 def _cpu_ok(*tensors: torch.Tensor) -> bool:
     """True when every tensor is a CPU tensor of one float dtype and the C++ kernels are
-    built (the elementwise / attention ops; the matmuls check their own layouts)."""
+    built (the elementwise / attention ops; the matmuls check their own layouts). Runs on
+    every op call: plain attribute checks (``is_cpu``, not ``device.type``), no generator."""
     t0 = tensors[0]
-    if t0.device.type != "cpu" or t0.dtype not in _CPU_FLOATS:
+    dtype = t0.dtype
+    if not t0.is_cpu or dtype not in _CPU_FLOATS:
         return False
-    if any(t.device.type != "cpu" or t.dtype != t0.dtype for t in tensors[1:]):
-        return False
-    from . import cpu
-
-    return cpu.available()
+    for t in tensors[1:]:
+        if not t.is_cpu or t.dtype != dtype:
+            return False
+    return _cpu() is not None
 
 
 @functools.cache
@@ -123,8 +136,7 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
                                                    slot_mapping)
     if _cpu_ok(key, value, key_cache, value_cache) and key_cache.is_contiguous() \
             and value_cache.is_contiguous() and key.dim() == 3:
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
     return reference.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
 
@@ -152,8 +164,7 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens
             query, key_cache, value_cache, block_tables, seq_lens, scale,
             max_seq_len=max_seq_len)
     if _paged_cpu_ok(query, key_cache, value_cache):
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.paged_attention_decode(query, key_cache, value_cache, block_tables,
                                           seq_lens, scale)
     return reference.paged_attention_decode(query, key_cache, value_cache, block_tables,
@@ -173,8 +184,7 @@ def prefill_attention(query, key_cache, value_cache, query_start_loc, seq_lens, 
             max_query_len=max_query_len)
     if max_query_len is not None and max_query_len <= CPU_VERIFY_MAX_QUERY \
             and _paged_cpu_ok(query, key_cache, value_cache):
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.paged_attention_verify(query, key_cache, value_cache, query_start_loc,
                                           seq_lens, block_tables, scale)
     return reference.prefill_attention(query, key_cache, value_cache, query_start_loc,
@@ -186,8 +196,7 @@ def rms_norm(x, weight, eps):
     if _use_triton(x):
         return _triton("triton_norm").rms_norm(x, weight, eps)
     if _cpu_ok(x, weight) and weight.dim() == 1:
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.rms_norm(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
@@ -198,8 +207,7 @@ def fused_add_rms_norm(x, residual, weight, eps):
     if _use_triton(x):
         return _triton("triton_norm").fused_add_rms_norm(x, residual, weight, eps)
     if _cpu_ok(x, residual, weight) and weight.dim() == 1 and x.shape == residual.shape:
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.fused_add_rms_norm(x, residual, weight, eps)
     return reference.fused_add_rms_norm(x, residual, weight, eps)
 
@@ -209,8 +217,7 @@ def apply_rope(positions, query, key, cos_sin_cache):
     if _use_triton(query):
         return _triton("triton_rope").apply_rope(positions, query, key, cos_sin_cache)
     if _cpu_ok(query, key) and cos_sin_cache.dtype == torch.float32 and query.dim() == 3:
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.apply_rope(positions, query, key, cos_sin_cache)
     return reference.apply_rope(positions, query, key, cos_sin_cache)
 
@@ -241,8 +248,7 @@ def silu_and_mul(x):
     if _use_triton(x):
         return reference.silu_and_mul(x)
     if _cpu_ok(x) and x.dim() == 2 and x.shape[-1] % 2 == 0:
-        from . import cpu
-
+        cpu = _cpu_module
         return cpu.silu_and_mul(x)
     return reference.silu_and_mul(x)
 
@@ -259,8 +265,7 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
             and scales.dim() in (1, 2) and scales.shape[0] == qweight.shape[0] \
             and (group_size is None or group_size == x.shape[-1] // (
                 scales.shape[1] if scales.dim() == 2 else 1)) and _use_cpu(x):
-        from . import cpu
-
+        cpu = _cpu_module
         k = x.shape[-1]
         g = k // (scales.shape[1] if scales.dim() == 2 else 1)
         if cpu_a8_enabled() and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
@@ -284,8 +289,7 @@ def int4_matmul(x, qweight, scales, mins, group_size: int):
             and x.shape[-1] == 2 * qweight.shape[1] and x.shape[-1] % group_size == 0 \
             and scales.shape == mins.shape == (qweight.shape[0], x.shape[-1] // group_size) \
             and _use_cpu(x):
-        from . import cpu
-
+        cpu = _cpu_module
         if cpu_a8_enabled() and _a8_group_ok(x.shape[-1], group_size, True) \
                 and _scales_ok(scales, mins) and qweight.is_contiguous():
             return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size)
