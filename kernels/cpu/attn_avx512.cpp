@@ -9,6 +9,7 @@
 
 namespace localchat_cpu {
 namespace {
+#include "bf16_bits.h"
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 

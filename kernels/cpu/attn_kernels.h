@@ -13,20 +13,6 @@
 constexpr int L = 16;          // lanes of a strip
 constexpr int64_t kChunk = 16;  // tokens per online-softmax step (a multiple of W)
 
-inline float bf2f(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t f2bf(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 template <int T> struct Elem;
 template <> struct Elem<kF32> {
   typedef float type;

@@ -8,29 +8,16 @@
 
 namespace localchat_cpu {
 namespace {
+#include "bf16_bits.h"
 inline float h2f(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
 inline uint16_t f2h(float f) { return c10::Half(f).x; }
-inline float bf2f_(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t f2bf_(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // One-lane "vectors" for the decode attention (attn_kernels.h).
 typedef float V;
 constexpr int W = 1;
 inline V vzero() { return 0.f; }
 inline V vset1(float f) { return f; }
 inline V vld_f32(const float* p) { return *p; }
-inline V vld_bf16(const uint16_t* p) { return bf2f_(*p); }
+inline V vld_bf16(const uint16_t* p) { return bf2f(*p); }
 inline V vld_f16(const uint16_t* p) { return h2f(*p); }
 inline void vst(float* p, V v) { *p = v; }
 inline V vadd(V a, V b) { return a + b; }
@@ -40,8 +27,8 @@ inline V vdiv(V a, V b) { return a / b; }
 inline V vfma(V a, V b, V c) { return __builtin_fmaf(a, b, c); }
 inline float vsum(V v) { return v; }
 inline V vexp(V x) { return __builtin_expf(x); }
-inline V vround_bf16(V v) { return bf2f_(f2bf_(v)); }
-inline void vst_bf16(uint16_t* p, V v) { *p = f2bf_(v); }
+inline V vround_bf16(V v) { return bf2f(f2bf(v)); }
+inline void vst_bf16(uint16_t* p, V v) { *p = f2bf(v); }
 inline V vround_f16(V v) { return h2f(f2h(v)); }
 inline void vst_f16(uint16_t* p, V v) { *p = f2h(v); }
 #include "attn_kernels.h"
