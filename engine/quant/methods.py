@@ -15,6 +15,8 @@ provides ``int8_matmul`` / ``int4_matmul``).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -51,6 +53,13 @@ def _kernel(name: str):
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
+
+
+@functools.cache
+def _int4pack_mm():
+    """``torch.ops.aten._weight_int4pack_mm_for_cpu``, looked up once (an op-namespace
+    attribute read per call costs a microsecond)."""
+    return torch.ops.aten._weight_int4pack_mm_for_cpu
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -159,6 +168,7 @@ class Int4LinearMethod(LinearMethod):
         self.device = torch.device(device)
         self.group_size = group_size
         self.kernel = kernel
+        self._int4pack = False  # set once the layer holds PyTorch's int4pack repack
 
     def _packed_cpu(self) -> bool:
         return self.device.type == "cpu" and self.kernel == "packed"
@@ -193,8 +203,14 @@ class Int4LinearMethod(LinearMethod):
             _drop(layer, "qweight", "scales", "mins")
             _set_buffer(layer, "qweight_cpu", packed)
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
+            self._int4pack = True
 
     def apply(self, layer, x):
+        if self._int4pack and x.dtype == torch.bfloat16 and x.dim() == 2:
+            # the decode path on CPU: one op, no no-op casts / reshapes (some 480 ATen calls
+            # a SmolLM2 step otherwise)
+            y = _int4pack_mm()(x, layer.qweight_cpu, self.group_size, layer.scales_and_zeros)
+            return y if layer.bias is None else y.add_(layer.bias)
         x2 = _flat(x)
         if self._packed_cpu() and getattr(layer, "qweight", None) is not None \
                 and self._own_cpu():

@@ -91,4 +91,10 @@ def test_int4pack_switch_keeps_int4pack_only(monkeypatch, mode):
     packed = torch.ops.aten._weight_int4pack_mm_for_cpu(
         x.bfloat16(), layer.qweight_cpu, 32, layer.scales_and_zeros).float()
     assert torch.equal(layer(x), packed)
+    # bf16 rows (the decode path's single op) and a 3-D input give the same products
+    xb = x.bfloat16()
+    want = torch.ops.aten._weight_int4pack_mm_for_cpu(
+        xb, layer.qweight_cpu, 32, layer.scales_and_zeros)
+    assert torch.equal(layer(xb), want)
+    assert torch.equal(layer(xb.view(1, 3, 256)), want.view(1, 3, -1))
     assert _held(layer) == layer.quant_method.weight_bytes(96, 256, torch.float32)
