@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -51,6 +50,8 @@ from gpu_bench_e2e import (
     quantize_random,
     weight_bytes_per_step,
 )
+from gpu_engine_probes import decode_run, spec_verify_cost, ttft
+from gpu_hf_side import greedy_agreement, hf_generate
 
 from localchat.engine.config import (
     CacheConfig,
@@ -64,7 +65,6 @@ from localchat.engine.llm_engine import LLMEngine
 from localchat.engine.memory.footprint import kv_bytes
 from localchat.engine.quant import QuantScheme
 from localchat.engine.quant.schemes import fp8_supported
-from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.tokenizer import Tokenizer
 from localchat.engine.tokenizer_files import TokenizerFiles
 
@@ -88,11 +88,6 @@ def offline_tokenizer(vocab_size: int, folder: Path) -> Tokenizer:
     backend.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
     return Tokenizer(TokenizerFiles(folder))
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def engine_config(device, args, scheme_name: str, spec_k: int = 0) -> EngineConfig:
@@ -127,244 +122,6 @@ def make_engine(model, cfg: ModelConfig, tok: Tokenizer, config: EngineConfig,
     plan_info["num_blocks"] = engine.num_blocks
     plan_info["graphs"] = engine.runner.graphs is not None
     return engine, plan_info
-
-
-class ForwardTimer:
-    """CUDA events around ``ModelRunner._forward`` (no sync added): the GPU ms of each step's
-    forward, read after the timed loop. On CPU, ``perf_counter`` around the call."""
-
-    def __init__(self, runner, device) -> None:
-        self.runner, self.device, self.events, self.cpu = runner, device, [], []
-        self._orig = runner._forward
-
-        def timed(*a, **k):
-            if device.type == "cuda":
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                out = self._orig(*a, **k)
-                e.record()
-                self.events.append((s, e))
-                return out
-            t0 = time.perf_counter()
-            out = self._orig(*a, **k)
-            self.cpu.append(time.perf_counter() - t0)
-            return out
-        runner._forward = timed
-
-    def reset(self) -> None:
-        self.events.clear()
-        self.cpu.clear()
-
-    def total_s(self) -> float:
-        sync(self.device)
-        if self.device.type == "cuda":
-            return sum(s.elapsed_time(e) for s, e in self.events) / 1e3
-        return sum(self.cpu)
-
-    def close(self) -> None:
-        self.runner._forward = self._orig
-
-
-def decode_run(engine: LLMEngine, bs: int, context: int, steps: int, vocab: int, seed: int
-               ) -> dict:
-    """``bs`` requests of ``context`` random prompt ids; once all decode, time ``steps``
-    ``engine.step()`` calls. Returns wall, forward-GPU and per-step figures."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = []
-    for _ in range(bs):
-        prompt = torch.randint(0, vocab - 1, (context,), generator=gen).tolist()
-        ids.append(engine.add_request(None, prompt, SamplingParams(
-            temperature=0.0, max_tokens=steps + 8, ignore_eos=True)))
-    while len(engine.scheduler.waiting) or any(
-            r.num_computed_tokens < r.num_prompt_tokens for r in engine.scheduler.running):
-        engine.step()
-    for _ in range(3):  # warm-up decode steps
-        engine.step()
-    timer = ForwardTimer(engine.runner, engine.device)
-    try:
-        sync(engine.device)
-        per_step = []
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            s0 = time.perf_counter()
-            engine.step()
-            per_step.append(time.perf_counter() - s0)
-        sync(engine.device)
-        wall = time.perf_counter() - t0
-        fwd = timer.total_s()
-    finally:
-        timer.close()
-    running = len(engine.scheduler.running)
-    for rid in ids:
-        engine.abort_request(rid)
-    return {"wall_s": wall, "forward_s": fwd, "median_step_s": statistics.median(per_step),
-            "running": running}
-
-
-def ttft(engine: LLMEngine, prompt: list[int]) -> tuple[float, int]:
-    """Seconds from ``add_request`` to the first token of ``prompt``; its cached tokens."""
-    sync(engine.device)
-    t0 = time.perf_counter()
-    rid = engine.add_request(None, prompt, SamplingParams(temperature=0.0, max_tokens=1,
-                                                          ignore_eos=True))
-    while True:
-        outs = [o for o in engine.step() if o.request_id == rid]
-        if outs and outs[-1].new_token_ids:
-            sync(engine.device)
-            return time.perf_counter() - t0, outs[-1].num_cached_tokens
-
-
-def execute_time(engine: LLMEngine, steps: int) -> float:
-    """Median seconds of ``runner.execute_model`` (it ends in the step's one sync) over
-    ``steps`` steps of whatever is running."""
-    orig, times = engine.runner.execute_model, []
-
-    def timed(*a, **k):
-        t0 = time.perf_counter()
-        out = orig(*a, **k)
-        sync(engine.device)
-        times.append(time.perf_counter() - t0)
-        return out
-    engine.runner.execute_model = timed
-    try:
-        for _ in range(steps):
-            engine.step()
-    finally:
-        engine.runner.execute_model = orig
-    return statistics.median(times)
-
-
-def spec_verify_cost(engine: LLMEngine, cfg: ModelConfig, draft, dcfg: ModelConfig, args
-                     ) -> dict:
-    """Target ``execute_model`` ms per step with ``draft`` (planned with the engine's pools)
-    proposing k = 4 tokens, over the same without the draft, batch 1 over a ``--context``
-    prompt. The draft's KV pool is allocated here, as ``build_engine`` does after the engine."""
-    import dataclasses
-
-    from localchat.engine.spec_decode.speculator import Speculator
-
-    gen = torch.Generator().manual_seed(7)
-    prompt = torch.randint(0, cfg.vocab_size - 1, (args.context,), generator=gen).tolist()
-    sp = SamplingParams(temperature=0.0, max_tokens=4 * args.steps, ignore_eos=True)
-    rid = engine.add_request(None, prompt, sp)
-    while engine.scheduler.running and \
-            engine.scheduler.running[0].num_computed_tokens < len(prompt) or \
-            engine.scheduler.waiting:
-        engine.step()
-    engine.step()
-    plain = execute_time(engine, 8)
-    engine.abort_request(rid)
-    config = dataclasses.replace(engine.config, speculative=SpeculativeConfig(
-        draft_model="random-1-layer", num_speculative_tokens=4, adaptive=False))
-    engine.speculator = Speculator.build(
-        draft, dcfg, cfg, config, engine.num_blocks * config.cache.block_size,
-        engine.max_model_len)
-    try:
-        rid = engine.add_request(None, prompt, sp)
-        for _ in range(3):
-            engine.step()
-        verify = execute_time(engine, 8)
-        drafted = engine.get_stats().spec
-        engine.abort_request(rid)
-    finally:
-        engine.speculator = None
-    return {"decode_execute_ms": 1e3 * plain, "verify_k4_execute_ms": 1e3 * verify,
-            "verify_k4_over_decode_step": verify / plain, "spec_stats": repr(drafted)[:300],
-            "speculative_speedup": "not available (random weights: acceptance is meaningless)"}
-
-
-def hf_llama_from(model, cfg: ModelConfig, device, dtype=torch.bfloat16):
-    """transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (no download) holding
-    ``model``'s weights (the fused ``qkv_proj`` / ``gate_up_proj`` split back into HF's
-    names). Raises ``ImportError`` without transformers, ``ValueError`` when a weight does not
-    map."""
-    from transformers import LlamaConfig
-    from transformers import LlamaForCausalLM as HFLlama
-
-    hcfg = LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
-        max_position_embeddings=cfg.max_position_embeddings, rope_scaling=cfg.rope_scaling,
-        tie_word_embeddings=False)
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            hf = HFLlama(hcfg)
-    finally:
-        torch.set_default_dtype(before)
-    q, kv = cfg.q_size, cfg.kv_size
-    sd = {}
-    from localchat.engine.layers.linear import Linear
-
-    weights = {k: v for k, v in model.state_dict().items() if "cos_sin_cache" not in k}
-    for mname, mod in model.named_modules():  # fp32 on CPU keeps only ``weight_t [in, out]``
-        w = getattr(mod, "weight", None)
-        if isinstance(mod, Linear) and not isinstance(w, torch.Tensor):
-            weights[mname + ".weight"] = mod.weight_t.t()
-    for name, t in weights.items():
-        if "qkv_proj.weight" in name:
-            b = name.replace("qkv_proj.weight", "")
-            sd[b + "q_proj.weight"], sd[b + "k_proj.weight"], sd[b + "v_proj.weight"] = \
-                t.split([q, kv, kv])
-        elif "gate_up_proj.weight" in name:
-            b = name.replace("gate_up_proj.weight", "")
-            sd[b + "gate_proj.weight"], sd[b + "up_proj.weight"] = t.chunk(2)
-        else:
-            sd[name] = t
-    missing, unexpected = hf.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"weight mapping failed: missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]}")
-    return hf.eval()
-
-
-def hf_generate(model, cfg: ModelConfig, args, device) -> dict:
-    """transformers' ``generate`` (greedy, batch 1, ``--steps`` new tokens after a
-    ``--context`` prompt) on ``hf_llama_from(model)``; decode tok/s = (new tokens - 1) /
-    (generate time - the time of a 1-token generate). Returns ``{"skipped": why}`` without
-    transformers."""
-    try:
-        import transformers
-    except ImportError as err:
-        return {"skipped": f"transformers not importable here ({err})"}
-    hf = hf_llama_from(model, cfg, device)
-    gen = torch.Generator().manual_seed(3)
-    prompt = torch.randint(0, cfg.vocab_size - 1, (1, args.context), generator=gen).to(device)
-    kw = {"do_sample": False, "min_new_tokens": args.steps, "max_new_tokens": args.steps,
-          "pad_token_id": 0}
-    with torch.inference_mode():
-        hf.generate(prompt, **{**kw, "min_new_tokens": 4, "max_new_tokens": 4})  # warm-up
-        sync(device)
-        t0 = time.perf_counter()
-        hf.generate(prompt, **{**kw, "min_new_tokens": 1, "max_new_tokens": 1})
-        sync(device)
-        prefill = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = hf.generate(prompt, **kw)
-        sync(device)
-        total = time.perf_counter() - t0
-    new = out.shape[1] - args.context
-    decode_s = max(total - prefill, 1e-9)
-    del hf
-    return {"transformers": transformers.__version__, "new_tokens": new,
-            "tok_per_s": (new - 1) / decode_s, "generate_s": total, "prefill_s": prefill,
-            "prompt": prompt[0].tolist(), "tokens": out[0, args.context:].tolist()}
-
-
-def greedy_agreement(engine: LLMEngine, prompt: list[int], ref: list[int]) -> int:
-    """How many leading greedy tokens the engine shares with ``ref`` (transformers' on the
-    same weights and prompt). Information only: random bf16 weights make near-ties, where
-    two correct implementations may part."""
-    outs = list(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=len(ref),
-                                                       ignore_eos=True)))
-    ours = outs[-1].output_token_ids
-    n = 0
-    while n < min(len(ours), len(ref)) and ours[n] == ref[n]:
-        n += 1
-    return n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,7 +75,7 @@ def test_engine_stage_model_equals_transformers(tmp_path):
     outs = list(engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=8,
                                                        ignore_eos=True)))
     ours = outs[-1].output_token_ids
-    hf = e2e.hf_llama_from(model, cfg, device, torch.float32)
+    hf = _load("gpu_hf_side").hf_llama_from(model, cfg, device, torch.float32)
     with torch.inference_mode():
         ref = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=8,
                           min_new_tokens=8, pad_token_id=0)[0, len(prompt):].tolist()
