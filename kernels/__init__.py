@@ -8,9 +8,10 @@ call of an op that ``kernels/cpu`` implements (``int4_matmul``, ``int8_matmul`` 
 ``fused_add_rms_norm``, ``apply_rope``, ``silu_and_mul`` for fp32/bf16/fp16 tensors whose
 shapes the C++ launchers take, see ``_cpu_ok``) runs the C++ kernel, built on first use (one stderr line; if it
 cannot be built, one line says so and the reference runs); anything else runs the reference.
-With ``LOCALCHAT_CPU_A8=1`` those CPU matmuls quantize activations to int8 and use integer
-dot products (W4A8 / W8A8, ``reference.int4_matmul_a8``); by default they run the exact
-fp32-activation kernels. ``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
+With 16-bit activations those CPU matmuls quantize activations to int8 and use integer dot
+products (W4A8 / W8A8, ``reference.int4_matmul_a8``; :func:`cpu_a8_enabled` has the policy and
+its measurements); fp32 activations (and ``LOCALCHAT_CPU_A8=0``) run the exact fp32-activation
+kernels. ``LOCALCHAT_KERNELS=reference`` forces the references everywhere (feature-off baselines,
 debugging) and never builds the C++ kernels; ``LOCALCHAT_KERNELS=triton`` sends CPU tensors
 through the Triton launchers too (under ``TRITON_INTERPRET=1``, for tests). The Triton modules
 are imported lazily so that
@@ -71,7 +72,7 @@ def refresh_env() -> None:
     from . import cpu
 
     _kernels_env.cache_clear()
-    cpu_a8_enabled.cache_clear()
+    _a8_mode.cache_clear()
     cpu.active_isa.cache_clear()
 
 
@@ -83,7 +84,8 @@ def _use_triton(t: torch.Tensor) -> bool:
 
 # Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
 CPU_MAX_ROWS = 16
-# "1" sends CPU quantized matmuls to the integer-dot (W4A8/W8A8) kernels (opt-in).
+# CPU quantized matmuls on the integer-dot (W4A8/W8A8) kernels: "1" always, "0" never, unset
+# for 16-bit activations (cpu_a8_enabled).
 A8_ENV = "LOCALCHAT_CPU_A8"
 
 
@@ -223,13 +225,29 @@ def apply_rope(positions, query, key, cos_sin_cache):
 
 
 @functools.cache
-def cpu_a8_enabled() -> bool:
-    """Whether CPU quantized matmuls (``M <= CPU_MAX_ROWS``) take the integer-dot W4A8 / W8A8
-    kernels (activations quantized per 32-column block to int8): only with
-    ``LOCALCHAT_CPU_A8=1`` for now (opt-in: on SmolLM2 native, speculative greedy output
-    stopped equalling plain greedy with them, not yet explained); otherwise the exact
-    fp32-activation kernels. Read once (:func:`refresh_env`)."""
-    return os.environ.get(A8_ENV, "0").strip() in ("1", "true", "yes", "on")
+def _a8_mode() -> str:
+    value = os.environ.get(A8_ENV, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "never"
+    if value in ("1", "true", "yes", "on"):
+        return "always"
+    return "auto"
+
+
+def cpu_a8_enabled(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether CPU quantized matmuls (``M <= CPU_MAX_ROWS``) with activations of ``dtype``
+    take the integer-dot W4A8 / W8A8 kernels (activations rounded to int8 per 32-column block,
+    llama.cpp's Q8_0 activation blocks). By default for 16-bit activations (bf16 / fp16, the
+    CPU decode dtype), whose own rounding already dominates: SmolLM2-135M native, decoded in
+    chunks of 16 tokens, agreed on the top-1 token with the fp32 dequantized-GGUF oracle at
+    95.3% of 256 positions with bf16 activations through the exact kernels and 93.8% through
+    the integer-dot ones; fp32 activations keep the exact kernels (100%; the integer-dot
+    kernels 94.5%), so an fp32 engine stays the precise one. ``LOCALCHAT_CPU_A8=1`` takes
+    them for fp32 too, ``=0`` never. Single-thread CPU time (``scripts/bench_cpu_quant.py``,
+    AVX-512 VNNI, one row): the integer-dot int4 kernel took 0.4-0.65x PyTorch's int4pack
+    kernel's time. The switch is read once (:func:`refresh_env`)."""
+    mode = _a8_mode()
+    return mode == "always" or (mode == "auto" and dtype != torch.float32)
 
 
 def _a8_group_ok(k: int, g: int, int4: bool) -> bool:
@@ -255,10 +273,10 @@ def silu_and_mul(x):
 
 def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     """See ``reference.int8_matmul`` (group-wise int8, optional ``mins``; ``group_size``
-    None = ``K // scales.shape[1]``). On CPU for up to ``CPU_MAX_ROWS`` rows: with ``LOCALCHAT_CPU_A8=1`` the W8A8
-    integer-dot kernel (``reference.int8_matmul_a8``'s math; fp32 or fp16 scales read in
-    place) when K is a multiple of 32 and G is 16 or a multiple of 32, else (and by default)
-    the exact fp32-activation kernel."""
+    None = ``K // scales.shape[1]``). On CPU for up to ``CPU_MAX_ROWS`` rows: where
+    :func:`cpu_a8_enabled` (16-bit ``x`` by default) the W8A8 integer-dot kernel
+    (``reference.int8_matmul_a8``'s math; fp32 or fp16 scales read in place) when K is a
+    multiple of 32 and G is 16 or a multiple of 32, else the exact fp32-activation kernel."""
     if _use_triton(x):
         return _triton("triton_quant").int8_matmul(x, qweight, scales, mins, group_size)
     if qweight.dtype == torch.int8 and qweight.dim() == 2 and x.shape[-1] == qweight.shape[1] \
@@ -268,7 +286,7 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
         cpu = _cpu_module
         k = x.shape[-1]
         g = k // (scales.shape[1] if scales.dim() == 2 else 1)
-        if cpu_a8_enabled() and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
+        if cpu_a8_enabled(x.dtype) and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
                 and qweight.is_contiguous():
             return cpu.int8_matmul_a8(x, qweight, scales, mins, g)
         if _scales_ok(scales, mins):
@@ -280,9 +298,9 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
 
 def int4_matmul(x, qweight, scales, mins, group_size: int):
     """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise). On CPU for up to
-    ``CPU_MAX_ROWS`` rows: with ``LOCALCHAT_CPU_A8=1`` the W4A8 integer-dot kernel
-    (``reference.int4_matmul_a8``; fp32 or fp16 scales/mins), else the exact fp32-activation
-    kernel."""
+    ``CPU_MAX_ROWS`` rows: where :func:`cpu_a8_enabled` (16-bit ``x`` by default) the W4A8
+    integer-dot kernel (``reference.int4_matmul_a8``; fp32 or fp16 scales/mins), else the
+    exact fp32-activation kernel."""
     if _use_triton(x):
         return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
     if qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0 \
@@ -290,7 +308,7 @@ def int4_matmul(x, qweight, scales, mins, group_size: int):
             and scales.shape == mins.shape == (qweight.shape[0], x.shape[-1] // group_size) \
             and _use_cpu(x):
         cpu = _cpu_module
-        if cpu_a8_enabled() and _a8_group_ok(x.shape[-1], group_size, True) \
+        if cpu_a8_enabled(x.dtype) and _a8_group_ok(x.shape[-1], group_size, True) \
                 and _scales_ok(scales, mins) and qweight.is_contiguous():
             return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size)
         if _scales_ok(scales, mins):

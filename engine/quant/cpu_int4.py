@@ -15,11 +15,12 @@ GGUF Q4_0 / Q4_1), ``w = q * scale + min``:
   one thread here, where the fp32 GEMM is 0.6-1.1x). vLLM's CPU backend and llama.cpp's
   prefill also dequantize tiles for a GEMM.
 
-Used when the C++ kernels are built and ``LOCALCHAT_CPU_INT4=exact`` (:func:`own_kernels`);
-by default ``Int4LinearMethod`` repacks for PyTorch's ``_weight_int4pack_mm_for_cpu`` (bf16
-scales): on a quiet 2-core AVX-512 machine, 2 threads, int4pack's M=1 GEMV took about half
-this kernel's time (17920 x 1536: 1.00 vs 1.99 ms; SmolLM2 int4 decode 53 vs 29 tok/s), so the
-default stays on the faster kernel until this one catches up.
+Used whenever the C++ kernels are built (:func:`own_kernels`); ``LOCALCHAT_CPU_INT4=int4pack``
+(or no compiler) repacks for PyTorch's ``_weight_int4pack_mm_for_cpu`` instead (bf16 scales, a
+second layout). Single-thread CPU time on this project's AVX-512 VNNI machine
+(``scripts/bench_cpu_quant.py``, one row, bf16 activations, the integer-dot kernel that
+``localchat.kernels`` dispatches by default): 17920 x 1536 0.38x int4pack's time,
+1536 x 8960 0.40x, 960 x 576 0.66x; a 512-token SmolLM2 prefill 0.31x.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ROWS_PER_BLOCK = 128  # fewest weight rows dequantized per GEMM block
 MAX_BLOCKS = 8  # ... but at most this many blocks per layer (each block is two parallel regions,
 # which cost milliseconds each on a loaded 2-core machine) ...
 MAX_BLOCK_FLOATS = 4 << 20  # ... within a 16 MiB fp32 buffer
-INT4_ENV = "LOCALCHAT_CPU_INT4"  # "exact": localchat's kernels; else PyTorch's int4pack
+INT4_ENV = "LOCALCHAT_CPU_INT4"  # "int4pack": PyTorch's kernel; else localchat's own
 
 _scratch: torch.Tensor | None = None
 
@@ -41,10 +42,10 @@ _scratch: torch.Tensor | None = None
 @functools.cache
 def own_kernels() -> bool:
     """True when CPU int4 layers compute with localchat's kernels over the contract layout:
-    ``LOCALCHAT_CPU_INT4=exact`` and the C++ kernels are built (opt-in: slower than int4pack
-    at one row for now, see the module docstring). Read once per process
-    (``own_kernels.cache_clear()`` after changing the variable, as tests do)."""
-    if os.environ.get(INT4_ENV, "").strip().lower() != "exact":
+    the C++ kernels are built and ``LOCALCHAT_CPU_INT4`` is not ``int4pack`` (module
+    docstring). Read once per process (``own_kernels.cache_clear()`` after changing the
+    variable, as tests do)."""
+    if os.environ.get(INT4_ENV, "").strip().lower() == "int4pack":
         return False
     from localchat.kernels import cpu
 

@@ -38,10 +38,12 @@ EVAL_TEXT = (
 
 
 @torch.inference_mode()
-def teacher_forced_logits(model, token_ids: list[int]) -> torch.Tensor:
-    """One prefill of ``token_ids`` (one sequence, a fresh paged KV cache) through ``model``
-    (a ``LlamaForCausalLM``); returns fp32 logits ``[len(token_ids), vocab_size]`` on CPU:
-    row ``i`` predicts token ``i + 1``."""
+def teacher_forced_logits(model, token_ids: list[int], chunk: int | None = None) -> torch.Tensor:
+    """Teacher-forced logits of ``token_ids`` (one sequence, a fresh paged KV cache) through
+    ``model`` (a ``LlamaForCausalLM``): one prefill, or with ``chunk`` successive forwards of
+    at most ``chunk`` tokens over the cached prefix (``chunk <= 16``: the rows take the
+    decode / draft-verification kernels, as generation does). Returns fp32 logits
+    ``[len(token_ids), vocab_size]`` on CPU: row ``i`` predicts token ``i + 1``."""
     config = model.config
     n = len(token_ids)
     num_blocks = max(1, -(-n // _BLOCK_SIZE))
@@ -52,16 +54,21 @@ def teacher_forced_logits(model, token_ids: list[int]) -> torch.Tensor:
         config.num_hidden_layers, num_blocks, _BLOCK_SIZE, config.num_kv_heads,
         config.head_dim, first.dtype, device,
     )
-    meta = AttentionMetadata(
-        slot_mapping=torch.arange(n, device=device),
-        block_tables=torch.arange(num_blocks, device=device)[None],
-        seq_lens=torch.tensor([n], device=device),
-        query_start_loc=torch.tensor([0, n], device=device),
-        max_query_len=n,
-    )
-    ids = torch.tensor(token_ids, device=device)
-    hidden = model(ids, torch.arange(n, device=device), kv_caches, meta)
-    return model.compute_logits(hidden).float().cpu()
+    step = chunk or n
+    out = []
+    for start in range(0, n, step):
+        end = min(n, start + step)
+        meta = AttentionMetadata(
+            slot_mapping=torch.arange(start, end, device=device),
+            block_tables=torch.arange(num_blocks, device=device)[None],
+            seq_lens=torch.tensor([end], device=device),
+            query_start_loc=torch.tensor([0, end - start], device=device),
+            max_query_len=end - start,
+        )
+        ids = torch.tensor(token_ids[start:end], device=device)
+        hidden = model(ids, torch.arange(start, end, device=device), kv_caches, meta)
+        out.append(model.compute_logits(hidden).float().cpu())
+    return torch.cat(out)
 
 
 def top1_agreement(logits: torch.Tensor, reference: torch.Tensor) -> float:

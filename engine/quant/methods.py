@@ -190,8 +190,8 @@ class Int4LinearMethod(LinearMethod):
     def _own_cpu(self) -> bool:
         """Whether this CPU layer computes with localchat's kernels over the contract layout
         alone (``cpu_int4.py``: the exact C++ matmul for up to ``CPU_MAX_ROWS`` rows, row-block
-        GEMMs for prefill) with ``LOCALCHAT_CPU_INT4=exact``; else (the default, faster at one
-        row for now, or no C++ kernels) it repacks for PyTorch's int4pack kernel, which rounds
+        GEMMs for prefill) whenever they are built; else (no C++ kernels, or
+        ``LOCALCHAT_CPU_INT4=int4pack``) it repacks for PyTorch's int4pack kernel, which rounds
         scales and mins to bf16."""
         from .cpu_int4 import own_kernels
 

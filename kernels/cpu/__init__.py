@@ -205,6 +205,14 @@ def has_vnni() -> bool:
     return bool(_ops().has_vnni())
 
 
+def a8_quantize(x, int4: bool, isa: int | None = None):
+    """The integer-dot kernels' activation quantizer alone (for tests): ``x [M, K]`` fp32 /
+    bf16 (``K % 32 == 0``) -> ``(xq [M, Kp]`` int8 in the kernels' int4 or int8 layout
+    (``qa8.h``; ``Kp`` = K rounded up to 128, zero padded), ``d [M, Kp // 32]`` fp32). Raises
+    ``RuntimeError`` on a bad input."""
+    return _ops().a8_quantize(x, int4, active_isa() if isa is None else isa)
+
+
 def int4_matmul_a8(x, qweight, scales, mins, group_size: int, isa: int | None = None):
     """W4A8: ``x [M, K]`` (fp32/bf16/fp16, ``K % 32 == 0``) quantized per row and 32-column
     block to int8, integer dot products with int4 group-wise weights -> ``[M, N]`` in

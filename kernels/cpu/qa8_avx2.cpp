@@ -1,7 +1,10 @@
-// AVX2 integer-dot matmuls (qa8.h): per 32-column block `maddubs` (u8 x s8 -> pairs of int16)
-// then `madd` with ones (-> 8 int32), converted and FMA'd with the block's combined scale
-// into an fp32 vector accumulator. int4 q (0..15) is already unsigned; int8 weights use the
-// sign trick (|w| x sign(w) * xq, at most 2 * 128 * 127 per int16 pair: no saturation).
+// AVX2 integer-dot matmuls (qa8.h) and the AVX2 activation quantizer. int4: per two 32-column
+// blocks one 32-byte weight load; low nibbles (even columns) and high nibbles (odd columns)
+// `maddubs` (u8 x s8 -> pairs of int16) against the two halves of the chunk's activations
+// (qa8.h's layout), summed in int16 (at most 4 * 15 * 127), then `madd` with ones (-> 8 int32,
+// lanes 0-3 the first block, 4-7 the second), converted and FMA'd with the per-lane combined
+// scale. int8: per 32-column block, the sign trick (|w| x sign(w) * xq, at most
+// 2 * 128 * 127 per int16 pair: no saturation).
 // Also the path for AVX-512 CPUs without VNNI. Design after llama.cpp's ggml_vec_dot_q4_1_q8_1
 // / q8_0_q8_0 AVX2 kernels (own code).
 #pragma GCC target("avx2,fma,f16c")
@@ -10,6 +13,7 @@
 #include <cstring>
 
 #include "qa8.h"
+#include "qa8_layout.h"
 
 namespace localchat_cpu {
 namespace {
@@ -42,26 +46,63 @@ inline float min_term(const ST* mn, const float* xs, int64_t ng) {
   return t;
 }
 
-template <bool INT4, int MT, class ST>
-inline void tile(const A8Args& a, int64_t n, int64_t m0) {
+template <int MT, class ST>
+inline void finish(const A8Args& a, int64_t n, int64_t m0, const __m256* acc) {
+  const int64_t ng = a.ngroups;
+  for (int r = 0; r < MT; ++r) {
+    const int64_t m = m0 + r;
+    float t = hsum(acc[r]);
+    if (a.mins)
+      t += min_term(static_cast<const ST*>(a.mins) + n * ng, a.xs + m * ng, ng);
+    a8_store(a, m, n, t);
+  }
+}
+
+// int4: two blocks (bl, bl + 1) per step; lanes 0-3 <- block bl, 4-7 <- block bl + 1.
+template <int MT, class ST>
+inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nb = K / 32;
+  const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
+  const ST* s = static_cast<const ST*>(a.scales) + n * ng;
+  const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
+  __m256 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t bl = 0; bl < nb; bl += 2) {
+    const __m256i w = bl + 1 < nb
+        ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 16 * bl))
+        : _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 16 * bl)),
+                                  0);
+    const __m256i lo = _mm256_and_si256(w, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
+    const __m256 sv = _mm256_set_m128(_mm_set1_ps(ld1(s + a.blk2grp[bl + 1])),
+                                      _mm_set1_ps(ld1(s + a.blk2grp[bl])));
+    for (int r = 0; r < MT; ++r) {
+      const int64_t m = m0 + r;
+      const int8_t* xe = a.xq + m * Kp + (bl / 4) * 128 + (bl % 4) * 16;
+      const __m256i p = _mm256_add_epi16(
+          _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
+          _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
+                                       reinterpret_cast<const __m256i*>(xe + 64))));
+      const __m256i dot = _mm256_madd_epi16(p, ones);
+      const __m256 dv = _mm256_loadu_ps(a.dv + (m * (Kp / 32) + bl) * 4);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sv, dv), acc[r]);
+    }
+  }
+  finish<MT, ST>(a, n, m0, acc);
+}
+
+template <int MT, class ST>
+inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nb = K / 32;
   const ST* s = static_cast<const ST*>(a.scales) + n * ng;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i w, ax;
-    if (INT4) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-          static_cast<const uint8_t*>(a.qweight) + n * (K / 2) + b * 16));
-      const __m128i mask = _mm_set1_epi8(0x0F);
-      w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
-      ax = w;
-    } else {
-      w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-          static_cast<const int8_t*>(a.qweight) + n * K + b * 32));
-      ax = _mm256_sign_epi8(w, w);
-    }
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        static_cast<const int8_t*>(a.qweight) + n * K + b * 32));
+    const __m256i ax = _mm256_sign_epi8(w, w);
     __m256 sv;
     if (a.group_size == 16)
       sv = _mm256_set_m128(_mm_set1_ps(ld1(s + 2 * b + 1)), _mm_set1_ps(ld1(s + 2 * b)));
@@ -70,36 +111,73 @@ inline void tile(const A8Args& a, int64_t n, int64_t m0) {
     for (int r = 0; r < MT; ++r) {
       const int64_t m = m0 + r;
       __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + m * Kp + b * 32));
-      if (!INT4) xq = _mm256_sign_epi8(xq, w);
+      xq = _mm256_sign_epi8(xq, w);
       const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, xq), ones);
       const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(a.d[m * (Kp / 32) + b]));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, acc[r]);
     }
   }
-  for (int r = 0; r < MT; ++r) {
-    const int64_t m = m0 + r;
-    float t = hsum(acc[r]);
-    if (a.mins)
-      t += min_term(static_cast<const ST*>(a.mins) + n * ng, a.xs + m * ng, ng);
-    a.out[m * a.N + n] = t;
-  }
+  finish<MT, ST>(a, n, m0, acc);
 }
 
 template <bool INT4, class ST>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-    for (; m + 4 <= a.M; m += 4) tile<INT4, 4, ST>(a, n, m);
+#define LC_TILE(MT) (INT4 ? tile4<MT, ST>(a, n, m) : tile8<MT, ST>(a, n, m))
+    for (; m + 4 <= a.M; m += 4) LC_TILE(4);
     switch (a.M - m) {
-      case 3: tile<INT4, 3, ST>(a, n, m); break;
-      case 2: tile<INT4, 2, ST>(a, n, m); break;
-      case 1: tile<INT4, 1, ST>(a, n, m); break;
+      case 3: LC_TILE(3); break;
+      case 2: LC_TILE(2); break;
+      case 1: LC_TILE(1); break;
       default: break;
     }
+#undef LC_TILE
   }
 }
 
+inline __m256 load8(const void* x, bool bf16, int64_t i) {
+  if (bf16) {
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+}
+
 }  // namespace
+
+void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args& a,
+                      const A8Buffers& b, bool int4) {
+  a8_zero_fill(a, b, int4);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+  for (int64_t m = 0; m < a.M; ++m) {
+    for (int64_t bl = 0; bl < a.K / 32; ++bl) {
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = load8(x, x_bf16, m * x_stride + bl * 32 + 8 * i);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float db = _mm_cvtss_f32(h) / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      alignas(32) int32_t qi[32];
+      for (int i = 0; i < 4; ++i) {
+        const __m256i q = _mm256_max_epi32(nlim, _mm256_min_epi32(
+            lim, _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)))));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(qi + 8 * i), q);
+      }
+      int8_t q8[32];
+      for (int j = 0; j < 32; ++j) q8[j] = static_cast<int8_t>(qi[j]);
+      a8_put_block(a, b, int4, m, bl, q8, db);
+    }
+    a8_row_sums(a, b, int4, m);
+  }
+}
 
 void int4_a8_avx2(const A8Args& a, int64_t n0, int64_t n1) {
   if (a.half) rows<true, uint16_t>(a, n0, n1);

@@ -1,50 +1,43 @@
-// Portable activation quantization for the integer-dot matmuls (qa8.h): the same integers
-// and block scales on every ISA. Source: llama.cpp's Q8_0 activation blocks (d = amax / 127).
+// Portable activation quantization for the integer-dot matmuls (qa8.h), and the layout
+// helpers every ISA's quantizer shares. Source: llama.cpp's Q8_0 activation blocks
+// (d = amax / 127); the vector versions (qa8_avx2.cpp, qa8_vnni.cpp) give the same integers.
 #include <cmath>
 #include <cstring>
 
 #include "qa8.h"
+#include "qa8_layout.h"
 
 namespace localchat_cpu {
 
-void a8_quantize_rows(const float* x, A8Args& a, int8_t* xq, int32_t* ncorr, float* d,
-                      float* xs, bool int4) {
-  const int64_t K = a.K, Kp = a.Kp, G = a.group_size, ng = a.ngroups;
-  std::memset(xq, 0, a.M * Kp);
-  std::memset(d, 0, sizeof(float) * a.M * (Kp / 32));
-  if (ncorr) std::memset(ncorr, 0, sizeof(int32_t) * a.M * (Kp / 4));
-  if (xs) std::memset(xs, 0, sizeof(float) * a.M * ng);
+void a8_quantize_scalar(const void* x, bool x_bf16, int64_t x_stride, const A8Args& a,
+                        const A8Buffers& b, bool int4) {
+  const int64_t K = a.K;
+  a8_zero_fill(a, b, int4);
   for (int64_t m = 0; m < a.M; ++m) {
-    const float* xr = x + m * K;
-    int8_t* qr = xq + m * Kp;
-    for (int64_t b = 0; b < K / 32; ++b) {
-      float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xr[b * 32 + j]));
-      const float db = amax / 127.0f;
-      const float id = db != 0.0f ? 1.0f / db : 0.0f;
-      d[m * (Kp / 32) + b] = db;
-      int32_t sum[2] = {0, 0};  // per 16 columns (natural order)
+    float row[32];
+    for (int64_t bl = 0; bl < K / 32; ++bl) {
       for (int j = 0; j < 32; ++j) {
-        float v = std::nearbyint(xr[b * 32 + j] * id);
-        v = std::fmin(127.0f, std::fmax(-127.0f, v));
-        const int q = static_cast<int>(v);
-        sum[j / 16] += q;
-        const int pos = int4 ? (j % 2) * 16 + j / 2 : j;
-        qr[b * 32 + pos] = static_cast<int8_t>(q);
-      }
-      if (xs) {
-        if (G == 16) {
-          xs[m * ng + 2 * b] = db * static_cast<float>(sum[0]);
-          xs[m * ng + 2 * b + 1] = db * static_cast<float>(sum[1]);
+        const int64_t i = m * x_stride + bl * 32 + j;
+        if (x_bf16) {
+          const uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16;
+          std::memcpy(&row[j], &u, 4);
         } else {
-          xs[m * ng + b * 32 / G] += db * static_cast<float>(sum[0] + sum[1]);
+          row[j] = static_cast<const float*>(x)[i];
         }
       }
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(row[j]));
+      const float db = amax / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      int8_t q[32];
+      for (int j = 0; j < 32; ++j) {
+        float v = std::nearbyint(row[j] * id);
+        v = std::fmin(127.0f, std::fmax(-127.0f, v));
+        q[j] = static_cast<int8_t>(v);
+      }
+      a8_put_block(a, b, int4, m, bl, q, db);
     }
-    if (ncorr)
-      for (int64_t j = 0; j < K / 4; ++j)
-        ncorr[m * (Kp / 4) + j] =
-            -128 * (qr[4 * j] + qr[4 * j + 1] + qr[4 * j + 2] + qr[4 * j + 3]);
+    a8_row_sums(a, b, int4, m);
   }
 }
 

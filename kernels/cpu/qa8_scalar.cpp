@@ -44,10 +44,11 @@ void rows(const A8Args& a, int64_t n0, int64_t n1) {
       float acc = 0.0f;
       for (int64_t k0 = 0; k0 < K; k0 += sub) {
         int32_t dot = 0;
-        if (INT4) {  // sub == 32
+        if (INT4) {  // sub == 32; even / odd columns at their chunk halves (qa8.h)
           const uint8_t* w = static_cast<const uint8_t*>(a.qweight) + n * (K / 2) + k0 / 2;
+          const int8_t* xe = xq + (k0 / 128) * 128 + ((k0 / 32) % 4) * 16;
           for (int j = 0; j < 16; ++j)
-            dot += (w[j] & 0x0F) * xq[k0 + j] + (w[j] >> 4) * xq[k0 + 16 + j];
+            dot += (w[j] & 0x0F) * xe[j] + (w[j] >> 4) * xe[64 + j];
         } else {
           const int8_t* w = static_cast<const int8_t*>(a.qweight) + n * K + k0;
           for (int j = 0; j < sub; ++j) dot += w[j] * xq[k0 + j];
@@ -58,7 +59,7 @@ void rows(const A8Args& a, int64_t n0, int64_t n1) {
       float accm = 0.0f;
       if (a.mins)
         for (int64_t g = 0; g < ng; ++g) accm += ld(a, a.mins, n * ng + g) * a.xs[m * ng + g];
-      a.out[m * a.N + n] = acc + accm;
+      a8_store(a, m, n, acc + accm);
     }
   }
 }

@@ -1,19 +1,25 @@
-// AVX-512 VNNI integer-dot matmuls (qa8.h): per 64-column chunk one `vpdpbusd` (u8 x s8 ->
-// 16 int32 lanes; lanes 0-7 cover the chunk's first 32-column block, 8-15 the second),
-// converted and FMA'd with the per-lane combined scale into an fp32 vector accumulator.
-// int4: q (0..15) is already unsigned; the chunk's 32 weight bytes become
-// [low(block 0), high(block 0), low(block 1), high(block 1)] to meet the activation layout.
-// int8: weights XOR 0x80 (= q + 128, unsigned); the dot starts from -128 * sum(xq) per lane
-// (ncorr), so every dot is exact. A trailing 32-column block (K % 64 == 32) is a chunk whose
-// upper half is zero (weights zero-extended, activations zero padded). Design after
-// llama.cpp's AVX-512 VNNI q4/q8 dot products (own code).
+// AVX-512 VNNI integer-dot matmuls (qa8.h) and the AVX-512 activation quantizer.
+// int4: per 128-column chunk one 64-byte weight load; its low nibbles (the even columns of
+// four 32-column blocks) and high nibbles (the odd columns) meet the two halves of the
+// chunk's activations (qa8.h's layout) in two chained `vpdpbusd` (u8 x s8 -> 16 int32 lanes,
+// lanes 4b..4b+3 = block b), then one convert and one FMA with the per-lane combined scale.
+// int8: per 64-column chunk one `vpdpbusd` (lanes 0-7 = the chunk's first block, 8-15 the
+// second) on weights XOR 0x80 (= q + 128, unsigned) starting from -128 * sum(xq) per lane
+// (ncorr), so every dot is exact. The weights' min term is a second vector accumulated over
+// groups. Tails (K % 128 != 0) are masked loads. Design after llama.cpp's AVX-512 VNNI
+// q4 / q8 dot products (own code).
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
 
 #include "qa8.h"
+#include "qa8_layout.h"
 
 namespace localchat_cpu {
 namespace {
+
+// Bytes ahead of the weight stream prefetched (the hardware prefetcher alone left the loads
+// waiting on memory: the hottest instruction in `perf annotate`).
+constexpr int64_t kPrefetch = 1024;
 
 inline float ld1(const float* p) { return *p; }
 inline float ld1(const uint16_t* p) { return _cvtsh_ss(*p); }
@@ -37,8 +43,9 @@ inline __m128 ld2(const ST* p) {
   }
 }
 
+// 16 lanes of sum_g mins[g] * xs[g] (reduced with the main accumulator).
 template <class ST>
-inline float min_term(const ST* mn, const float* xs, int64_t ng) {
+inline __m512 min_vec(const ST* mn, const float* xs, int64_t ng) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; g += 16) {
     const __mmask16 k = ng - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (ng - g)) - 1);
@@ -49,41 +56,84 @@ inline float min_term(const ST* mn, const float* xs, int64_t ng) {
       m = _mm512_maskz_loadu_ps(k, reinterpret_cast<const float*>(mn + g));
     acc = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(k, xs + g), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return acc;
 }
 
-// Weight chunk c (64 columns, or 32 when `half_chunk`) as 64 bytes for vpdpbusd.
-template <bool INT4>
-inline __m512i load_w(const A8Args& a, int64_t n, int64_t c, bool half_chunk) {
-  if (INT4) {
-    const uint8_t* p = static_cast<const uint8_t*>(a.qweight) + n * (a.K / 2) + c * 32;
-    const __m512i y = half_chunk
-        ? _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
-        : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512i dup = _mm512_shuffle_i64x2(y, y, 0x50);  // 128-bit lanes [0, 0, 1, 1]
-    const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi64(dup, sh), _mm512_set1_epi8(0x0F));
+template <int MT, class ST>
+inline void finish(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
+  const int64_t ng = a.ngroups;
+  for (int r = 0; r < MT; ++r) {
+    const int64_t m = m0 + r;
+    __m512 v = acc[r];
+    if (a.mins) v = _mm512_add_ps(v, min_vec(static_cast<const ST*>(a.mins) + n * ng,
+                                             a.xs + m * ng, ng));
+    a8_store(a, m, n, _mm512_reduce_add_ps(v));
   }
-  const int8_t* p = static_cast<const int8_t*>(a.qweight) + n * a.K + c * 64;
-  const __m512i w = half_chunk
-      ? _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
-      : _mm512_loadu_si512(p);
-  return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
-template <bool INT4, int MT, class ST>
-inline void tile(const A8Args& a, int64_t n, int64_t m0) {
+// int4, 128-column chunks: lanes 4b..4b+3 <- scale of block 4c + b's group.
+template <int MT, class ST>
+inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nc = (K + 127) / 128;
+  const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
+  const ST* s = static_cast<const ST*>(a.scales) + n * ng;
+  const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const bool g32 = a.group_size == 32;
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t rem = K - 128 * c;
+    __m512i w;
+    __m128 s4;
+    if (rem >= 128) {
+      _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
+      w = _mm512_loadu_si512(wr + 64 * c);
+      s4 = g32 ? ld4(s + 4 * c) : _mm_setr_ps(ld1(s + a.blk2grp[4 * c]),
+                                              ld1(s + a.blk2grp[4 * c + 1]),
+                                              ld1(s + a.blk2grp[4 * c + 2]),
+                                              ld1(s + a.blk2grp[4 * c + 3]));
+    } else {  // 1-3 blocks left: the padded lanes meet zero weights and zero activations
+      w = _mm512_maskz_loadu_epi8((1ull << (rem / 2)) - 1, wr + 64 * c);
+      s4 = _mm_setr_ps(ld1(s + a.blk2grp[4 * c]), ld1(s + a.blk2grp[4 * c + 1]),
+                       ld1(s + a.blk2grp[4 * c + 2]), ld1(s + a.blk2grp[4 * c + 3]));
+    }
+    const __m512 sv = _mm512_permutexvar_ps(idx4, _mm512_castps128_ps512(s4));
+    const __m512i lo = _mm512_and_si512(w, nib);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+    for (int r = 0; r < MT; ++r) {
+      const int64_t m = m0 + r;
+      const int8_t* xq = a.xq + m * Kp + 128 * c;
+      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xq + 64));
+      const __m512 dv = _mm512_loadu_ps(a.dv + (m * (Kp / 32) + 4 * c) * 4);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
+    }
+  }
+  finish<MT, ST>(a, n, m0, acc);
+}
+
+// int8, 64-column chunks (or a trailing 32): weights XOR 0x80, dots from ncorr.
+template <int MT, class ST>
+inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nc = (K + 63) / 64;
+  const int8_t* wr = static_cast<const int8_t*>(a.qweight) + n * K;
   const ST* s = static_cast<const ST*>(a.scales) + n * ng;
   const __m512i idx2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nc; ++c) {
     const bool half_chunk = 64 * c + 32 == K;
-    const __m512i w = load_w<INT4>(a, n, c, half_chunk);
+    _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
+    const __m512i w = _mm512_xor_si512(
+        half_chunk ? _mm512_zextsi256_si512(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i*>(wr + 64 * c)))
+                   : _mm512_loadu_si512(wr + 64 * c),
+        flip);
     __m512 sv;
-    if (a.group_size == 16) {  // int8 only: lanes 4j..4j+3 <- group 4c + j
+    if (a.group_size == 16) {  // lanes 4j..4j+3 <- group 4c + j
       sv = _mm512_permutexvar_ps(idx4, _mm512_castps128_ps512(
           half_chunk ? _mm_setr_ps(ld1(s + 4 * c), ld1(s + 4 * c + 1), 0.0f, 0.0f)
                      : ld4(s + 4 * c)));
@@ -95,35 +145,39 @@ inline void tile(const A8Args& a, int64_t n, int64_t m0) {
     }
     for (int r = 0; r < MT; ++r) {
       const int64_t m = m0 + r;
-      const __m512i xq = _mm512_loadu_si512(a.xq + m * Kp + c * 64);
-      const __m512i init = INT4 ? _mm512_setzero_si512()
-                                : _mm512_loadu_si512(a.ncorr + m * (Kp / 4) + c * 16);
-      const __m512i dot = _mm512_dpbusd_epi32(init, w, xq);
+      const __m512i init = _mm512_loadu_si512(a.ncorr + m * (Kp / 4) + c * 16);
+      const __m512i dot = _mm512_dpbusd_epi32(init, w,
+                                              _mm512_loadu_si512(a.xq + m * Kp + c * 64));
       const __m512 dv = _mm512_loadu_ps(a.dv + (m * (Kp / 64) + c) * 16);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
     }
   }
-  for (int r = 0; r < MT; ++r) {
-    const int64_t m = m0 + r;
-    float t = _mm512_reduce_add_ps(acc[r]);
-    if (a.mins)
-      t += min_term(static_cast<const ST*>(a.mins) + n * ng, a.xs + m * ng, ng);
-    a.out[m * a.N + n] = t;
-  }
+  finish<MT, ST>(a, n, m0, acc);
 }
 
 template <bool INT4, class ST>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-    for (; m + 4 <= a.M; m += 4) tile<INT4, 4, ST>(a, n, m);
+#define LC_TILE(MT) (INT4 ? tile4<MT, ST>(a, n, m) : tile8<MT, ST>(a, n, m))
+    for (; m + 4 <= a.M; m += 4) LC_TILE(4);
     switch (a.M - m) {
-      case 3: tile<INT4, 3, ST>(a, n, m); break;
-      case 2: tile<INT4, 2, ST>(a, n, m); break;
-      case 1: tile<INT4, 1, ST>(a, n, m); break;
+      case 3: LC_TILE(3); break;
+      case 2: LC_TILE(2); break;
+      case 1: LC_TILE(1); break;
       default: break;
     }
+#undef LC_TILE
   }
+}
+
+inline __m512 load16(const void* x, bool bf16, int64_t i) {
+  if (bf16) {
+    const __m256i h = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x) + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return _mm512_loadu_ps(static_cast<const float*>(x) + i);
 }
 
 }  // namespace
@@ -135,6 +189,47 @@ void int4_a8_vnni(const A8Args& a, int64_t n0, int64_t n1) {
 void int8_a8_vnni(const A8Args& a, int64_t n0, int64_t n1) {
   if (a.half) rows<false, uint16_t>(a, n0, n1);
   else rows<false, float>(a, n0, n1);
+}
+
+void a8_quantize_avx512(const void* x, bool x_bf16, int64_t x_stride, const A8Args& a,
+                        const A8Buffers& b, bool int4) {
+  const int64_t K = a.K, Kp = a.Kp;
+  a8_zero_fill(a, b, int4);
+  const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+  // per 128-bit lane: the 8 even bytes, then the 8 odd bytes
+  const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t m = 0; m < a.M; ++m) {
+    int8_t* qr = b.xq + m * Kp;
+    for (int64_t bl = 0; bl < K / 32; ++bl) {
+      const __m512 v0 = load16(x, x_bf16, m * x_stride + bl * 32);
+      const __m512 v1 = load16(x, x_bf16, m * x_stride + bl * 32 + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0),
+                                                            _mm512_abs_ps(v1)));
+      const float db = amax / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      const __m512 iv = _mm512_set1_ps(id);
+      const __m512i q0 = _mm512_max_epi32(nlim, _mm512_min_epi32(
+          lim, _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv))));
+      const __m512i q1 = _mm512_max_epi32(nlim, _mm512_min_epi32(
+          lim, _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv))));
+      const __m128i b0 = _mm512_cvtepi32_epi8(q0), b1 = _mm512_cvtepi32_epi8(q1);
+      if (int4) {
+        const __m256i nat = _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
+        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(nat, deint), 0xD8);
+        int8_t* p = qr + (bl / 4) * 128 + (bl % 4) * 16;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(eo));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 64), _mm256_extracti128_si256(eo, 1));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + bl * 32), b0);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + bl * 32 + 16), b1);
+      }
+      a8_put_scale(a, b, int4, m, bl, db);
+      if (b.xs) a8_add_xs(a, b, m, bl, db, _mm512_reduce_add_epi32(q0),
+                          _mm512_reduce_add_epi32(q1));
+    }
+    a8_row_sums(a, b, int4, m);
+  }
 }
 
 }  // namespace localchat_cpu

@@ -17,7 +17,7 @@ reference against the fp32-activation references.
 - Batch invariance: row i of any M-row call equals the 1-row call bit for bit; 1 thread
   equals 2.
 - Dispatch: ``kernels.int4_matmul`` / ``int8_matmul`` take these kernels on CPU for up to
-  ``CPU_MAX_ROWS`` rows with ``LOCALCHAT_CPU_A8=1`` (opt-in), else the exact fp32 kernels.
+  ``CPU_MAX_ROWS`` rows for 16-bit activations by default (``LOCALCHAT_CPU_A8``).
 """
 
 from __future__ import annotations
@@ -125,6 +125,62 @@ def test_int8_a8_matches_reference(built, isa, dtype, n, k, g, with_mins):
                            cpu.int8_matmul_a8(x, q, s, isa=cpu.ISAS[isa]))
 
 
+def a8_natural(xq: torch.Tensor, k: int, int4: bool) -> torch.Tensor:
+    """The kernels' activation layout (``qa8.h``) back in natural column order ``[M, k]``:
+    int4 puts column ``32 b + j`` of 128-column chunk ``c`` (``b`` = block in the chunk) at
+    ``128 c + 64 (j % 2) + 16 b + j // 2``; int8 keeps the natural order."""
+    if not int4:
+        return xq[:, :k]
+    col = torch.arange(k)
+    blk, j = col // 32, col % 32
+    pos = (blk // 4) * 128 + (j % 2) * 64 + (blk % 4) * 16 + j // 2
+    return xq[:, pos]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("int4", [True, False], ids=["int4", "int8"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_activation_quantizer_gives_the_reference_integers(built, isa, int4, dtype):
+    """Every ISA's quantizer (vectorized on AVX2 / AVX-512) gives exactly the reference's
+    integers and block scales, in the kernels' layout, zero padded to a multiple of 128;
+    ties (x / d = k + 1/2) round to even on every path."""
+    for k in (32, 96, 160, 576, 1024):
+        x = activations(5, k, seed=k).to(dtype)
+        # amax 127: d = 1, so x / d lands exactly on halves (ties to even: 0.5 -> 0, 1.5 -> 2)
+        x[1, :32] = torch.cat([torch.tensor([127.0]), torch.arange(31) - 15 + 0.5])
+        x[2, :] = 0  # a row of zero blocks
+        xq, d = cpu.a8_quantize(x, int4, cpu.ISAS[isa])
+        want_q, want_d = reference.quantize_activations_int8(x.float())
+        kp = -(-k // 128) * 128
+        assert xq.shape == (5, kp) and d.shape == (5, kp // 32)
+        assert torch.equal(a8_natural(xq, k, int4), want_q)
+        assert torch.equal(d[:, :k // 32], want_d)
+        assert not d[:, k // 32:].any()
+        if int4:
+            assert int(xq.abs().sum()) == int(want_q.abs().sum())  # padding is zero
+        else:
+            assert not xq[:, k:].any()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_activations_read_in_place(built, isa):
+    """bf16 rows (the CPU decode dtype) are quantized where they lie (no fp32 copy) and the
+    bf16 result is the fp32 result rounded once: equal to quantizing their fp32 values."""
+    q, s, m = int4_weights(37, 576, 32, torch.float16, seed=3)
+    q8, s8, _ = int8_weights(37, 576, 32, False, torch.float16, seed=3)
+    x = activations(5, 576, seed=9).bfloat16()
+    for got, want in ((cpu.int4_matmul_a8(x, q, s, m, 32, cpu.ISAS[isa]),
+                       cpu.int4_matmul_a8(x.float(), q, s, m, 32, cpu.ISAS[isa])),
+                      (cpu.int8_matmul_a8(x, q8, s8, None, 32, cpu.ISAS[isa]),
+                       cpu.int8_matmul_a8(x.float(), q8, s8, None, 32, cpu.ISAS[isa]))):
+        assert got.dtype == torch.bfloat16
+        assert torch.equal(got, want.bfloat16())
+    # a row-strided view (a slice of a wider tensor) reads the same rows
+    wide = torch.cat([x, torch.zeros(5, 64, dtype=torch.bfloat16)], 1)[:, :576]
+    assert torch.equal(cpu.int4_matmul_a8(wide, q, s, m, 32, cpu.ISAS[isa]),
+                       cpu.int4_matmul_a8(x, q, s, m, 32, cpu.ISAS[isa]))
+
+
 def test_activation_quantization():
     """Round half to even, clamp, zero blocks; the per-element error is at most d / 2."""
     x = torch.tensor([[127.0, 0.5, 1.5, -2.5, -127.0] + [0.0] * 27 + [0.0] * 32])
@@ -198,23 +254,38 @@ def test_vnni_path_is_distinct(built):
 
 
 def test_dispatch(built, monkeypatch):
-    """``kernels.int4_matmul`` / ``int8_matmul`` on CPU: the integer-dot kernels up to
-    ``CPU_MAX_ROWS`` rows with ``LOCALCHAT_CPU_A8=1``, the exact fp32-activation kernels by
-    default and with ``LOCALCHAT_CPU_A8=0``; fp16 scales are accepted either way."""
+    """``kernels.int4_matmul`` / ``int8_matmul`` on CPU, up to ``CPU_MAX_ROWS`` rows: by
+    default the integer-dot kernels for 16-bit activations and the exact fp32-activation
+    kernels for fp32 ones; ``LOCALCHAT_CPU_A8=1`` the integer-dot kernels for both, ``=0``
+    the exact ones for both; fp16 scales are accepted either way; more rows never."""
     q, s, m = int4_weights(40, 128, 32, torch.float16, seed=2)
     q8, s8, m8 = int8_weights(40, 128, 16, True, torch.float32, seed=2)
     x = activations(3, 128, seed=4)
-    monkeypatch.delenv("LOCALCHAT_CPU_A8", raising=False)
-    assert torch.equal(kernels.int8_matmul(x, q8, s8, m8), cpu.int8_matmul(x, q8, s8, m8))
-    monkeypatch.setenv("LOCALCHAT_CPU_A8", "1")
-    assert torch.equal(kernels.int4_matmul(x, q, s, m, 32), cpu.int4_matmul_a8(x, q, s, m, 32))
-    assert torch.equal(kernels.int8_matmul(x, q8, s8, m8), cpu.int8_matmul_a8(x, q8, s8, m8))
     xb = x.bfloat16()
+
+    def a8(a):
+        return (torch.equal(kernels.int4_matmul(a, q, s, m, 32),
+                            cpu.int4_matmul_a8(a, q, s, m, 32))
+                and torch.equal(kernels.int8_matmul(a, q8, s8, m8),
+                                cpu.int8_matmul_a8(a, q8, s8, m8)))
+
+    def exact(a):
+        return (torch.equal(kernels.int4_matmul(a, q, s, m, 32),
+                            cpu.int4_matmul(a, q, s.float(), m.float(), 32))
+                and torch.equal(kernels.int8_matmul(a, q8, s8, m8), cpu.int8_matmul(a, q8, s8, m8)))
+
+    monkeypatch.delenv("LOCALCHAT_CPU_A8", raising=False)
+    assert a8(xb) and exact(x) and not a8(x)
     assert kernels.int4_matmul(xb, q, s, m, 32).dtype == torch.bfloat16
+    monkeypatch.setenv("LOCALCHAT_CPU_A8", "1")
+    assert a8(xb) and a8(x)
     monkeypatch.setenv("LOCALCHAT_CPU_A8", "0")
-    assert torch.equal(kernels.int4_matmul(x, q, s, m, 32),
-                       cpu.int4_matmul(x, q, s.float(), m.float(), 32))
-    assert torch.equal(kernels.int8_matmul(x, q8, s8, m8), cpu.int8_matmul(x, q8, s8, m8))
+    assert exact(xb) and exact(x)
+    # rows past CPU_MAX_ROWS are prefill: never the integer-dot kernels
+    xl = activations(kernels.CPU_MAX_ROWS + 1, 128, seed=5)
+    monkeypatch.setenv("LOCALCHAT_CPU_A8", "1")
+    assert torch.equal(kernels.int4_matmul(xl, q, s, m, 32),
+                       reference.int4_matmul(xl, q, s, m, 32))
 
 
 def test_a8_rejects_bad_layouts(built):

@@ -1,10 +1,10 @@
-"""CPU int4 layers (``Int4LinearMethod``, kernel "packed"): with ``LOCALCHAT_CPU_INT4=exact``
-where the C++ kernels are built they keep the contract layout alone (one copy) and compute
-with localchat's exact kernels (``engine/quant/cpu_int4.py``): up to ``CPU_MAX_ROWS`` rows
-``localchat.kernels.int4_matmul`` (batch invariant), more rows (prefill) row blocks
-dequantized (to fp32, or to bf16 for bf16 activations) and multiplied. By default (and without
-a compiler) they repack for PyTorch's ``_weight_int4pack_mm_for_cpu`` and drop the contract
-layout.
+"""CPU int4 layers (``Int4LinearMethod``, kernel "packed"): by default, where the C++ kernels
+are built, they keep the contract layout alone (one copy) and compute with localchat's kernels
+(``engine/quant/cpu_int4.py``): up to ``CPU_MAX_ROWS`` rows ``localchat.kernels.int4_matmul``
+(batch invariant; the exact fp32-activation kernel here, ``LOCALCHAT_CPU_A8=0``), more rows
+(prefill) row blocks dequantized (to fp32, or to bf16 for bf16 activations) and multiplied.
+With ``LOCALCHAT_CPU_INT4=int4pack`` (and without a compiler) they repack for PyTorch's
+``_weight_int4pack_mm_for_cpu`` and drop the contract layout.
 
 Bounds: the prefill path and the reference both sum K fp32 products, so they differ by at most
 ``2 * gamma_K`` relative to ``|x| @ |w|.T`` (as in ``tests/kernels/test_cpu_quant.py``)."""
@@ -40,8 +40,9 @@ def _held(layer) -> int:
     return sum(t.numel() * t.element_size() for t in layer.buffers())
 
 
-def test_own_kernels_keep_one_copy_and_are_exact(monkeypatch):
-    layer, (q, s, m) = _layer(monkeypatch, "exact")
+@pytest.mark.parametrize("mode", [None, "exact"])
+def test_own_kernels_keep_one_copy_and_are_exact(monkeypatch, mode):
+    layer, (q, s, m) = _layer(monkeypatch, mode)
     if not cpu.available():  # no compiler: int4pack for every M, as before
         assert getattr(layer, "qweight", None) is None
         return
@@ -83,9 +84,8 @@ def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     assert bool(((out - x @ w.t()).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("mode", [None, "int4pack"])
-def test_int4pack_switch_keeps_int4pack_only(monkeypatch, mode):
-    layer, _ = _layer(monkeypatch, mode)
+def test_int4pack_switch_keeps_int4pack_only(monkeypatch):
+    layer, _ = _layer(monkeypatch, "int4pack")
     assert getattr(layer, "qweight", None) is None
     x = torch.randn(3, 256)
     packed = torch.ops.aten._weight_int4pack_mm_for_cpu(
