@@ -7,9 +7,9 @@ of the rounds is kept):
 
 - ``lc int4 a8`` / ``lc int8 a8``: the integer-dot kernels (``cpu.int4_matmul_a8`` /
   ``int8_matmul_a8``; activations quantized to int8 per 32 columns; VNNI, and ``avx2``
-  forced; fp16 scales too), opt-in with ``LOCALCHAT_CPU_A8=1``;
+  forced; fp16 scales too), what ``localchat.kernels`` runs for bf16 activations by default;
 - ``lc int4 g32`` (``localchat.kernels.cpu.int4_matmul``, exact fp32 activations, the CPU
-  int4 path by default; fp32 and fp16 scales, and ``avx2`` forced),
+  int4 path for fp32 activations; fp32 and fp16 scales, and ``avx2`` forced),
   against ``torch int4pack`` (``aten._weight_int4pack_mm_for_cpu``, bf16 activations, the
   same weights repacked);
 - ``lc int8`` per channel, against ``torch int8pack`` (``aten._weight_int8pack_mm``, bf16);

@@ -11,6 +11,8 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "qa8.h"
 #include "qa8_layout.h"
 
@@ -59,28 +61,40 @@ inline __m512 min_vec(const ST* mn, const float* xs, int64_t ng) {
   return acc;
 }
 
+// acc[r] += the weights' min term of row n for activation row m0 + r.
 template <int MT, class ST>
-inline void finish(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
+inline void add_mins(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
+  if (!a.mins) return;
   const int64_t ng = a.ngroups;
-  for (int r = 0; r < MT; ++r) {
-    const int64_t m = m0 + r;
-    __m512 v = acc[r];
-    if (a.mins) v = _mm512_add_ps(v, min_vec(static_cast<const ST*>(a.mins) + n * ng,
-                                             a.xs + m * ng, ng));
-    a8_store(a, m, n, _mm512_reduce_add_ps(v));
-  }
+  for (int r = 0; r < MT; ++r)
+    acc[r] = _mm512_add_ps(acc[r], min_vec(static_cast<const ST*>(a.mins) + n * ng,
+                                           a.xs + (m0 + r) * ng, ng));
+}
+
+// The 16-lane sums of four accumulators (four output columns) in one transposed reduction:
+// each column's sum takes the same additions in the same order whatever its neighbours are
+// (zero vectors where a group has fewer than four columns).
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  // 128-bit lanes: [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d
+  __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  // 128-bit lanes: a, b, c, d (four partial sums each)
+  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
+  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
 }
 
 // int4, 128-column chunks: lanes 4b..4b+3 <- scale of block 4c + b's group.
 template <int MT, class ST>
-inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
+inline void tile4(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nc = (K + 127) / 128;
   const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
   const ST* s = static_cast<const ST*>(a.scales) + n * ng;
   const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __m512i nib = _mm512_set1_epi8(0x0F);
   const bool g32 = a.group_size == 32;
-  __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nc; ++c) {
     const int64_t rem = K - 128 * c;
@@ -110,19 +124,18 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
     }
   }
-  finish<MT, ST>(a, n, m0, acc);
+  add_mins<MT, ST>(a, n, m0, acc);
 }
 
 // int8, 64-column chunks (or a trailing 32): weights XOR 0x80, dots from ncorr.
 template <int MT, class ST>
-inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
+inline void tile8(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nc = (K + 63) / 64;
   const int8_t* wr = static_cast<const int8_t*>(a.qweight) + n * K;
   const ST* s = static_cast<const ST*>(a.scales) + n * ng;
   const __m512i idx2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nc; ++c) {
     const bool half_chunk = 64 * c + 32 == K;
@@ -152,22 +165,41 @@ inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
     }
   }
-  finish<MT, ST>(a, n, m0, acc);
+  add_mins<MT, ST>(a, n, m0, acc);
+}
+
+// Output columns in groups of four (one reduce4 per activation row), activation rows in
+// tiles of up to four sharing each unpacked weight chunk.
+template <bool INT4, int MT, class ST>
+inline void group(const A8Args& a, int64_t n, int64_t cols, int64_t m0) {
+  __m512 acc[4][MT];
+  for (int j = 0; j < 4; ++j) {
+    if (j < cols) {
+      if (INT4) tile4<MT, ST>(a, n + j, m0, acc[j]);
+      else tile8<MT, ST>(a, n + j, m0, acc[j]);
+    } else {
+      for (int r = 0; r < MT; ++r) acc[j][r] = _mm512_setzero_ps();
+    }
+  }
+  for (int r = 0; r < MT; ++r) {
+    alignas(16) float t[4];
+    _mm_store_ps(t, reduce4(acc[0][r], acc[1][r], acc[2][r], acc[3][r]));
+    for (int j = 0; j < cols; ++j) a8_store(a, m0 + r, n + j, t[j]);
+  }
 }
 
 template <bool INT4, class ST>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t cols = std::min<int64_t>(4, n1 - n);
     int64_t m = 0;
-#define LC_TILE(MT) (INT4 ? tile4<MT, ST>(a, n, m) : tile8<MT, ST>(a, n, m))
-    for (; m + 4 <= a.M; m += 4) LC_TILE(4);
+    for (; m + 4 <= a.M; m += 4) group<INT4, 4, ST>(a, n, cols, m);
     switch (a.M - m) {
-      case 3: LC_TILE(3); break;
-      case 2: LC_TILE(2); break;
-      case 1: LC_TILE(1); break;
+      case 3: group<INT4, 3, ST>(a, n, cols, m); break;
+      case 2: group<INT4, 2, ST>(a, n, cols, m); break;
+      case 1: group<INT4, 1, ST>(a, n, cols, m); break;
       default: break;
     }
-#undef LC_TILE
   }
 }
 
