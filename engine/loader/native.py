@@ -244,17 +244,15 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
 
 def native_is_fast(path, device, cache_dir=None) -> bool:
     """Whether ``--quant auto`` may offer GGUF ``path``'s own format on ``device`` (the one
-    place it is decided): on CUDA always (Triton int4/int8). On CPU not when the file has
-    4-bit layers, for now: through localchat's exact int4 kernel (``engine/quant/cpu_int4.py``)
-    such files answer correctly (through PyTorch's int4pack kernel, whose bf16-rounded scales
-    turned SmolLM2's greedy answer to "What is the capital of France?" from Paris into a French
-    list, they did not), but measured on the shared 2-core machine (2026-12-01, heavily loaded,
-    one run each) native prefilled far slower than the float default there (bf16 on AMX):
-    SmolLM2 0.30x at 1 thread, Qwen2.5-Coder-0.5B 0.03x at 2 threads, the int8-group layers'
-    fp32 row blocks dominating, and the 0.5B (mostly Q5_0 / Q8_0) decoded at 0.8x; SmolLM2
-    decoded at 2.0x. Group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) alone are offered when
-    ``localchat.kernels``' C++ int8 kernel is built (the row-block fallback is 2-3x slower
-    than an fp32 GEMV); float-only files always."""
+    place it is decided): on CUDA always (Triton int4/int8); float-only files always. On CPU
+    only where localchat's C++ kernels serve every quantized layer: 4-bit layers through its
+    own int4 kernels over the file's scales (``engine/quant/cpu_int4.py``; PyTorch's int4pack
+    kernel, what runs without them, rounds scales and mins to bf16, which turned SmolLM2's
+    greedy answer to "What is the capital of France?" from Paris into a French list), and
+    group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) through the C++ int8 kernels (decode) and
+    the C++ dequantize + bf16 GEMM (prefill; the PyTorch fallback's fp32 row blocks prefilled
+    at 0.03-0.3x the bf16 format's speed). Without a compiler the planner's float choice
+    stays."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
@@ -263,9 +261,12 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
     except ModelLoadError:
         return False
     if "int4" in kinds:
-        return False
-    if "int8" not in kinds:
-        return True
-    from ..quant.native import _cpu_kernel_rows
+        from ..quant.cpu_int4 import own_kernels
 
-    return _cpu_kernel_rows() > 0
+        if not own_kernels():
+            return False
+    if "int8" in kinds:
+        from ..quant.native import _cpu_kernel_rows
+
+        return _cpu_kernel_rows() > 0
+    return True

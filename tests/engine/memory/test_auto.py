@@ -40,32 +40,33 @@ def test_no_format_fits_is_a_clear_error():
                       budget_bytes=2 * GiB)
 
 
-@pytest.mark.parametrize("cpu_int8_kernel", [True, False])
-def test_auto_keeps_float_on_cpu_for_a_file_with_int4_layers(monkeypatch, smollm2_gguf,
-                                                             smollm2_engine, cache_dir,
-                                                             cpu_int8_kernel):
+@pytest.mark.parametrize("built", [True, False])
+def test_auto_offers_native_on_cpu_only_with_the_cpp_kernels(monkeypatch, smollm2_gguf,
+                                                              smollm2_engine, cache_dir, built):
     # SmolLM2's native weights (Q4_1 + Q8_0, ~0.1 GB) hold less than any format the planner
-    # can fit here, yet on CPU auto keeps the planner's float choice with or without the C++
-    # int8 kernel (``native_is_fast``: native's prefill measured far slower than bf16's; and
-    # without the C++ kernels its Q4_1 layers would run PyTorch's int4 kernel, bf16 scales and
-    # mins, which changes the greedy answer to the README's question). On CUDA it is offered.
+    # can fit here: on CPU auto picks them when localchat's C++ kernels serve every layer
+    # (own int4 kernels, the C++ int8 kernels); without them (PyTorch's int4 kernel: bf16
+    # scales and mins, which changes the greedy answer to the README's question; the int8
+    # layers' fp32 row blocks) it keeps the planner's float choice. On CUDA always.
     from localchat.engine.config import EngineConfig
     from localchat.engine.engine_build import resolve_auto_quant
     from localchat.engine.loader import native as native_loader
     from localchat.engine.loader.native import native_is_fast
-    from localchat.engine.quant import native
+    from localchat.engine.quant import cpu_int4, native
 
-    monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 16 if cpu_int8_kernel else 0)
+    monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 16 if built else 0)
+    monkeypatch.setattr(cpu_int4, "own_kernels", lambda: built)
     config, _ = resolve_auto_quant(smollm2_gguf, smollm2_engine.model_config,
                                    EngineConfig(device="cpu"), 2048, cache_dir)
-    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is False
-    assert config.quant.scheme != "native"
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is built
+    assert (config.quant.scheme == "native") is built
     assert native_is_fast(smollm2_gguf, "cuda", cache_dir)
-    # a file whose layers are all group-wise int8 (Q8_0-like) or float: offered on CPU when
-    # the C++ int8 kernel is built
+    # a file whose layers are all group-wise int8 (Q8_0-like) or float: the int8 kernels decide
     monkeypatch.setattr(native_loader, "_layout_of",
                         lambda t: ("int8", 32) if t["name"].endswith("weight") else ("float", 0))
-    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is cpu_int8_kernel
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir) is built
+    monkeypatch.setattr(native_loader, "_layout_of", lambda t: ("float", 0))
+    assert native_is_fast(smollm2_gguf, "cpu", cache_dir)
 
 
 def test_native_loses_to_a_smaller_forced_format():
