@@ -41,15 +41,27 @@ void rows(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
       const __m512 s = _mm512_set1_ps(ldsc<HALF>(a.scales, n * ng + g));
       const __m512 m = MINS ? _mm512_set1_ps(ldsc<HALF>(a.mins, n * ng + g)) : s;
       const int64_t end = (g + 1) * G;
-      for (int64_t j = g * G; j < end; j += 16) {
-        const int64_t left = end - j;
-        const __mmask16 k = left >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                       : static_cast<__mmask16>((1u << left) - 1);
-        const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, q + j)));
+      int64_t j = g * G;
+      for (; j + 16 <= end; j += 16) {  // (unmasked: 2x the masked loop's speed here)
+        const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j))));
         __m512 w = _mm512_mul_round_ps(qf, s, kRound);
         if constexpr (MINS) w = _mm512_add_round_ps(w, m, kRound);
-        if constexpr (BF16) _mm256_mask_storeu_epi16(out16 + n * K + j, k, to_bf16(w));
-        else _mm512_mask_storeu_ps(out32 + n * K + j, k, w);
+        if constexpr (BF16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + n * K + j), to_bf16(w));
+        else
+          _mm512_storeu_ps(out32 + n * K + j, w);
+      }
+      if (j < end) {  // a group tail narrower than 16
+        const __mmask16 k = static_cast<__mmask16>((1u << (end - j)) - 1);
+        const __m512 qf =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, q + j)));
+        __m512 w = _mm512_mul_round_ps(qf, s, kRound);
+        if constexpr (MINS) w = _mm512_add_round_ps(w, m, kRound);
+        if constexpr (BF16)
+          _mm256_mask_storeu_epi16(out16 + n * K + j, k, to_bf16(w));
+        else
+          _mm512_mask_storeu_ps(out32 + n * K + j, k, w);
       }
     }
   }
