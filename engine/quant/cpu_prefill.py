@@ -80,6 +80,15 @@ def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
     return out.to(x.dtype)
 
 
+def cpp_prefill(rows: int) -> bool:
+    """Whether a CPU matmul over ``rows`` activation rows takes the C++ row-block prefill:
+    more than ``localchat.kernels.CPU_MAX_ROWS`` rows and the C++ kernels built."""
+    from localchat import kernels
+    from localchat.kernels import cpu
+
+    return rows > kernels.CPU_MAX_ROWS and cpu.available()
+
+
 def int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                  mins: torch.Tensor | None, group_size: int) -> torch.Tensor:
     """``x [M, K]`` (fp32 / bf16 / fp16) @ the group-wise int8 weight (``qweight int8 [N, K]``,

@@ -134,3 +134,31 @@ def test_no_per_layer_buffer():
     before = cpu_prefill._scratch
     a(torch.randn(M, 64))
     assert cpu_prefill._scratch is before  # large enough already: reused, not reallocated
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_per_channel_int8_prefill(dtype):
+    """``--quant int8`` layers (``Int8LinearMethod``, per channel, bf16 scales on CPU): prefill
+    rows go through the same row blocks (where the C++ kernels are built) with the weights
+    ``q * scale`` of the scales they hold; decode rows stay on ``_weight_int8pack_mm``."""
+    from localchat.engine.quant.methods import Int8LinearMethod
+
+    torch.manual_seed(0)
+    layer = Linear(96, 40)
+    layer.weight.data.normal_()
+    layer.quant_method = Int8LinearMethod("cpu")
+    layer.quant_method.quantize_weights(layer)
+    layer.process_weights_after_loading()
+    assert layer.scales.dtype == torch.bfloat16
+    w = reference.dequantize_int8(layer.qweight, layer.scales.float())
+    x = torch.randn(M, 96)
+    y = layer(x.to(dtype))
+    if not cpu.available():  # int8pack: bf16 x times q, scaled, rounded to bf16
+        _assert_bf16(y.bfloat16(), x, w, weights_bf16=False)
+    elif dtype == torch.bfloat16:  # bf16 blocks: q * scale rounded to bf16
+        _assert_bf16(y, x, w, weights_bf16=True)
+    else:
+        _assert_fp32(y, x, w)
+    small = x[:3].to(dtype)
+    want = torch.ops.aten._weight_int8pack_mm(small.bfloat16(), layer.qweight, layer.scales)
+    assert torch.equal(layer(small), want.to(dtype))
