@@ -7,12 +7,16 @@ for bf16 activations) against ``torch.mm`` on the bf16 weight and against the pa
 1. Layers: Qwen2.5-Coder-0.5B's MLP shapes (``N x K`` = 4864 x 896 and 896 x 4864) and its
    fused qkv (1152 x 896), M = 512 activation rows, Q5_0-like weights (G = 32, fp16 scales):
    ``old fp32 blocks``, ``new bf16`` / ``new fp32`` (``cpu_prefill.int8_prefill`` on bf16 /
-   fp32 activations) and ``torch.mm bf16`` / ``fp32`` on a float weight.
+   fp32 activations) and ``torch.mm bf16`` / ``fp32`` on a float weight; per-channel int8
+   (``--quant int8``): ``_weight_int8pack_mm`` (its kernel up to 16 rows, before for all)
+   against the same row blocks (``new per-ch bf16``).
 2. Model (unless ``--no-model``): prefill of ``--prompt-tokens`` (512) ids on
    Qwen2.5-Coder-0.5B's GGUF (133 Q5_0 tensors) with ``--quant native``, its int8 layers on
    the new path and, patched in, on the old one, against ``--quant none`` (bf16 on a CPU with
    native bf16), time to the first token (``engine.generate``, max_tokens 1, prefix cache
-   reset).
+   reset). A fourth row loads ``native`` with ``LOCALCHAT_CPU_INT4=exact``: its int4 layers
+   (Q4_K here) then prefill through ``cpu_int4.blockwise_int4`` (the same shared block loop)
+   instead of PyTorch's int4pack kernel, the default.
 
 Each figure is measured twice in one run, methods interleaved in rounds (best kept): with
 ``--threads`` threads as wall time (``perf_counter``), and on ONE thread as the calling
@@ -94,7 +98,11 @@ def bench_layers(threads: int, rounds: int, m_rows: int = 512) -> None:
         x = torch.randn(m_rows, k, generator=gen)
         xb = x.bfloat16()
         holder: dict = {}
+        q8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+        s8 = (torch.rand(n, generator=gen) * 0.01).bfloat16()
         methods = {
+            "int8pack per-ch": lambda: torch.ops.aten._weight_int8pack_mm(xb, q8, s8),
+            "new per-ch bf16": lambda: int8_prefill(xb, q8, s8.float(), None, k),
             "old fp32 blocks": lambda: _old_blockwise(xb, q, s, None, 32, holder),
             "new bf16": lambda: int8_prefill(xb, q, s, None, 32),
             "new fp32": lambda: int8_prefill(x, q, s, None, 32),
@@ -118,7 +126,7 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
     from localchat.app.settings import cache_dir
     from localchat.engine.config import EngineConfig, QuantConfig
     from localchat.engine.llm_engine import LLMEngine
-    from localchat.engine.quant import native
+    from localchat.engine.quant import cpu_int4, native
     from localchat.engine.sampling_params import SamplingParams
     from localchat.engine.tokenizer import Tokenizer
 
@@ -129,8 +137,20 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
         return
     path = files[0]
     ids = bd.prompt_ids(Tokenizer.from_pretrained(path, cache_dir=cache), prompt_tokens)
-    engines = {q: LLMEngine.from_path(path, EngineConfig(device="cpu", quant=QuantConfig(
-        scheme=q)), cache_dir=cache) for q in ("none", "native")}
+    def int4_mode(exact: bool) -> None:  # read once per process: cleared on each switch
+        if exact:
+            os.environ[cpu_int4.INT4_ENV] = "exact"
+        else:
+            os.environ.pop(cpu_int4.INT4_ENV, None)
+        cpu_int4.own_kernels.cache_clear()
+
+    saved = os.environ.get(cpu_int4.INT4_ENV)
+    engines = {}
+    for name, q, exact in (("none", "none", False), ("native", "native", False),
+                           ("native int4 exact", "native", True)):
+        int4_mode(exact)
+        engines[name] = LLMEngine.from_path(path, EngineConfig(device="cpu", quant=QuantConfig(
+            scheme=q)), cache_dir=cache)
     int8_layers = sum(isinstance(mod.quant_method, native.Int8GroupLinearMethod)
                       for mod in engines["native"].runner.model.modules()
                       if hasattr(mod, "quant_method"))
@@ -149,6 +169,7 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
     def prefill(q: str, patch=None):
         def run():
             native.Int8GroupLinearMethod.apply = patch or new_apply
+            int4_mode(q.endswith("exact"))
             try:
                 e = engines[q]
                 e.reset_prefix_cache()
@@ -159,15 +180,21 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
         return run
 
     methods = {"none (bf16)": prefill("none"), "native new": prefill("native"),
-               "native old": prefill("native", old_apply)}
+               "native old": prefill("native", old_apply),
+               "native new, int4 exact": prefill("native int4 exact")}
     dtype = next(p.dtype for p in engines["native"].runner.model.parameters()
                  if p.is_floating_point())
     print(f"  {MODEL} ({path.name}), {prompt_tokens}-token prompt, native int8-group "
           f"layers: {int8_layers}, activations {dtype}", flush=True)
     wall = _rounds(methods, rounds, 1, threads, time.perf_counter)
     one = _rounds(methods, max(1, rounds - 1), 1, 1, time.thread_time)
+    if saved is None:
+        os.environ.pop(cpu_int4.INT4_ENV, None)
+    else:
+        os.environ[cpu_int4.INT4_ENV] = saved
+    cpu_int4.own_kernels.cache_clear()
     for name in methods:
-        print(f"    {name:12s} {threads} thr {prompt_tokens / wall[name]:8.1f} tok/s "
+        print(f"    {name:22s} {threads} thr {prompt_tokens / wall[name]:8.1f} tok/s "
               f"({wall['none (bf16)'] / wall[name]:5.2f}x none)   1 thr CPU "
               f"{prompt_tokens / one[name]:8.1f} tok/s ({one['none (bf16)'] / one[name]:5.2f}x)",
               flush=True)
