@@ -85,30 +85,34 @@ def _rounds(methods: dict, rounds: int, reps: int, threads: int, clock) -> dict:
     return best
 
 
-def bench_layers(threads: int, rounds: int, m_rows: int = 512) -> None:
+def _layer_methods(n: int, k: int, m_rows: int) -> dict:
     from localchat.engine.quant.cpu_prefill import int8_prefill
     from localchat.kernels import reference
 
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(-16, 16, (n, k), generator=gen, dtype=torch.int8)
+    s = (torch.rand(n, k // 32, generator=gen) * 0.01).half()
+    wf = reference.dequantize_int8(q, s, None, 32)
+    wb = wf.bfloat16()
+    x = torch.randn(m_rows, k, generator=gen)
+    xb = x.bfloat16()
+    holder: dict = {}
+    q8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    s8 = (torch.rand(n, generator=gen) * 0.01).bfloat16()
+    return {
+        "int8pack per-ch": lambda: torch.ops.aten._weight_int8pack_mm(xb, q8, s8),
+        "new per-ch bf16": lambda: int8_prefill(xb, q8, s8.float(), None, k),
+        "old fp32 blocks": lambda: _old_blockwise(xb, q, s, None, 32, holder),
+        "new bf16": lambda: int8_prefill(xb, q, s, None, 32),
+        "new fp32": lambda: int8_prefill(x, q, s, None, 32),
+        "torch.mm bf16": lambda: torch.mm(xb, wb.t()),
+        "torch.mm fp32": lambda: torch.mm(x, wf.t()),
+    }
+
+
+def bench_layers(threads: int, rounds: int, m_rows: int = 512) -> None:
     for n, k in SHAPES:
-        gen = torch.Generator().manual_seed(0)
-        q = torch.randint(-16, 16, (n, k), generator=gen, dtype=torch.int8)
-        s = (torch.rand(n, k // 32, generator=gen) * 0.01).half()
-        wf = reference.dequantize_int8(q, s, None, 32)
-        wb = wf.bfloat16()
-        x = torch.randn(m_rows, k, generator=gen)
-        xb = x.bfloat16()
-        holder: dict = {}
-        q8 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
-        s8 = (torch.rand(n, generator=gen) * 0.01).bfloat16()
-        methods = {
-            "int8pack per-ch": lambda: torch.ops.aten._weight_int8pack_mm(xb, q8, s8),
-            "new per-ch bf16": lambda: int8_prefill(xb, q8, s8.float(), None, k),
-            "old fp32 blocks": lambda: _old_blockwise(xb, q, s, None, 32, holder),
-            "new bf16": lambda: int8_prefill(xb, q, s, None, 32),
-            "new fp32": lambda: int8_prefill(x, q, s, None, 32),
-            "torch.mm bf16": lambda: torch.mm(xb, wb.t()),
-            "torch.mm fp32": lambda: torch.mm(x, wf.t()),
-        }
+        methods = _layer_methods(n, k, m_rows)
         wall = _rounds(methods, rounds, 3, threads, time.perf_counter)
         one = _rounds(methods, rounds, 2, 1, time.thread_time)
         print(f"  {n}x{k} M={m_rows}:", flush=True)

@@ -29,6 +29,7 @@ from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
 from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
 from .schemes import QuantScheme
 
+
 def _cpu_kernel_rows() -> int:
     """Rows up to which CPU calls go to ``localchat.kernels``' C++ group-wise int8 kernel
     (0 when it is not built: no compiler, or ``LOCALCHAT_KERNELS=reference``)."""

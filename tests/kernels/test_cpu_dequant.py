@@ -133,7 +133,7 @@ def test_rejects_bad_layouts(built):
     out = torch.empty(4, 64)
 
     def call(*args, **kw):
-        a = dict(qweight=q, scales=s, mins=m, group_size=32, out=out)
+        a = {"qweight": q, "scales": s, "mins": m, "group_size": 32, "out": out}
         a.update(kw)
         cpu.int8_dequantize(a["qweight"], a["scales"], a["mins"], a["group_size"], a["out"])
 
