@@ -18,18 +18,20 @@ Qwen2.5-0.5B's 4864 x 896 MLP took 1.3x the bf16 ``torch.mm``'s time in one bloc
 product is ``x @ w_block.T``, written straight into the ``[M, N]`` result (one block) or
 copied into its columns: never a transposed ``[N, M]`` product (transposing a 4864 x 512
 bf16 result took as long as its GEMM). The model runs one layer at a time, so one buffer
-serves every layer (:func:`scratch`).
+serves every layer (:func:`scratch`; one per thread, so two engines stepping in two threads
+never share one).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import torch
 
 MAX_BLOCK_BYTES = 32 << 20
 
-_scratch: torch.Tensor | None = None
+_local = threading.local()  # .scratch: this thread's buffer
 
 # fill(row0, rows, w): rows [row0, row0 + rows) of the weight into ``w [rows, K]`` (fp32 or
 # bf16, contiguous)
@@ -37,13 +39,14 @@ Fill = Callable[[int, int, torch.Tensor], None]
 
 
 def scratch(nbytes: int) -> torch.Tensor:
-    """A flat uint8 scratch tensor of at least ``nbytes`` bytes, shared by every layer and
-    grown only when a larger one is needed (view it as the dtype needed)."""
-    global _scratch
-    if _scratch is None or _scratch.numel() < nbytes:
-        _scratch = None  # (free the old one first)
-        _scratch = torch.empty(-(-nbytes // 64) * 64, dtype=torch.uint8)  # views as any dtype
-    return _scratch
+    """A flat uint8 scratch tensor of at least ``nbytes`` bytes, shared by every layer that
+    runs in the calling thread and grown only when a larger one is needed (view it as the
+    dtype needed)."""
+    buf = getattr(_local, "scratch", None)
+    if buf is None or buf.numel() < nbytes:
+        _local.scratch = buf = None  # (free the old one first)
+        _local.scratch = buf = torch.empty(-(-nbytes // 64) * 64, dtype=torch.uint8)
+    return buf
 
 
 def gemm_dtype(x: torch.Tensor) -> torch.dtype:

@@ -131,9 +131,9 @@ def test_no_per_layer_buffer():
         assert not [v for v in vars(method).values() if isinstance(v, torch.Tensor)]
         held = sum(t.numel() * t.element_size() for t in layer.buffers())
         assert held == method.weight_bytes(layer.out_features, layer.in_features, torch.float32)
-    before = cpu_prefill._scratch
+    before = cpu_prefill.scratch(0)
     a(torch.randn(M, 64))
-    assert cpu_prefill._scratch is before  # large enough already: reused, not reallocated
+    assert cpu_prefill.scratch(0) is before  # large enough already: reused, not reallocated
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -162,3 +162,16 @@ def test_per_channel_int8_prefill(dtype):
     small = x[:3].to(dtype)
     want = torch.ops.aten._weight_int8pack_mm(small.bfloat16(), layer.qweight, layer.scales)
     assert torch.equal(layer(small), want.to(dtype))
+
+
+def test_scratch_is_per_thread():
+    """Two engines stepping in two threads never write into one buffer."""
+    import threading
+
+    mine = cpu_prefill.scratch(1024)
+    theirs = []
+    t = threading.Thread(target=lambda: theirs.append(cpu_prefill.scratch(1024)))
+    t.start()
+    t.join()
+    assert cpu_prefill.scratch(1024) is mine
+    assert theirs[0].data_ptr() != mine.data_ptr()
