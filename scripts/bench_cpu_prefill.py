@@ -14,9 +14,9 @@ for bf16 activations) against ``torch.mm`` on the bf16 weight and against the pa
    Qwen2.5-Coder-0.5B's GGUF (133 Q5_0 tensors) with ``--quant native``, its int8 layers on
    the new path and, patched in, on the old one, against ``--quant none`` (bf16 on a CPU with
    native bf16), time to the first token (``engine.generate``, max_tokens 1, prefix cache
-   reset). A fourth row loads ``native`` with ``LOCALCHAT_CPU_INT4=exact``: its int4 layers
-   (Q4_K here) then prefill through ``cpu_int4.blockwise_int4`` (the same shared block loop)
-   instead of PyTorch's int4pack kernel, the default.
+   reset). Its int4 layers (the 12 Q4_K ``down_proj``) prefill through
+   ``cpu_int4.blockwise_int4`` (the same shared block loop); a fourth row loads ``native``
+   with ``LOCALCHAT_CPU_INT4=int4pack``, which sends them to PyTorch's int4pack kernel.
 
 Each figure is measured twice in one run, methods interleaved in rounds (best kept): with
 ``--threads`` threads as wall time (``perf_counter``), and on ONE thread as the calling
@@ -141,18 +141,18 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
         return
     path = files[0]
     ids = bd.prompt_ids(Tokenizer.from_pretrained(path, cache_dir=cache), prompt_tokens)
-    def int4_mode(exact: bool) -> None:  # read once per process: cleared on each switch
-        if exact:
-            os.environ[cpu_int4.INT4_ENV] = "exact"
+    def int4_mode(pack: bool) -> None:  # read once per process: cleared on each switch
+        if pack:
+            os.environ[cpu_int4.INT4_ENV] = "int4pack"
         else:
             os.environ.pop(cpu_int4.INT4_ENV, None)
         cpu_int4.own_kernels.cache_clear()
 
     saved = os.environ.get(cpu_int4.INT4_ENV)
     engines = {}
-    for name, q, exact in (("none", "none", False), ("native", "native", False),
-                           ("native int4 exact", "native", True)):
-        int4_mode(exact)
+    for name, q, pack in (("none", "none", False), ("native", "native", False),
+                          ("native int4pack", "native", True)):
+        int4_mode(pack)
         engines[name] = LLMEngine.from_path(path, EngineConfig(device="cpu", quant=QuantConfig(
             scheme=q)), cache_dir=cache)
     int8_layers = sum(isinstance(mod.quant_method, native.Int8GroupLinearMethod)
@@ -173,7 +173,7 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
     def prefill(q: str, patch=None):
         def run():
             native.Int8GroupLinearMethod.apply = patch or new_apply
-            int4_mode(q.endswith("exact"))
+            int4_mode(q.endswith("int4pack"))
             try:
                 e = engines[q]
                 e.reset_prefix_cache()
@@ -185,7 +185,7 @@ def bench_model(threads: int, rounds: int, prompt_tokens: int) -> None:
 
     methods = {"none (bf16)": prefill("none"), "native new": prefill("native"),
                "native old": prefill("native", old_apply),
-               "native new, int4 exact": prefill("native int4 exact")}
+               "native new, int4pack": prefill("native int4pack")}
     dtype = next(p.dtype for p in engines["native"].runner.model.parameters()
                  if p.is_floating_point())
     print(f"  {MODEL} ({path.name}), {prompt_tokens}-token prompt, native int8-group "

@@ -61,8 +61,8 @@ def int4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
 def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                    mins: torch.Tensor, group_size: int) -> torch.Tensor:
     """Prefill: ``x [M, K] @ w.T`` with ``w`` dequantized a block of rows at a time into the
-    shared scratch (``cpu_prefill.blockwise_mm``; never the whole float matrix), in bf16 for
-    bf16 ``x``, else fp32 (module doc). Output ``[M, N]`` in ``x.dtype``."""
+    shared scratch (``cpu_prefill.blockwise_mm``: at most ``MAX_BLOCK_BYTES`` of floats, no
+    per-layer copy), in bf16 for bf16 ``x``, else fp32 (module doc). Output ``[M, N]`` in ``x.dtype``."""
     from localchat.kernels import cpu
 
     from .cpu_prefill import blockwise_mm
