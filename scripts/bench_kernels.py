@@ -28,13 +28,16 @@ On CPU, when the C++ kernels build, each of ``store_kv_cache``, ``paged_attentio
 (``localchat.kernels.cpu``) next to its reference in the same run (the reference's output is
 the check).
 
-``--cpu-quant`` runs ``scripts/bench_cpu_quant.py`` instead: the C++ CPU int4/int8 kernels
+``--cpu-prefill`` runs ``scripts/bench_cpu_prefill.py``: the CPU int8-group prefill GEMMs
+(``engine/quant/cpu_prefill.py``) at M = 512 against ``torch.mm`` on bf16 weights and the path
+they replaced, then Qwen2.5-Coder-0.5B's 512-token prefill with ``--quant native`` against
+``none`` (``--quick``: layers only). ``--cpu-quant`` runs ``scripts/bench_cpu_quant.py`` instead: the C++ CPU int4/int8 kernels
 against PyTorch's CPU kernels and ``F.linear`` at M = 1, 5, 16. ``--cpu-model`` runs
 ``scripts/bench_cpu_model.py``: SmolLM2-135M decode tok/s with the C++ attention / norm / rope /
 SiLU kernels against the same engine on the references, rounds interleaved.
 
 Usage: ``python scripts/bench_kernels.py [--device cuda] [--dtype bfloat16] [--quick]
-[--out DIR] [--cpu-quant] [--cpu-model]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
+[--out DIR] [--cpu-quant] [--cpu-prefill] [--cpu-model]`` (``--out`` writes ``kernels.json`` and ``kernels.md`` there).
 """
 
 from __future__ import annotations
@@ -256,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write kernels.json/.md here")
     ap.add_argument("--cpu-quant", action="store_true",
                     help="only the CPU quantized matmuls vs torch's (scripts/bench_cpu_quant.py)")
+    ap.add_argument("--cpu-prefill", action="store_true",
+                    help="only the CPU int8-group prefill GEMMs (and Qwen2.5-0.5B native vs "
+                         "bf16 prefill) vs torch.mm bf16 (scripts/bench_cpu_prefill.py)")
     ap.add_argument("--cpu-model", action="store_true",
                     help="only SmolLM2 decode tok/s on CPU: the C++ kernels vs the references, "
                          "rounds interleaved (scripts/bench_cpu_model.py)")
@@ -265,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         import bench_cpu_model
 
         return bench_cpu_model.main(["--quick"] if args.quick else [])
+    if args.cpu_prefill:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_cpu_prefill
+
+        return bench_cpu_prefill.main(["--no-model"] if args.quick else [])
     if args.cpu_quant:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import bench_cpu_quant

@@ -6,9 +6,9 @@ GGUF Q4_0 / Q4_1), ``w = q * scale + min``:
 - up to ``localchat.kernels.CPU_MAX_ROWS`` rows (decode, draft verification):
   ``localchat.kernels.int4_matmul``, localchat's exact C++ kernel (fp32 activations and
   accumulation, scales read in place, batch invariant);
-- more rows (prefill): blocks of weight rows (``ROWS_PER_BLOCK`` or more, at most
-  ``MAX_BLOCKS`` per layer) dequantized by the C++ ``int4_dequantize`` into one reused buffer,
-  each multiplied with ``torch.mm`` in the activations' precision: fp32 activations meet the
+- more rows (prefill): blocks of weight rows dequantized by the C++ ``int4_dequantize`` into
+  the scratch buffer every layer shares (``cpu_prefill.py``, its block sizes too), each
+  multiplied with ``torch.mm`` in the activations' precision: fp32 activations meet the
   exact fp32 weights; bf16 activations (the CPU float format where the CPU has native bf16)
   meet the weights rounded once to bf16, as the ``none`` format holds them, so the GEMM runs
   on the CPU's bf16 units (AMX / AVX-512 BF16: 2-4x PyTorch's int4pack kernel at 512 rows on
@@ -30,13 +30,7 @@ import os
 
 import torch
 
-ROWS_PER_BLOCK = 128  # fewest weight rows dequantized per GEMM block
-MAX_BLOCKS = 8  # ... but at most this many blocks per layer (each block is two parallel regions,
-# which cost milliseconds each on a loaded 2-core machine) ...
-MAX_BLOCK_FLOATS = 4 << 20  # ... within a 16 MiB fp32 buffer
 INT4_ENV = "LOCALCHAT_CPU_INT4"  # "int4pack": PyTorch's kernel; else localchat's own
-
-_scratch: torch.Tensor | None = None
 
 
 @functools.cache
@@ -50,15 +44,6 @@ def own_kernels() -> bool:
     from localchat.kernels import cpu
 
     return cpu.available()
-
-
-def _buffer(numel: int) -> torch.Tensor:
-    """A flat fp32 scratch tensor of at least ``numel`` elements, shared by every layer (the
-    model runs one layer at a time) and grown only when a larger one is needed."""
-    global _scratch
-    if _scratch is None or _scratch.numel() < numel:
-        _scratch = torch.empty(numel)
-    return _scratch
 
 
 def int4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
@@ -75,22 +60,14 @@ def int4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
 
 def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
                    mins: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Prefill: ``x [M, K] @ w.T`` with ``w`` dequantized a block of rows at a time into a
-    shared buffer (at most 16 MiB; never the whole float matrix), in bf16 for bf16 ``x``, else
-    fp32 (module doc). Output ``[M, N]`` in ``x.dtype``."""
+    """Prefill: ``x [M, K] @ w.T`` with ``w`` dequantized a block of rows at a time into the
+    shared scratch (``cpu_prefill.blockwise_mm``: at most ``MAX_BLOCK_BYTES`` of floats, no
+    per-layer copy), in bf16 for bf16 ``x``, else fp32 (module doc). Output ``[M, N]`` in ``x.dtype``."""
     from localchat.kernels import cpu
 
-    n, k = qweight.shape[0], qweight.shape[1] * 2
-    dt = torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32
-    xt = x.to(dt).t()  # [K, M]
-    out_t = torch.empty(n, x.shape[0], dtype=dt)  # [N, M]: a block's product fills whole rows
-    rows = max(1, min(n, max(ROWS_PER_BLOCK, -(-n // MAX_BLOCKS)), MAX_BLOCK_FLOATS // k))
-    buf = _buffer(rows * k)
-    if dt == torch.bfloat16:
-        buf = buf.view(torch.bfloat16)  # (twice the elements: room enough)
-    for a in range(0, n, rows):
-        b = min(rows, n - a)
-        w = buf[:b * k].view(b, k)
+    from .cpu_prefill import blockwise_mm
+
+    def fill(a: int, b: int, w: torch.Tensor) -> None:
         cpu.int4_dequantize(qweight[a:a + b], scales[a:a + b], mins[a:a + b], group_size, w)
-        torch.mm(w, xt, out=out_t[a:a + b])  # (a strided ``out`` takes a slow path)
-    return out_t.t().to(x.dtype, memory_format=torch.contiguous_format)
+
+    return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill)

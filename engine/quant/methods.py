@@ -6,7 +6,9 @@ into the scheme's layout (the one the cache stores and the Triton kernels read) 
 float copy; after loading (or after reading the cache, through ``create_weights``),
 ``process_weights_after_loading`` converts to what the device's kernel reads fastest.
 
-CPU kernels: int8 uses ``torch.ops.aten._weight_int8pack_mm`` (bf16 activations, cast back);
+CPU kernels: int8 uses ``torch.ops.aten._weight_int8pack_mm`` (bf16 activations, cast back)
+for up to ``CPU_MAX_ROWS`` rows and, where the C++ kernels are built, row blocks dequantized
+for ``torch.mm`` beyond (``cpu_prefill.py``);
 int4 localchat's exact C++ kernels over its own layout (``cpu_int4.py``) where they are built,
 else ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (bf16 activations and scales); ``kernel="dequant"`` dequantizes to the activation
 dtype and calls ``F.linear`` (the reference, and the CUDA path until ``localchat.kernels``
@@ -60,6 +62,12 @@ def _int4pack_mm():
     """``torch.ops.aten._weight_int4pack_mm_for_cpu``, looked up once (an op-namespace
     attribute read per call costs a microsecond)."""
     return torch.ops.aten._weight_int4pack_mm_for_cpu
+
+
+def _cpu_prefill(rows: int) -> bool:
+    from .cpu_prefill import cpp_prefill
+
+    return cpp_prefill(rows)
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -142,7 +150,13 @@ class Int8LinearMethod(_PerChannelLinearMethod):
 
     def apply(self, layer, x):
         x2 = _flat(x)
-        if self._packed_cpu():
+        if self._packed_cpu() and _cpu_prefill(x2.shape[0]):
+            # prefill: row blocks dequantized by the C++ int8_dequantize for torch.mm (bf16
+            # for bf16 x); _weight_int8pack_mm took 6x a bf16 GEMM's time at 512 rows here
+            from .cpu_prefill import int8_prefill
+
+            y = int8_prefill(x2, layer.qweight, layer.scales.float(), None, x2.shape[1])
+        elif self._packed_cpu():
             y = torch.ops.aten._weight_int8pack_mm(x2.to(torch.bfloat16), layer.qweight,
                                                    layer.scales).to(x.dtype)
         elif x.is_cuda and self.kernel == "packed" and _kernel("int8_matmul") is not None:

@@ -12,8 +12,10 @@ Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU localchat's exact C++ ke
 this layout, ``cpu_int4.py``; without them PyTorch's ``_weight_int4pack_mm_for_cpu``, bf16
 scales); group-wise int8 uses
 ``localchat.kernels.int8_matmul`` on CUDA and, for up to ``CPU_MAX_ROWS`` rows, on CPU
-through the C++ kernel; otherwise it dequantizes blocks of rows into a reused fp32 buffer
-and multiplies (about 2-3x slower than an fp32 GEMV on this machine).
+through the C++ kernel; more rows on CPU (prefill) dequantize blocks of weight rows with the
+C++ ``int8_dequantize`` into the scratch every layer shares and multiply them with
+``torch.mm``, in bf16 for bf16 activations, else fp32 (``cpu_prefill.py``); without the C++
+kernels the blocks are dequantized with PyTorch ops and multiplied in fp32.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ from .int4 import dequantize_int4, int4_weight_bytes
 from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
 from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
 from .schemes import QuantScheme
-
-_ROWS_PER_BLOCK = 256  # rows dequantized at a time by the fallback int8 path
 
 
 def _cpu_kernel_rows() -> int:
@@ -54,7 +54,6 @@ class Int8GroupLinearMethod(LinearMethod):
         self.has_mins = has_mins
         self.kernel = kernel
         self.scale_dtype = scale_dtype
-        self._buf: torch.Tensor | None = None
 
     def create_weights(self, layer, device):
         n, k, g = layer.out_features, layer.in_features, self.group_size
@@ -75,40 +74,24 @@ class Int8GroupLinearMethod(LinearMethod):
     def apply(self, layer, x):
         x2 = _flat(x)
         # CUDA: the Triton kernel. CPU: the C++ kernel for decode and verification rows
-        # (batch-invariant, M <= CPU_MAX_ROWS); larger batches (prefill) and machines without
-        # the C++ kernels dequantize blocks of rows.
-        cpu_kernel = x2.device.type == "cpu" and x2.shape[0] <= _cpu_kernel_rows()
-        op = _kernel("int8_matmul") if self.kernel == "packed" and (
-            x2.is_cuda or cpu_kernel) else None
+        # (batch-invariant, M <= CPU_MAX_ROWS); larger batches (prefill) dequantize blocks of
+        # rows into the shared scratch (C++ where built, else PyTorch ops) for torch.mm.
+        cpu_rows = _cpu_kernel_rows() if x2.device.type == "cpu" else 0
+        packed = self.kernel == "packed"
+        op = _kernel("int8_matmul") if packed and (
+            x2.is_cuda or x2.shape[0] <= cpu_rows) else None
         if op is not None:
             y = op(x2, layer.qweight, layer.scales, self._mins(layer),
                    self.group_size).to(x.dtype)
         elif x2.device.type == "cpu":
-            y = self._blockwise(layer, x2.float()).to(x.dtype)
+            from .cpu_prefill import int8_prefill, torch_int8_prefill
+
+            prefill = int8_prefill if packed and cpu_rows else torch_int8_prefill
+            y = prefill(x2, layer.qweight, layer.scales, self._mins(layer), self.group_size)
         else:
             w = dequantize_int8_grouped(layer.qweight, layer.scales, self._mins(layer), x.dtype)
             y = F.linear(x2, w)
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
-
-    def _blockwise(self, layer, x):
-        """``x [M, K]`` fp32 -> ``[M, N]`` fp32, dequantizing ``_ROWS_PER_BLOCK`` rows of the
-        weight at a time into one reused buffer (never the whole float matrix)."""
-        n, k = layer.qweight.shape
-        g = self.group_size
-        if self._buf is None or self._buf.shape[1] != k:
-            self._buf = torch.empty(_ROWS_PER_BLOCK, k)
-        out = torch.empty(x.shape[0], n)
-        mins = self._mins(layer)
-        for a in range(0, n, _ROWS_PER_BLOCK):
-            b = min(_ROWS_PER_BLOCK, n - a)
-            w = self._buf[:b]
-            w.copy_(layer.qweight[a:a + b])
-            wg = w.view(b, k // g, g)
-            wg.mul_(layer.scales[a:a + b, :, None])
-            if mins is not None:
-                wg.add_(mins[a:a + b, :, None])
-            torch.mm(x, w.t(), out=out[:, a:a + b])
-        return out
 
     def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``ids [n]`` of the weight, dequantized: ``[n, K]`` in ``dtype``."""

@@ -19,6 +19,8 @@ Ops (shapes and contracts as in ``localchat.kernels.reference``):
 integer-dot ``int4_matmul_a8`` / ``int8_matmul_a8`` (activations quantized per 32 columns to
 int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VNNI
 (``vpdpbusd``) when the CPU has it (:func:`has_vnni`) and the AVX2 ``maddubs`` path otherwise.
+``int4_dequantize`` / ``int8_dequantize`` write blocks of dequantized weight rows (fp32 or bf16)
+for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ ISA_ENV = "LOCALCHAT_CPU_ISA"
 ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
 SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
-           "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp")
+           "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
+           "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp")
 _NAME = "localchat_cpu_kernels"
 _CFLAGS = ("-O3", "-std=c++17")
 
@@ -196,6 +199,22 @@ def int4_dequantize(qweight, scales, mins, group_size: int, out) -> None:
     scales; rounded once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
     Raises ``RuntimeError`` on a bad layout."""
     _ops().int4_dequantize(qweight, scales, mins, group_size, out)
+
+
+def int8_dequantize(qweight, scales, mins, group_size: int, out, isa: int | None = None) -> None:
+    """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- ``q * scales (+ mins)``
+    of int8 ``qweight [N, K]`` (contiguous ``scales`` / ``mins [N, K // group_size]``, fp32 or
+    fp16, ``mins`` may be None; 1-D ``[N]`` scales are per channel): equal bit for bit to
+    ``reference.dequantize_int8`` (product then sum, each rounded once in fp32), and for a bf16
+    ``out`` to that rounded to nearest even. ISA paths AVX-512 / AVX2 / scalar as the other
+    ops (``isa`` None = :func:`active_isa`), threads over rows (``at::parallel_for``). For the
+    row blocks of a prefill GEMM (``localchat.engine.quant.cpu_prefill``).
+    Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    if scales.dim() == 1:
+        scales = scales[:, None]
+        mins = None if mins is None else mins.reshape(-1, 1)
+    _ops().int8_dequantize(qweight, scales, mins, group_size, out,
+                           active_isa() if isa is None else isa)
 
 
 @functools.cache

@@ -69,10 +69,10 @@ def test_own_kernels_keep_one_copy_and_are_exact(monkeypatch, mode):
 
 def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     """N not a multiple of the row block, fp16 scales (GGUF Q4_0 / Q4_1) read in place."""
-    from localchat.engine.quant import cpu_int4
+    from localchat.engine.quant import cpu_int4, cpu_prefill
 
-    layer, (q, s, m) = _layer(monkeypatch, "exact", k=128,
-                              n=cpu_int4.ROWS_PER_BLOCK * cpu_int4.MAX_BLOCKS + 7)
+    monkeypatch.setattr(cpu_prefill, "MAX_BLOCK_BYTES", 128 * 4 * 100)  # blocks of 100 rows
+    layer, (q, s, m) = _layer(monkeypatch, "exact", k=128, n=3 * 100 + 20)  # ragged
     if not cpu.available():
         return
     s16, m16 = s.half(), m.half()

@@ -1,0 +1,126 @@
+"""Prefill GEMMs of quantized CPU layers: weight rows dequantized a block at a time into ONE
+scratch buffer shared by every layer, each block multiplied with ``torch.mm``.
+
+For ``M > localchat.kernels.CPU_MAX_ROWS`` activation rows a GEMM is compute bound, so the
+weight is best turned back into floats (into a bounded scratch, never a float copy per layer)
+and handed to the CPU's fastest GEMM: in bf16 when the activations are bf16 (the ``none`` format's
+precision; oneDNN / MKL run it on AMX or AVX-512 BF16 units where the CPU has them), else in
+fp32. vLLM's CPU backend and llama.cpp's prefill also dequantize tiles for a GEMM. The fill
+functions are the C++ ``int4_dequantize`` / ``int8_dequantize`` (``localchat.kernels.cpu``),
+or, without the C++ kernels, PyTorch ops (:func:`torch_int8_prefill`, fp32 only).
+
+Blocks: the whole weight in ONE block when its float copy fits ``MAX_BLOCK_BYTES`` (32 MiB:
+every layer of Qwen2.5-Coder-0.5B and -1.5B in bf16), else blocks of that size. Each block is
+two parallel regions (the dequantization, the GEMM), and on a loaded 2-core machine every
+extra region costs milliseconds of waiting for the other core: at 2 threads there, 512 rows,
+Qwen2.5-0.5B's 4864 x 896 MLP took 1.3x the bf16 ``torch.mm``'s time in one block against
+4-10x in blocks of 256-2432 rows (on one thread the block size hardly matters). Each block's
+product is ``x @ w_block.T``, written straight into the ``[M, N]`` result (one block) or
+copied into its columns: never a transposed ``[N, M]`` product (transposing a 4864 x 512
+bf16 result took as long as its GEMM). The model runs one layer at a time, so one buffer
+serves every layer (:func:`scratch`; one per thread, so two engines stepping in two threads
+never share one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+MAX_BLOCK_BYTES = 32 << 20
+
+_local = threading.local()  # .scratch: this thread's buffer
+
+# fill(row0, rows, w): rows [row0, row0 + rows) of the weight into ``w [rows, K]`` (fp32 or
+# bf16, contiguous)
+Fill = Callable[[int, int, torch.Tensor], None]
+
+
+def scratch(nbytes: int) -> torch.Tensor:
+    """A flat uint8 scratch tensor of at least ``nbytes`` bytes, shared by every layer that
+    runs in the calling thread and grown only when a larger one is needed (view it as the
+    dtype needed)."""
+    buf = getattr(_local, "scratch", None)
+    if buf is None or buf.numel() < nbytes:
+        _local.scratch = buf = None  # (free the old one first)
+        _local.scratch = buf = torch.empty(-(-nbytes // 64) * 64, dtype=torch.uint8)
+    return buf
+
+
+def gemm_dtype(x: torch.Tensor) -> torch.dtype:
+    """The precision of the blocks' GEMM for activations ``x``: bf16 for bf16, else fp32."""
+    return torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32
+
+
+def block_rows(n: int, k: int, dtype: torch.dtype) -> int:
+    """Weight rows per block for an ``[n, k]`` weight dequantized to ``dtype``: all ``n`` when
+    they fit ``MAX_BLOCK_BYTES``, else as many as do (at least 1)."""
+    return max(1, min(n, MAX_BLOCK_BYTES // (k * dtype.itemsize)))
+
+
+def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x [M, K] @ w.T`` for a weight ``w [n, k]`` that ``fill`` dequantizes a block of rows
+    at a time into the shared scratch, in ``dtype`` (default :func:`gemm_dtype`: bf16 for
+    bf16 ``x``, else fp32; the GEMM runs in that dtype with torch's accumulation, fp32 for
+    bf16). Output ``[M, n]`` in ``x.dtype``."""
+    dt = gemm_dtype(x) if dtype is None else dtype
+    xd = x.to(dt)
+    rows = block_rows(n, k, dt)
+    buf = scratch(rows * k * dt.itemsize).view(dt)
+    if rows == n:
+        w = buf[:n * k].view(n, k)
+        fill(0, n, w)
+        return torch.mm(xd, w.t()).to(x.dtype)
+    out = torch.empty(x.shape[0], n, dtype=dt)
+    for a in range(0, n, rows):
+        b = min(rows, n - a)
+        w = buf[:b * k].view(b, k)
+        fill(a, b, w)
+        out[:, a:a + b] = torch.mm(xd, w.t())
+    return out.to(x.dtype)
+
+
+def cpp_prefill(rows: int) -> bool:
+    """Whether a CPU matmul over ``rows`` activation rows takes the C++ row-block prefill:
+    more than ``localchat.kernels.CPU_MAX_ROWS`` rows and the C++ kernels built."""
+    from localchat import kernels
+    from localchat.kernels import cpu
+
+    return rows > kernels.CPU_MAX_ROWS and cpu.available()
+
+
+def int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                 mins: torch.Tensor | None, group_size: int) -> torch.Tensor:
+    """``x [M, K]`` (fp32 / bf16 / fp16) @ the group-wise int8 weight (``qweight int8 [N, K]``,
+    contiguous fp32 / fp16 ``scales`` / ``mins [N, K // group_size]``, ``mins`` may be None)
+    -> ``[M, N]`` in ``x.dtype``: blocks dequantized by the C++ ``int8_dequantize`` (exact
+    fp32 weights, or those rounded once to bf16 for bf16 ``x``), then :func:`blockwise_mm`.
+    Needs the C++ kernels (``localchat.kernels.cpu.available()``)."""
+    from localchat.kernels import cpu
+
+    def fill(a: int, b: int, w: torch.Tensor) -> None:
+        cpu.int8_dequantize(qweight[a:a + b], scales[a:a + b],
+                            None if mins is None else mins[a:a + b], group_size, w)
+
+    return blockwise_mm(x, qweight.shape[0], qweight.shape[1], fill)
+
+
+def torch_int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                       mins: torch.Tensor | None, group_size: int) -> torch.Tensor:
+    """:func:`int8_prefill` without the C++ kernels: each block dequantized with PyTorch ops
+    (``q * scale (+ min)`` in fp32, the reference's values) and multiplied in fp32 whatever
+    ``x``'s dtype. Output ``[M, N]`` in ``x.dtype``."""
+    k = qweight.shape[1]
+    g = group_size
+
+    def fill(a: int, b: int, w: torch.Tensor) -> None:
+        w.copy_(qweight[a:a + b])
+        wg = w.view(b, k // g, g)
+        wg.mul_(scales[a:a + b, :, None])
+        if mins is not None:
+            wg.add_(mins[a:a + b, :, None])
+
+    return blockwise_mm(x, qweight.shape[0], k, fill, torch.float32)
