@@ -27,4 +27,20 @@ struct Int8DequantArgs {
 void int8_dequant_rows_avx2(const Int8DequantArgs& a, int64_t r0, int64_t r1);
 void int8_dequant_rows_avx512(const Int8DequantArgs& a, int64_t r0, int64_t r1);
 
+// int4 group-wise layout (reference.dequantize_int4): qweight uint8 [N, K / 2] (low nibble =
+// even k), scales / mins [N, K / G] fp32 or fp16 (half), G a multiple of 32;
+// w = fma(q, s, m) rounded once in fp32 (the launcher's scalar table computes the same), or
+// that rounded to bf16 (nearest even, NaN -> 0x7FC0).
+struct Int4DequantArgs {
+  const uint8_t* qweight;
+  const void* scales;
+  const void* mins;
+  bool half;
+  void* out;
+  bool bf16;
+  int64_t K, group_size, ngroups;
+};
+
+void int4_dequant_rows_avx512(const Int4DequantArgs& a, int64_t r0, int64_t r1);
+
 }  // namespace localchat_cpu

@@ -73,6 +73,42 @@ void pick_out(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
   else rows<HALF, MINS, false>(a, r0, r1);
 }
 
+// int4: 32 weights (16 bytes) per step: bytes widened to int32, low / high nibbles
+// interleaved back into column order by two permutes, one fma with the group's scale and min.
+template <bool HALF, bool BF16>
+void rows4(const Int4DequantArgs& a, int64_t r0, int64_t r1) {
+  const int64_t K = a.K, G = a.group_size, ng = a.ngroups;
+  float* out32 = static_cast<float*>(a.out);
+  uint16_t* out16 = static_cast<uint16_t*>(a.out);
+  const __m512i idx0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i idx1 =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i nib = _mm512_set1_epi32(0x0F);
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* q = a.qweight + n * (K / 2);
+    for (int64_t g = 0; g < ng; ++g) {
+      const __m512 s = _mm512_set1_ps(ldsc<HALF>(a.scales, n * ng + g));
+      const __m512 m = _mm512_set1_ps(ldsc<HALF>(a.mins, n * ng + g));
+      for (int64_t k = g * G; k < (g + 1) * G; k += 32) {
+        const __m512i b = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k / 2)));
+        const __m512i lo = _mm512_and_si512(b, nib), hi = _mm512_srli_epi32(b, 4);
+        const __m512 w0 = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, idx0, hi)), s, m);
+        const __m512 w1 = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, idx1, hi)), s, m);
+        if constexpr (BF16) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + n * K + k), to_bf16(w0));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + n * K + k + 16), to_bf16(w1));
+        } else {
+          _mm512_storeu_ps(out32 + n * K + k, w0);
+          _mm512_storeu_ps(out32 + n * K + k + 16, w1);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void int8_dequant_rows_avx512(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
@@ -82,6 +118,20 @@ void int8_dequant_rows_avx512(const Int8DequantArgs& a, int64_t r0, int64_t r1) 
   } else {
     if (a.mins) pick_out<false, true>(a, r0, r1);
     else pick_out<false, false>(a, r0, r1);
+  }
+}
+
+}  // namespace localchat_cpu
+
+namespace localchat_cpu {
+
+void int4_dequant_rows_avx512(const Int4DequantArgs& a, int64_t r0, int64_t r1) {
+  if (a.half) {
+    if (a.bf16) rows4<true, true>(a, r0, r1);
+    else rows4<true, false>(a, r0, r1);
+  } else {
+    if (a.bf16) rows4<false, true>(a, r0, r1);
+    else rows4<false, false>(a, r0, r1);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dequant.h"
 #include "qa8.h"
 #include "quant.h"
 
@@ -210,6 +211,12 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
               "int4_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "]");
   const uint8_t* q = qweight.data_ptr<uint8_t>();
   const bool bf16 = out.scalar_type() == at::kBFloat16;
+  if (clamp_isa(kAvx512) == kAvx512 && group_size % 32 == 0) {  // the vector path: same values
+    const Int4DequantArgs a{q, scales.data_ptr(), mins.data_ptr(), half, out.data_ptr(), bf16,
+                            K, group_size, ng};
+    at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) { int4_dequant_rows_avx512(a, r0, r1); });
+    return;
+  }
   at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
     if (half && bf16)
       dequant4_rows(q, scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>(),
