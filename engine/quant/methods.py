@@ -70,6 +70,20 @@ def _cpu_prefill(rows: int) -> bool:
     return cpp_prefill(rows)
 
 
+_CPU_MAX_ROWS = 16  # localchat.kernels.CPU_MAX_ROWS (checked equal in the tests)
+
+
+@functools.cache
+def _float_cpu():
+    """``localchat.kernels.cpu`` when its C++ kernels are built (their ``float_matmul`` /
+    ``float_matmul_t`` serve CPU float layers of up to ``CPU_MAX_ROWS`` rows), else None.
+    Looked up once (some 120 linear calls per SmolLM2 step); ``_float_cpu.cache_clear()``
+    after changing ``LOCALCHAT_KERNELS``."""
+    from localchat.kernels import cpu
+
+    return cpu if cpu.available() else None
+
+
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return y if bias is None else y.add_(bias)
 
@@ -80,7 +94,12 @@ class LinearMethod:
     ``apply(layer, x [..., K]) -> [..., N]`` in x's dtype. On CPU in fp32 the weight is kept
     transposed (``layer.weight_t [K, N]``): ``torch.mm`` over it runs batch-1 decode about 1.2x
     faster than ``F.linear`` here (MKL's sgemv streams that layout closer to memory bandwidth;
-    ``scripts/bench_decode.py``); bf16 and CUDA keep ``[N, K]``.
+    ``scripts/bench_decode.py``); bf16 and CUDA keep ``[N, K]``. CPU calls of at most
+    ``CPU_MAX_ROWS`` rows (decode, draft verification) run localchat's C++ float matmul over
+    either layout where it is built (``kernels.cpu.float_matmul`` / ``float_matmul_t``): fp32
+    accumulation in an order fixed by K, so row i of an M-row call equals the 1-row call bit
+    for bit, which MKL / oneDNN do not guarantee (greedy output with a draft would drift from
+    plain greedy); larger batches (prefill) keep ``torch.mm`` / ``F.linear``.
     """
 
     scheme = QuantScheme.NONE
@@ -99,6 +118,11 @@ class LinearMethod:
         layer.weight = None
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cpu and x.dim() == 2 and x.shape[0] <= _CPU_MAX_ROWS and _float_cpu():
+            # decode / draft verification: localchat's batch-invariant C++ matmul
+            if layer.weight_t is not None:
+                return _float_cpu().float_matmul_t(x, layer.weight_t, layer.bias)
+            return _float_cpu().float_matmul(x, layer.weight, layer.bias)
         if layer.weight_t is not None:
             y = torch.mm(_flat(x), layer.weight_t).reshape(*x.shape[:-1], -1)
             return _add_bias(y, layer.bias)
