@@ -43,7 +43,7 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
            "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
            "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
-           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp")
+           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp")
 _NAME = "localchat_cpu_kernels"
 _CFLAGS = ("-O3", "-std=c++17")
 
@@ -317,9 +317,18 @@ def float_matmul(x, weight, bias=None, isa: int | None = None):
     depends only on K (one W-lane accumulator per output, a fixed reduction tree; fmm.h), the
     bias added in fp32 before the one rounding. Batch invariant (row i of an M-row call equals
     the 1-row call bit for bit) and thread invariant; each weight row read once for all M rows
-    (meant for M <= ``localchat.kernels.CPU_MAX_ROWS``). Raises ``RuntimeError`` on other
-    dtypes or mismatched shapes."""
-    return _ops().float_matmul(x, weight, bias, _isa(isa))
+    (meant for M <= ``localchat.kernels.CPU_MAX_ROWS``). bf16 weights sum in the pair order of
+    ``vdpbf16ps`` (used for bf16 activations where the CPU has it, :func:`has_bf16_dot`; its
+    FMA twin elsewhere, with denormals flushed like the instruction). Raises ``RuntimeError``
+    on other dtypes or mismatched shapes."""
+    return _ops().float_matmul(x, weight, bias, _isa(isa), True)
+
+
+@functools.cache
+def has_bf16_dot() -> bool:
+    """True when this CPU has AVX512_BF16: ``float_matmul`` with bf16 weights and activations
+    then uses ``vdpbf16ps`` at the ``avx512`` level (the same bits as its FMA twin)."""
+    return bool(_ops().has_bf16_dot())
 
 
 def float_matmul_t(x, weight_t, bias=None, isa: int | None = None):

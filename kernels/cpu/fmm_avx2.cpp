@@ -58,6 +58,14 @@ inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
 inline float sfma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 constexpr int ntt_for(int rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
 
+// bf16 pair order: 16 weights -> even columns (low halves shifted up) and odd (high halves)
+inline void wsplit(const uint16_t* p, VF& even, VF& odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+constexpr int nt_pair_for(int rows) { return rows == 1 ? 4 : rows <= 4 ? 2 : 1; }
+
 #include "fmm_tiles.h"
 
 }  // namespace

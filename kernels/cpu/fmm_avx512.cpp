@@ -61,6 +61,14 @@ inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
 inline float sfma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 constexpr int ntt_for(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows <= 7 ? 2 : 1; }
 
+// bf16 pair order: 32 weights -> even columns (low halves shifted up) and odd (high halves)
+inline void wsplit(const uint16_t* p, VF& even, VF& odd) {
+  const __m512i v = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+constexpr int nt_pair_for(int rows) { return rows == 1 ? 8 : rows <= 5 ? 4 : rows <= 10 ? 2 : 1; }
+
 #include "fmm_tiles.h"
 
 }  // namespace

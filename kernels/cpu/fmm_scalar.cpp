@@ -76,6 +76,14 @@ inline VF vadd(const VF& a, const VF& b) {
 inline float sfma(float a, float b, float c) { return a * b + c; }
 constexpr int ntt_for(int rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
 
+inline void wsplit(const uint16_t* p, VF& even, VF& odd) {
+  for (int j = 0; j < W; ++j) {
+    even.v[j] = wone<kFmmBF16>(p, 2 * j);
+    odd.v[j] = wone<kFmmBF16>(p, 2 * j + 1);
+  }
+}
+constexpr int nt_pair_for(int rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
+
 #include "fmm_tiles.h"
 
 }  // namespace

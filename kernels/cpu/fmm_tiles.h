@@ -5,7 +5,10 @@
 //   element i, widened exactly to fp32), wone<WT>(w, i) (one weight), kMaxRows (activation
 //   rows per tile) and nt_for(rows) (output columns per tile for that many rows); for the
 //   transposed layout also vset1(f), vstore(p, v), vadd(a, b), sfma(a, b, c) (the scalar
-//   twin of one vfma lane) and ntt_for(rows) (column VECTORS per transposed tile).
+//   twin of one vfma lane) and ntt_for(rows) (column VECTORS per transposed tile); for bf16
+//   weights wsplit(p, even, odd) (2W weights from p, even and odd columns widened) and
+//   nt_pair_for(rows). A TU that defines FMM_DOT (fmm_dot.cpp) gets only the bf16 pair tiles,
+//   with VW, wraw(p) (2W raw bf16) and vdot(acc, w, x) in place of wsplit and the two fmas.
 //
 // A tile computes NT output columns x MT activation rows: per W-wide step of k it loads and
 // widens each of its NT weight vectors once for all MT rows (so a weight row is read from
@@ -38,14 +41,61 @@ inline void fmm_tile(const FmmArgs& a, int64_t n, int64_t m0) {
   }
 }
 
-// Columns [n, n + nb) (nb <= kFmmBlock) of MT rows from m0: tiles of nt_for(MT) columns, the
-// remainder one column at a time (the same per-output arithmetic).
+// bf16 weights in pair order (fmm.h): per 2W columns two fmas per lane, odd column first; x
+// holds each full block as [W even | W odd] (the tail unpermuted). FMM_DOT: one vdpbf16ps on
+// the raw bf16 x instead (vdot(acc, w, x) and wraw(p) from the including TU).
+template <int NT, int MT>
+inline void fmm_tile_pair(const FmmArgs& a, int64_t n, int64_t m0) {
+  const int64_t K = a.K, Kv = K / (2 * W) * (2 * W), ldw = a.ldw;
+  const float* x = a.x + m0 * K;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  VF acc[NT][MT];
+  for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < MT; ++r) acc[t][r] = vzero();
+  for (int64_t k = 0; k < Kv; k += 2 * W) {
+#ifdef FMM_DOT
+    VW wr[NT];
+    for (int t = 0; t < NT; ++t) wr[t] = wraw(w + (n + t) * ldw + k);
+    for (int r = 0; r < MT; ++r) {
+      const VW xr = wraw(a.xbf + (m0 + r) * K + k);
+      for (int t = 0; t < NT; ++t) acc[t][r] = vdot(acc[t][r], wr[t], xr);
+    }
+#else
+    VF we[NT], wo[NT];
+    for (int t = 0; t < NT; ++t) wsplit(w + (n + t) * ldw + k, we[t], wo[t]);
+    for (int r = 0; r < MT; ++r) {
+      const VF xe = vload(x + r * K + k), xo = vload(x + r * K + k + W);
+      for (int t = 0; t < NT; ++t) {
+        acc[t][r] = vfma(wo[t], xo, acc[t][r]);
+        acc[t][r] = vfma(we[t], xe, acc[t][r]);
+      }
+    }
+#endif
+  }
+  for (int t = 0; t < NT; ++t) {
+    for (int r = 0; r < MT; ++r) {
+      float s = vsum(acc[t][r]);
+      for (int64_t k = Kv; k < K; ++k) s += x[r * K + k] * wone<kFmmBF16>(a.w, (n + t) * ldw + k);
+      if (a.bias) s += a.bias[n + t];
+      a.out[(m0 + r) * a.N + n + t] = s;
+    }
+  }
+}
+
+// Columns [n, n + nb) (nb <= kFmmBlock) of MT rows from m0: tiles of nt_for(MT) columns
+// (nt_pair_for for bf16), the remainder one column at a time (the same per-output arithmetic).
 template <int WT, int MT>
 inline void fmm_rows(const FmmArgs& a, int64_t n, int64_t nb, int64_t m0) {
-  constexpr int NT = nt_for(MT);
   int64_t c = 0;
-  for (; c + NT <= nb; c += NT) fmm_tile<WT, NT, MT>(a, n + c, m0);
-  for (; c < nb; ++c) fmm_tile<WT, 1, MT>(a, n + c, m0);
+  if constexpr (WT == kFmmBF16) {
+    constexpr int NT = nt_pair_for(MT);
+    for (; c + NT <= nb; c += NT) fmm_tile_pair<NT, MT>(a, n + c, m0);
+    for (; c < nb; ++c) fmm_tile_pair<1, MT>(a, n + c, m0);
+  } else {
+    constexpr int NT = nt_for(MT);
+    for (; c + NT <= nb; c += NT) fmm_tile<WT, NT, MT>(a, n + c, m0);
+    for (; c < nb; ++c) fmm_tile<WT, 1, MT>(a, n + c, m0);
+  }
 }
 
 template <int WT, int R>
@@ -71,6 +121,7 @@ void fmm_cols(const FmmArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+#ifndef FMM_DOT
 inline void fmm_all(const FmmArgs& a, int64_t n0, int64_t n1) {
   switch (a.wtype) {
     case kFmmBF16: fmm_cols<kFmmBF16>(a, n0, n1); break;
@@ -78,7 +129,9 @@ inline void fmm_all(const FmmArgs& a, int64_t n0, int64_t n1) {
     default: fmm_cols<kFmmF32>(a, n0, n1); break;
   }
 }
+#endif
 
+#ifndef FMM_DOT
 // ---- transposed layout (fp32 weight_t [K, N]): x broadcast, W output columns per vector ----
 
 template <int NT, int MT>
@@ -144,3 +197,4 @@ inline void fmmt_all(const FmmArgs& a, int64_t n0, int64_t n1) {
     }
   }
 }
+#endif  // FMM_DOT

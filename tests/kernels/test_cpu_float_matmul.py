@@ -159,3 +159,19 @@ def test_float_linear_layer_dispatch(built, dtype):
             assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
         assert_close(got, reference.linear(x[:rows], w, b), x[:rows].float(), w.float(),
                      b.float())
+
+
+@pytest.mark.parametrize("n,k", [(37, 19), (130, 64), (200, 576), (9, 4099)])
+def test_bf16_dot_equals_its_fma_twin(built, n, k):
+    """bf16 x bf16 on an AVX512_BF16 CPU: the ``vdpbf16ps`` tiles give the same bits as the
+    FMA tiles they replace (two fmas per lane, odd column first, denormals flushed), every M;
+    on other CPUs both calls run the FMA tiles."""
+    if not built:
+        assert methods._float_cpu() is None
+        return
+    x, w, b = data(n, k, 16, torch.bfloat16, torch.bfloat16, seed=k, with_bias=True)
+    isa = cpu.ISAS["avx512"]
+    for rows in (1, 2, 5, 16):
+        dot = torch.ops.localchat_cpu.float_matmul(x[:rows], w, b, isa, True)
+        twin = torch.ops.localchat_cpu.float_matmul(x[:rows], w, b, isa, False)
+        assert torch.equal(dot, twin)
