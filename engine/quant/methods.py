@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from localchat import kernels as _kernels
+
 from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
 from .int4 import (
     dequantize_int4,
@@ -70,20 +72,6 @@ def _cpu_prefill(rows: int) -> bool:
     return cpp_prefill(rows)
 
 
-_CPU_MAX_ROWS = 16  # localchat.kernels.CPU_MAX_ROWS (checked equal in the tests)
-
-
-@functools.cache
-def _float_cpu():
-    """``localchat.kernels.cpu`` when its C++ kernels are built (their ``float_matmul`` /
-    ``float_matmul_t`` serve CPU float layers of up to ``CPU_MAX_ROWS`` rows), else None.
-    Looked up once (some 120 linear calls per SmolLM2 step); ``_float_cpu.cache_clear()``
-    after changing ``LOCALCHAT_KERNELS``."""
-    from localchat.kernels import cpu
-
-    return cpu if cpu.available() else None
-
-
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return y if bias is None else y.add_(bias)
 
@@ -118,11 +106,12 @@ class LinearMethod:
         layer.weight = None
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cpu and x.dim() == 2 and x.shape[0] <= _CPU_MAX_ROWS and _float_cpu():
-            # decode / draft verification: localchat's batch-invariant C++ matmul
-            if layer.weight_t is not None:
-                return _float_cpu().float_matmul_t(x, layer.weight_t, layer.bias)
-            return _float_cpu().float_matmul(x, layer.weight, layer.bias)
+        if x.is_cpu and x.dim() == 2 and x.shape[0] <= _kernels.CPU_MAX_ROWS:
+            cpu = _kernels._cpu()
+            if cpu is not None:  # decode / draft verification: the batch-invariant C++ matmul
+                if layer.weight_t is not None:
+                    return cpu.float_matmul_t(x, layer.weight_t, layer.bias)
+                return cpu.float_matmul(x, layer.weight, layer.bias)
         if layer.weight_t is not None:
             y = torch.mm(_flat(x), layer.weight_t).reshape(*x.shape[:-1], -1)
             return _add_bias(y, layer.bias)

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from localchat import kernels
-from localchat.engine.quant import methods
 from localchat.kernels import cpu, reference
 
 from .batch_invariance import assert_batch_invariant
@@ -60,7 +59,7 @@ def data(n, k, rows, wdtype, xdtype, seed, with_bias):
     (torch.float32, torch.float32), (torch.bfloat16, torch.float32)])
 def test_float_matmul_matches_reference(built, monkeypatch, isa, n, k, wdtype, xdtype):
     if not built:  # (no C++ compiler, asserted by ``built``): the float layers run F.linear
-        assert methods._float_cpu() is None
+        assert kernels._cpu() is None
         return
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     for rows in (1, 2, 3, 5, 8, 9, 16):
@@ -81,7 +80,7 @@ def test_batch_invariance(built, monkeypatch, isa, layout):
     equals two. N spans several column blocks (and a ragged one), K several vector steps and
     a tail."""
     if not built:
-        assert methods._float_cpu() is None
+        assert kernels._cpu() is None
         return
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     n, k = 300, 1037
@@ -98,7 +97,7 @@ def test_isa_paths_differ_only_in_rounding(built):
     """The three paths are distinct code (results not all equal on a long K) yet each within
     the fp32 bound of the reference: a guard against a dispatch that ignores ``isa``."""
     if not built:
-        assert methods._float_cpu() is None
+        assert kernels._cpu() is None
         return
     x, w, _ = data(64, 4099, 4, torch.float32, torch.float32, seed=9, with_bias=False)
     outs = {isa: cpu.float_matmul(x, w, None, isa=cpu.ISAS[isa]) for isa in ISAS}
@@ -112,7 +111,7 @@ def test_isa_paths_differ_only_in_rounding(built):
 
 def test_bad_inputs_raise(built):
     if not built:
-        assert methods._float_cpu() is None
+        assert kernels._cpu() is None
         return
     x = torch.randn(2, 8)
     with pytest.raises(RuntimeError, match="weight"):
@@ -133,7 +132,6 @@ def test_float_linear_layer_dispatch(built, dtype):
     from localchat.engine.layers.embedding import VocabEmbedding
     from localchat.engine.layers.linear import Linear
 
-    assert methods._CPU_MAX_ROWS == kernels.CPU_MAX_ROWS
     layer = Linear(96, 40, bias=True)
     with torch.no_grad():
         layer.weight.normal_()
@@ -167,7 +165,7 @@ def test_bf16_dot_equals_its_fma_twin(built, n, k):
     FMA tiles they replace (two fmas per lane, odd column first, denormals flushed), every M;
     on other CPUs both calls run the FMA tiles."""
     if not built:
-        assert methods._float_cpu() is None
+        assert kernels._cpu() is None
         return
     x, w, b = data(n, k, 16, torch.bfloat16, torch.bfloat16, seed=k, with_bias=True)
     isa = cpu.ISAS["avx512"]
