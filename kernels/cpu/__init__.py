@@ -318,16 +318,17 @@ def float_matmul(x, weight, bias=None, isa: int | None = None):
     bias added in fp32 before the one rounding. Batch invariant (row i of an M-row call equals
     the 1-row call bit for bit) and thread invariant; each weight row read once for all M rows
     (meant for M <= ``localchat.kernels.CPU_MAX_ROWS``). bf16 weights sum in the pair order of
-    ``vdpbf16ps`` (used for bf16 activations where the CPU has it, :func:`has_bf16_dot`; its
-    FMA twin elsewhere, with denormals flushed like the instruction). Raises ``RuntimeError``
-    on other dtypes or mismatched shapes."""
-    return _ops().float_matmul(x, weight, bias, _isa(isa), True)
+    AVX512_BF16's ``vdpbf16ps`` with FMAs, denormals flushed like the instruction (the op's
+    ``bf16_dot`` flag runs the instruction itself where :func:`has_bf16_dot`: the same bits,
+    measured no faster on this project's machine, so not used). Raises ``RuntimeError`` on
+    other dtypes or mismatched shapes."""
+    return _ops().float_matmul(x, weight, bias, _isa(isa), False)
 
 
 @functools.cache
 def has_bf16_dot() -> bool:
-    """True when this CPU has AVX512_BF16: ``float_matmul`` with bf16 weights and activations
-    then uses ``vdpbf16ps`` at the ``avx512`` level (the same bits as its FMA twin)."""
+    """True when this CPU has AVX512_BF16 (``vdpbf16ps``; the op ``float_matmul(..., bf16_dot=
+    True)`` uses it at the ``avx512`` level for bf16 x bf16, the same bits as the FMA tiles)."""
     return bool(_ops().has_bf16_dot())
 
 

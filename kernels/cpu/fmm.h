@@ -12,9 +12,10 @@
 //   bf16 weights ("pair order", AVX512_BF16's vdpbf16ps): per block of 2W columns lane j takes
 //   k = 2j + 1 then k = 2j (two fmas, each rounded once: a bf16 x bf16 product is exact in
 //   fp32); tail K % 2W. For this the launcher stores each full 2W block of x as [W even
-//   columns | W odd columns]. With bf16 activations on an AVX512_BF16 CPU one vdpbf16ps does
-//   both fmas (fmm_cols_dot); elsewhere they are two FMAs under MXCSR DAZ + FTZ (the
-//   instruction's denormal handling), so both give the same bits.
+//   columns | W odd columns]; the FMAs run under MXCSR DAZ + FTZ (the instruction's denormal
+//   handling). With bf16 activations on an AVX512_BF16 CPU one vdpbf16ps can do both fmas
+//   (fmm_cols_dot, the op's bf16_dot flag: the same bits; measured no faster here, so off by
+//   default).
 #pragma once
 #include <cstdint>
 
@@ -46,7 +47,7 @@ void fmm_cols_dot(const FmmArgs& a, int64_t n0, int64_t n1);
 // W-wide column vector sums k = 0, 1, ..., K-1 in order with one fma per k (a * b + c rounded
 // once; twice on the scalar path), the bias added last; columns past the last full vector take
 // the same scalar arithmetic, so the result depends on nothing but K. Blocks of
-// kFmmBlockT columns per task.
+// kFmmBlockT columns per task, K walked in chunks (accumulators parked in out, unchanged).
 constexpr int64_t kFmmBlockT = 128;
 void fmmt_cols_scalar(const FmmArgs& a, int64_t n0, int64_t n1);
 void fmmt_cols_avx2(const FmmArgs& a, int64_t n0, int64_t n1);

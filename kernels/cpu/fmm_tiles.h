@@ -134,15 +134,25 @@ inline void fmm_all(const FmmArgs& a, int64_t n0, int64_t n1) {
 #ifndef FMM_DOT
 // ---- transposed layout (fp32 weight_t [K, N]): x broadcast, W output columns per vector ----
 
+// The transposed tiles walk K in chunks [k0, k1) over all of a task's columns (so each weight
+// row's slice of the task is read contiguously, not one 4 KB page per k and tile); between
+// chunks the fp32 accumulators wait in `out` unchanged, so the sums are the same for every
+// chunking. first: start from zero; last: add the bias.
+struct KSpan {
+  int64_t k0, k1;
+  bool first, last;
+};
+
 template <int NT, int MT>
-inline void fmmt_tile(const FmmArgs& a, int64_t n, int64_t m0) {
+inline void fmmt_tile(const FmmArgs& a, int64_t n, int64_t m0, const KSpan& ks) {
   const int64_t K = a.K, ldw = a.ldw;
   const float* x = a.x + m0 * K;
   const float* w = static_cast<const float*>(a.w) + n;
+  float* out = a.out + m0 * a.N + n;
   VF acc[MT][NT];
   for (int r = 0; r < MT; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = vzero();
-  for (int64_t k = 0; k < K; ++k) {
+    for (int t = 0; t < NT; ++t) acc[r][t] = ks.first ? vzero() : vload(out + r * a.N + t * W);
+  for (int64_t k = ks.k0; k < ks.k1; ++k) {
     VF wv[NT];
     for (int t = 0; t < NT; ++t) wv[t] = vload(w + k * ldw + t * W);
     for (int r = 0; r < MT; ++r) {
@@ -153,47 +163,54 @@ inline void fmmt_tile(const FmmArgs& a, int64_t n, int64_t m0) {
   for (int r = 0; r < MT; ++r)
     for (int t = 0; t < NT; ++t) {
       VF v = acc[r][t];
-      if (a.bias) v = vadd(v, vload(a.bias + n + t * W));
-      vstore(a.out + (m0 + r) * a.N + n + t * W, v);
+      if (ks.last && a.bias) v = vadd(v, vload(a.bias + n + t * W));
+      vstore(out + r * a.N + t * W, v);
     }
 }
 
 // One column, the scalar twin of a vector lane (columns past the last full vector).
-inline void fmmt_col(const FmmArgs& a, int64_t n, int64_t m0, int64_t rows) {
+inline void fmmt_col(const FmmArgs& a, int64_t n, int64_t m0, int64_t rows, const KSpan& ks) {
   const float* w = static_cast<const float*>(a.w) + n;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = a.x + (m0 + r) * a.K;
-    float s = 0.f;
-    for (int64_t k = 0; k < a.K; ++k) s = sfma(w[k * a.ldw], x[k], s);
-    if (a.bias) s = s + a.bias[n];
-    a.out[(m0 + r) * a.N + n] = s;
+    float* o = a.out + (m0 + r) * a.N + n;
+    float s = ks.first ? 0.f : *o;
+    for (int64_t k = ks.k0; k < ks.k1; ++k) s = sfma(w[k * a.ldw], x[k], s);
+    if (ks.last && a.bias) s = s + a.bias[n];
+    *o = s;
   }
 }
 
 template <int MT>
-inline void fmmt_rows(const FmmArgs& a, int64_t n, int64_t nb, int64_t m0) {
+inline void fmmt_rows(const FmmArgs& a, int64_t n, int64_t nb, int64_t m0, const KSpan& ks) {
   constexpr int NT = ntt_for(MT);
   int64_t c = 0;
-  for (; c + NT * W <= nb; c += NT * W) fmmt_tile<NT, MT>(a, n + c, m0);
-  for (; c + W <= nb; c += W) fmmt_tile<1, MT>(a, n + c, m0);
-  for (; c < nb; ++c) fmmt_col(a, n + c, m0, MT);
+  for (; c + NT * W <= nb; c += NT * W) fmmt_tile<NT, MT>(a, n + c, m0, ks);
+  for (; c + W <= nb; c += W) fmmt_tile<1, MT>(a, n + c, m0, ks);
+  for (; c < nb; ++c) fmmt_col(a, n + c, m0, MT, ks);
 }
 
 template <int R>
 inline void fmmt_dispatch_rows(int64_t rows, const FmmArgs& a, int64_t n, int64_t nb,
-                               int64_t m0) {
+                               int64_t m0, const KSpan& ks) {
   if constexpr (R > 0) {
-    if (rows == R) fmmt_rows<R>(a, n, nb, m0);
-    else fmmt_dispatch_rows<R - 1>(rows, a, n, nb, m0);
+    if (rows == R) fmmt_rows<R>(a, n, nb, m0, ks);
+    else fmmt_dispatch_rows<R - 1>(rows, a, n, nb, m0, ks);
   }
 }
 
+constexpr int64_t kFmmKChunk = 256;  // weight rows per K chunk of the transposed tiles
+
 inline void fmmt_all(const FmmArgs& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; n += kFmmBlockT) {
-    const int64_t nb = n1 - n < kFmmBlockT ? n1 - n : kFmmBlockT;
-    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxRows) {
-      const int64_t rows = a.M - m0 < kMaxRows ? a.M - m0 : kMaxRows;
-      fmmt_dispatch_rows<kMaxRows>(rows, a, n, nb, m0);
+  for (int64_t k0 = 0; k0 < a.K; k0 += kFmmKChunk) {
+    const int64_t k1 = a.K - k0 < kFmmKChunk ? a.K : k0 + kFmmKChunk;
+    const KSpan ks{k0, k1, k0 == 0, k1 == a.K};
+    for (int64_t n = n0; n < n1; n += kFmmBlockT) {
+      const int64_t nb = n1 - n < kFmmBlockT ? n1 - n : kFmmBlockT;
+      for (int64_t m0 = 0; m0 < a.M; m0 += kMaxRows) {
+        const int64_t rows = a.M - m0 < kMaxRows ? a.M - m0 : kMaxRows;
+        fmmt_dispatch_rows<kMaxRows>(rows, a, n, nb, m0, ks);
+      }
     }
   }
 }
