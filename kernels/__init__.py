@@ -20,7 +20,9 @@ CPU-only installs never import Triton, and so that tests can import them under
 
 Ops: ``store_kv_cache``, ``paged_attention_decode``, ``prefill_attention``, ``rms_norm``,
 ``fused_add_rms_norm``, ``apply_rope``, ``silu_and_mul``, ``int8_matmul``, ``int4_matmul``;
-shapes and contracts in each reference's docstring (the Triton versions keep them).
+shapes and contracts in each reference's docstring (the Triton versions keep them). CPU float
+layers call ``cpu.float_matmul`` / ``float_matmul_t`` for up to ``CPU_MAX_ROWS`` rows
+themselves (``engine/quant/methods.py``; reference ``reference.linear``).
 """
 
 from __future__ import annotations

@@ -276,6 +276,26 @@ def int8_matmul(
     return (x.float() @ w.t()).to(x.dtype)
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Float-weight matmul ``x @ weight.T (+ bias)`` computed in fp32, cast to ``x``'s dtype
+    (the CPU kernel ``cpu.float_matmul`` sums in another fixed order, so expect fp32
+    rounding differences, not equality).
+
+    Args:
+        x: ``[M, K]`` fp32/fp16/bf16 activations.
+        weight: ``[N, K]`` fp32/fp16/bf16.
+        bias: ``[N]`` or ``None``.
+
+    Returns:
+        ``[M, N]`` in ``x.dtype``.
+    """
+    y = x.float() @ weight.float().t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
 def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
     """``[N, K // 2]`` uint8 (low nibble = even k, high nibble = odd k) -> ``[N, K]`` uint8
     values in 0..15."""

@@ -31,8 +31,7 @@ class VocabEmbedding(Linear):
         return self.quant_method.embed(self, input_ids, torch.float32)
 
     def logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.weight is not None:
-            return F.linear(hidden_states, self.weight)
+        # through the layer's method, float included (its batch-invariant CPU matmul)
         return self.quant_method.apply(self, hidden_states)
 
     def process_weights_after_loading(self) -> None:

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from localchat import kernels as _kernels
+
 from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
 from .int4 import (
     dequantize_int4,
@@ -80,7 +82,12 @@ class LinearMethod:
     ``apply(layer, x [..., K]) -> [..., N]`` in x's dtype. On CPU in fp32 the weight is kept
     transposed (``layer.weight_t [K, N]``): ``torch.mm`` over it runs batch-1 decode about 1.2x
     faster than ``F.linear`` here (MKL's sgemv streams that layout closer to memory bandwidth;
-    ``scripts/bench_decode.py``); bf16 and CUDA keep ``[N, K]``.
+    ``scripts/bench_decode.py``); bf16 and CUDA keep ``[N, K]``. CPU calls of at most
+    ``CPU_MAX_ROWS`` rows (decode, draft verification) run localchat's C++ float matmul over
+    either layout where it is built (``kernels.cpu.float_matmul`` / ``float_matmul_t``): fp32
+    accumulation in an order fixed by K, so row i of an M-row call equals the 1-row call bit
+    for bit, which MKL / oneDNN do not guarantee (greedy output with a draft would drift from
+    plain greedy); larger batches (prefill) keep ``torch.mm`` / ``F.linear``.
     """
 
     scheme = QuantScheme.NONE
@@ -99,6 +106,12 @@ class LinearMethod:
         layer.weight = None
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cpu and x.dim() == 2 and x.shape[0] <= _kernels.CPU_MAX_ROWS:
+            cpu = _kernels._cpu()
+            if cpu is not None:  # decode / draft verification: the batch-invariant C++ matmul
+                if layer.weight_t is not None:
+                    return cpu.float_matmul_t(x, layer.weight_t, layer.bias)
+                return cpu.float_matmul(x, layer.weight, layer.bias)
         if layer.weight_t is not None:
             y = torch.mm(_flat(x), layer.weight_t).reshape(*x.shape[:-1], -1)
             return _add_bias(y, layer.bias)

@@ -42,7 +42,8 @@ ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
 SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
            "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
-           "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp")
+           "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
+           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp")
 _NAME = "localchat_cpu_kernels"
 _CFLAGS = ("-O3", "-std=c++17")
 
@@ -254,6 +255,8 @@ def int8_matmul_a8(x, qweight, scales, mins=None, group_size: int | None = None,
         group_size = x.shape[-1] // scales.shape[1]
     return _ops().int8_matmul_a8(
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
 def _isa(isa: int | None) -> int:
     return active_isa() if isa is None else isa
 
@@ -306,3 +309,32 @@ def apply_rope(positions, query, key, cos_sin_cache, isa: int | None = None):
 def silu_and_mul(x, isa: int | None = None):
     """``reference.silu_and_mul``: ``x [T, 2I] -> silu(x[:, :I]) * x[:, I:]`` ``[T, I]``."""
     return _ops().silu_and_mul(x, _isa(isa))
+
+
+def float_matmul(x, weight, bias=None, isa: int | None = None):
+    """``x [M, K]`` (fp32/bf16/fp16) @ ``weight [N, K]``.T (+ ``bias [N]``) -> ``[M, N]`` in
+    ``x.dtype``: fp32/bf16/fp16 weights widened exactly, fp32 accumulation in an order that
+    depends only on K (one W-lane accumulator per output, a fixed reduction tree; fmm.h), the
+    bias added in fp32 before the one rounding. Batch invariant (row i of an M-row call equals
+    the 1-row call bit for bit) and thread invariant; each weight row read once for all M rows
+    (meant for M <= ``localchat.kernels.CPU_MAX_ROWS``). bf16 weights sum in the pair order of
+    AVX512_BF16's ``vdpbf16ps`` with FMAs, denormals flushed like the instruction (the op's
+    ``bf16_dot`` flag runs the instruction itself where :func:`has_bf16_dot`: the same bits,
+    measured no faster on this project's machine, so not used). Raises ``RuntimeError`` on
+    other dtypes or mismatched shapes."""
+    return _ops().float_matmul(x, weight, bias, _isa(isa), False)
+
+
+@functools.cache
+def has_bf16_dot() -> bool:
+    """True when this CPU has AVX512_BF16 (``vdpbf16ps``; the op ``float_matmul(..., bf16_dot=
+    True)`` uses it at the ``avx512`` level for bf16 x bf16, the same bits as the FMA tiles)."""
+    return bool(_ops().has_bf16_dot())
+
+
+def float_matmul_t(x, weight_t, bias=None, isa: int | None = None):
+    """``x [M, K]`` (fp32/bf16/fp16) @ ``weight_t [K, N]`` (fp32, the transposed copy CPU
+    fp32 layers keep) (+ ``bias [N]``) -> ``[M, N]`` in ``x.dtype``: each output summed over
+    k = 0..K-1 in order, one fma per k (fmm.h), so batch and thread invariant like
+    :func:`float_matmul`. Raises ``RuntimeError`` on other dtypes or mismatched shapes."""
+    return _ops().float_matmul_t(x, weight_t, bias, _isa(isa))

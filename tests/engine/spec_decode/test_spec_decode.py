@@ -218,9 +218,7 @@ def test_smollm2_with_a_weak_draft_equals_plain_greedy(smollm2_engine):
 @pytest.fixture(scope="module")
 def smollm2_native(smollm2_gguf, cache_dir):
     """SmolLM2 in its own format (Q4_1 / Q8_0), fp32 activations: on CPU the exact C++ int4 /
-    int8 kernels. (With bf16 activations drafted greedy output differs from plain greedy in
-    every format, ``none`` included, so something outside the quantized matmuls is not batch
-    invariant in bf16; not covered here.)"""
+    int8 kernels (bf16 activations: ``test_smollm2_bf16_with_a_weak_draft_equals_plain_greedy``)."""
     from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
     from localchat.engine.llm_engine import LLMEngine
 
@@ -234,6 +232,27 @@ def test_smollm2_native_with_a_weak_draft_equals_plain_greedy(smollm2_native):
     # verification rows go through the quantized kernels' M-row path: batch invariance of
     # the kernels is what keeps the drafted output equal to plain greedy
     _weak_draft_equals_plain_greedy(smollm2_native)
+
+
+@pytest.fixture(scope="module", params=["none", "native"])
+def smollm2_bf16(request, smollm2_gguf, cache_dir):
+    """SmolLM2 with bf16 activations (the CPU default where the CPU has native bf16), in the
+    ``none`` format (bf16 weights: every layer through the float linear method) and in its own
+    format (Q4_1 / Q8_0 layers, float norms)."""
+    from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
+    from localchat.engine.llm_engine import LLMEngine
+
+    config = EngineConfig(device="cpu", dtype=torch.bfloat16,
+                          quant=QuantConfig(scheme=request.param),
+                          scheduler=SchedulerConfig(max_model_len=2048))
+    return LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+
+
+def test_smollm2_bf16_with_a_weak_draft_equals_plain_greedy(smollm2_bf16):
+    # verification rows in bf16: the float layers' C++ matmul (and the quantized kernels) sum
+    # each row as the decode step does, so the drafted output equals plain greedy
+    assert smollm2_bf16.runner.model.model.norm.weight.dtype == torch.bfloat16
+    _weak_draft_equals_plain_greedy(smollm2_bf16)
 
 
 def _weak_draft_equals_plain_greedy(base):
