@@ -12,27 +12,13 @@
 #include <vector>
 
 #include "attn.h"
+#include "isa.h"
 
 namespace localchat_cpu {
 namespace {
 
-int64_t cpu_isa() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return 2;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return 1;
-#endif
-  return 0;
-}
-
 const AttnKernels& kernels_for(int64_t isa) {
-  static const int64_t best = cpu_isa();
-  const int64_t use = std::max<int64_t>(0, std::min(isa, best));
+  const int64_t use = cpu_clamp_isa(isa);
   return use == 2 ? attn_kernels_avx512() : use == 1 ? attn_kernels_avx2()
                                                      : attn_kernels_scalar();
 }

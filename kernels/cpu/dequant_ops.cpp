@@ -10,23 +10,10 @@
 #include <algorithm>
 
 #include "dequant.h"
+#include "isa.h"
 
 namespace localchat_cpu {
 namespace {
-
-int64_t dequant_isa() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return 2;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return 1;
-#endif
-  return 0;
-}
 
 // Portable path: c10's exact fp16 -> fp32 widening and round-to-nearest-even bf16 narrowing.
 // Compiled for the baseline ISA (x86-64 has no FMA there, so q * s + m stays two roundings).
@@ -87,8 +74,7 @@ void int8_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   const Int8DequantArgs a{qweight.data_ptr<int8_t>(), scales.data_ptr(),
                           has_min ? mins->data_ptr() : nullptr, dt == at::kHalf,
                           out.data_ptr(), out.scalar_type() == at::kBFloat16, K, group_size, ng};
-  static const int64_t best = dequant_isa();
-  const int64_t use = std::max<int64_t>(0, std::min(isa, best));
+  const int64_t use = cpu_clamp_isa(isa);
   void (*fn)(const Int8DequantArgs&, int64_t, int64_t) =
       use == 2 ? int8_dequant_rows_avx512 : use == 1 ? int8_dequant_rows_avx2 : scalar_rows;
   // rows are independent; each chunk at least ~16k weights so a thread's share outweighs

@@ -13,32 +13,10 @@
 #endif
 
 #include "fmm.h"
+#include "isa.h"
 
 namespace localchat_cpu {
 namespace {
-
-int64_t fmm_best_isa() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return 2;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return 1;
-#endif
-  return 0;
-}
-
-bool fmm_has_bf16_dot() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return fmm_best_isa() == 2 && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
 
 // x [M, K] -> fp32 [M, K], each full block of 2 * lanes columns stored as [even | odd]
 // columns (fmm.h's pair order for bf16 weights; lanes = 0: unpermuted).
@@ -142,8 +120,7 @@ at::Tensor fmm_run(const char* op, const at::Tensor& x, const at::Tensor& w, int
 }
 
 int64_t fmm_use(int64_t isa) {
-  static const int64_t best = fmm_best_isa();
-  return std::max<int64_t>(0, std::min(isa, best));
+  return cpu_clamp_isa(isa);
 }
 
 // x [M, K] fp32 / bf16 / fp16 (any strides) @ weight [N, K].T (+ bias [N]) -> [M, N] in
@@ -162,7 +139,7 @@ at::Tensor float_matmul(const at::Tensor& x, const at::Tensor& weight,
                                                                               : weight.contiguous();
   const int64_t use = fmm_use(isa);
   const bool bf16w = wt == at::kBFloat16;
-  static const bool has_dot = fmm_has_bf16_dot();
+  static const bool has_dot = cpu_has_avx512_bf16();
   // vdpbf16ps: bf16 x bf16 at the avx512 level on a CPU that has it (bf16_dot false: the
   // FMA twin, the same bits, for tests)
   const bool dot = bf16w && bf16_dot && has_dot && use == 2 && x.scalar_type() == at::kBFloat16;
