@@ -174,7 +174,7 @@ at::Tensor float_matmul_t(const at::Tensor& x, const at::Tensor& weight_t,
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("float_matmul(Tensor x, Tensor weight, Tensor? bias, int isa, bool bf16_dot=True) "
         "-> Tensor");
-  m.def("has_bf16_dot() -> bool", &localchat_cpu::fmm_has_bf16_dot);
+  m.def("has_bf16_dot() -> bool", &localchat_cpu::cpu_has_avx512_bf16);
   m.def("float_matmul_t(Tensor x, Tensor weight_t, Tensor? bias, int isa) -> Tensor");
 }
 
