@@ -19,7 +19,8 @@ Printed: ms per call and its ratio to ``torch int4pack`` at the same M; GB/s of 
 at M = 5 over the time at M = 1 (what verifying 4 draft tokens costs relative to one decode
 step). On this project's shared 2-core machine the absolute figures are noisy; read the ratios.
 
-Usage: ``python scripts/bench_cpu_quant.py [--threads 2] [--rounds 5] [--quick]``
+Usage: ``python scripts/bench_cpu_quant.py [--threads 2] [--rounds 5] [--quick]
+[--cpu-time]`` (``--cpu-time --threads 1``: this thread's CPU time, fair under load)
 (also ``python scripts/bench_kernels.py --cpu-quant``).
 """
 
@@ -85,11 +86,14 @@ def _methods(n: int, k: int, m_rows: int):
     }
 
 
+_CLOCK = time.perf_counter  # --cpu-time: time.thread_time (with --threads 1: every op's work)
+
+
 def _time(fn, reps: int) -> float:
-    t0 = time.perf_counter()
+    t0 = _CLOCK()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t0) / reps
+    return (_CLOCK() - t0) / reps
 
 
 def run(threads: int, rounds: int, quick: bool) -> list[dict]:
@@ -144,10 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="one shape")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time this thread's CPU time (needs --threads 1): fair on a loaded machine")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.rounds < 1:
         print("bench_cpu_quant: error: --threads and --rounds must be >= 1", file=sys.stderr)
         return 2
+    if args.cpu_time:
+        if args.threads != 1:
+            print("bench_cpu_quant: error: --cpu-time needs --threads 1 (other threads' work "
+                  "is not this thread's CPU time)", file=sys.stderr)
+            return 2
+        global _CLOCK
+        _CLOCK = time.thread_time
     run(args.threads, args.rounds, args.quick)
     return 0
 

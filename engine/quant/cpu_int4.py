@@ -4,8 +4,9 @@
 GGUF Q4_0 / Q4_1), ``w = q * scale + min``:
 
 - up to ``localchat.kernels.CPU_MAX_ROWS`` rows (decode, draft verification):
-  ``localchat.kernels.int4_matmul``, localchat's exact C++ kernel (fp32 activations and
-  accumulation, scales read in place, batch invariant);
+  ``localchat.kernels.int4_matmul``: for bf16 / fp16 activations the integer-dot W4A8 kernel,
+  for fp32 ones the exact C++ kernel (fp32 activations and accumulation); scales read in
+  place, batch invariant either way (``kernels.cpu_a8_enabled`` has the policy);
 - more rows (prefill): blocks of weight rows dequantized by the C++ ``int4_dequantize`` into
   the scratch buffer every layer shares (``cpu_prefill.py``, its block sizes too), each
   multiplied with ``torch.mm`` in the activations' precision: fp32 activations meet the
@@ -17,10 +18,11 @@ GGUF Q4_0 / Q4_1), ``w = q * scale + min``:
 
 Used whenever the C++ kernels are built (:func:`own_kernels`); ``LOCALCHAT_CPU_INT4=int4pack``
 (or no compiler) repacks for PyTorch's ``_weight_int4pack_mm_for_cpu`` instead (bf16 scales, a
-second layout). Single-thread CPU time on this project's AVX-512 VNNI machine
-(``scripts/bench_cpu_quant.py``, one row, bf16 activations, the integer-dot kernel that
-``localchat.kernels`` dispatches by default): 17920 x 1536 0.38x int4pack's time,
-1536 x 8960 0.40x, 960 x 576 0.66x; a 512-token SmolLM2 prefill 0.31x.
+second layout). Single-thread CPU time on this project's AVX-512 VNNI machine (a
+microbenchmark timing each call with ``time.thread_time``, one run on the loaded machine, one
+bf16 row, the integer-dot kernel that ``localchat.kernels`` dispatches by default):
+17920 x 1536 0.38x int4pack's time, 1536 x 8960 0.40x, 960 x 576 0.66x; a 512-token SmolLM2
+prefill 0.31x.
 """
 
 from __future__ import annotations
