@@ -45,7 +45,13 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
            "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp")
 _NAME = "localchat_cpu_kernels"
-_CFLAGS = ("-O3", "-std=c++17")
+# at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
+# kernel runs on the calling thread whatever torch.set_num_threads says. The library then
+# names libgomp.so.1, the soname torch's own OpenMP runtime already loaded, so the two share
+# one thread pool. (macOS clang has no -fopenmp: there the kernels stay single-threaded.)
+_OPENMP = (("-fopenmp",) if sys.platform != "darwin" and torch.backends.openmp.is_available()
+           else ())
+_CFLAGS = ("-O3", "-std=c++17") + _OPENMP
 
 
 def build_dir() -> Path:
@@ -120,7 +126,7 @@ def _build(here: Path, out: Path) -> None:
     try:
         cpp_extension.load(
             name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(scratch),
-            extra_cflags=list(_CFLAGS), is_python_module=False, verbose=False)
+            extra_cflags=list(_CFLAGS), extra_ldflags=list(_OPENMP), is_python_module=False, verbose=False)
         os.replace(scratch / f"{_NAME}.so", out / f"{_NAME}.so")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
