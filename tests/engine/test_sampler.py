@@ -159,6 +159,29 @@ def test_top_p_one_keeps_the_whole_large_vocab_beside_a_filtered_row():
     assert 0 < int(torch.isfinite(out[1]).sum()) < 150_000
 
 
+@pytest.mark.parametrize("wide_top_k", [False, True])
+@pytest.mark.parametrize("scale", [0.3, 1.0, 3.0, 12.0])
+def test_candidate_filter_equals_the_full_sort(scale, wide_top_k):
+    """The CPU filter's top-k candidate path (``max_top_k`` given) keeps exactly the tokens,
+    and values, the sort of the whole 49k vocabulary keeps: rows with top-k, top-p alone
+    (peaked rows whose nucleus fits in 64 candidates at scale 12, 1024 at scale 3, flat ones
+    that need the full sort), both, and neither, in one batch; with a top-k of 2000 the
+    candidates start at 2000."""
+    gen = torch.Generator().manual_seed(int(scale * 10))
+    rows = [(0, 0.9), (40, 1.0), (0, 0.5), (20, 0.7), (0, 1.0), (0, 0.99)]
+    rows += [(2000, 0.95)] if wide_top_k else []
+    logits = torch.randn(len(rows), 49_152, generator=gen) * scale
+    logits -= logits.max(dim=-1, keepdim=True).values
+    top_k = torch.tensor([k for k, _ in rows])
+    top_p = torch.tensor([p for _, p in rows])
+    full = _filter_top_k_top_p(logits, top_k, top_p)
+    fast = _filter_top_k_top_p(logits, top_k, top_p, max_top_k=int(top_k.max()))
+    assert torch.equal(torch.isfinite(fast), torch.isfinite(full))
+    assert torch.equal(fast[torch.isfinite(fast)], logits[torch.isfinite(full)])
+    kept = torch.isfinite(full).sum(dim=-1)
+    assert kept[4] == 49_152 and kept[1] == 40 and int(kept.min()) >= 1
+
+
 def test_tiny_temperature_resolves_a_tiny_logit_gap():
     """At T = 1e-30 a gap of 1e-6 is exp(-1e24): the top token only (a temperature clamp at
     1e-5 used to make it a coin flip)."""
