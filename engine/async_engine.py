@@ -64,6 +64,13 @@ class AsyncLLMEngine:
         self._stats = engine.get_stats()
         self._info = engine.get_info()
         self._stopped = threading.Event()
+        if engine.device.type == "cpu":
+            # this thread's OpenMP team (it loaded the model) would otherwise live beside the
+            # engine thread's and make libgomp put both teams' workers to sleep between
+            # kernels (kernels.cpu.release_thread_pool)
+            from localchat.kernels import cpu as cpu_kernels
+
+            cpu_kernels.release_thread_pool()
         self._thread = threading.Thread(target=self._loop, name="localchat-engine",
                                         daemon=True)
         self._thread.start()

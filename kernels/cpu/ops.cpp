@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "dequant.h"
 #include "isa.h"
@@ -19,6 +22,20 @@ namespace {
 int64_t best_isa() { return cpu_best_isa(); }
 bool has_vnni() { return cpu_has_vnni(); }
 int64_t clamp_isa(int64_t isa) { return cpu_clamp_isa(isa); }
+
+// Ends the calling thread's OpenMP worker threads (OpenMP 5.0 omp_pause_resource_all; the
+// next parallel region on this thread starts new ones). libgomp spins a worker waiting for
+// the next region ~300k iterations, but only 100 while it manages more threads than there
+// are CPUs: a process whose main thread loaded the model (one team) and whose engine thread
+// decodes (a second team) would sleep and wake its workers at every kernel. Returns false
+// where OpenMP is not compiled in or the pause failed.
+bool release_thread_pool() {
+#ifdef _OPENMP
+  return omp_pause_resource_all(omp_pause_soft) == 0;
+#else
+  return false;
+#endif
+}
 
 typedef void (*RowsFn)(const QuantArgs&, int64_t, int64_t);
 
@@ -215,6 +232,7 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
 TORCH_LIBRARY(localchat_cpu, m) {
   m.def("best_isa() -> int", &localchat_cpu::best_isa);
   m.def("has_vnni() -> bool", &localchat_cpu::has_vnni);
+  m.def("release_thread_pool() -> bool", &localchat_cpu::release_thread_pool);
   m.def("int4_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
         "int isa) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
