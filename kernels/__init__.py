@@ -298,6 +298,20 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
 
 
+def int4_a8_layout_ok(qweight, scales, mins, group_size: int) -> bool:
+    """Whether a CPU int4 layer's buffers (``qweight [N, K // 2]`` uint8, ``scales`` /
+    ``mins [N, K // G]``) are what ``cpu.int4_matmul_a8`` reads in place, with the C++
+    kernels built: the checks :func:`int4_matmul` makes on every call, made once per layer
+    so the decode path can call the op directly (``Int4LinearMethod.apply``)."""
+    if not (qweight.is_cpu and qweight.dtype == torch.uint8 and qweight.dim() == 2
+            and qweight.is_contiguous() and group_size % 32 == 0):
+        return False
+    k = 2 * qweight.shape[1]
+    return (k % group_size == 0 and _a8_group_ok(k, group_size, True)
+            and scales.shape == mins.shape == (qweight.shape[0], k // group_size)
+            and _scales_ok(scales, mins) and _cpu() is not None)
+
+
 def int4_matmul(x, qweight, scales, mins, group_size: int):
     """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise). On CPU for up to
     ``CPU_MAX_ROWS`` rows: where :func:`cpu_a8_enabled` (16-bit ``x`` by default) the W4A8

@@ -25,6 +25,8 @@ from torch import nn
 
 from localchat import kernels as _kernels
 
+_CPU_MAX_ROWS = _kernels.CPU_MAX_ROWS
+
 from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
 from .int4 import (
     dequantize_int4,
@@ -232,7 +234,26 @@ class Int4LinearMethod(LinearMethod):
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
             self._int4pack = True
 
+    def _a8_direct(self, layer) -> bool:
+        """Whether decode rows of this CPU layer may call the W4A8 op directly: own C++
+        kernels and a layout it reads in place (decided once per layer, on first use)."""
+        ok = layer.__dict__.get("_cpu_a8_direct")
+        if ok is None:
+            ok = (self._packed_cpu() and getattr(layer, "qweight", None) is not None
+                  and self._own_cpu() and _kernels.int4_a8_layout_ok(
+                      layer.qweight, layer.scales, layer.mins, self.group_size))
+            layer.__dict__["_cpu_a8_direct"] = ok
+        return ok
+
     def apply(self, layer, x):
+        if x.dim() == 2 and x.dtype is not torch.float32 and x.shape[0] <= _CPU_MAX_ROWS \
+                and self._a8_direct(layer) and _kernels.cpu_a8_enabled(x.dtype):
+            # the decode path: the op itself, no per-call dispatch (kernels.int4_matmul
+            # would take the same kernel after re-checking the layout)
+            y = torch.ops.localchat_cpu.int4_matmul_a8(
+                x, layer.qweight, layer.scales, layer.mins, self.group_size,
+                _kernels.cpu.active_isa())
+            return y if layer.bias is None else y.add_(layer.bias)
         if self._int4pack and x.dtype == torch.bfloat16 and x.dim() == 2:
             # the decode path on CPU: one op, no no-op casts / reshapes (some 480 ATen calls
             # a SmolLM2 step otherwise)
