@@ -205,10 +205,12 @@ def test_draft_loop_reads_the_device_once_per_step(monkeypatch, temperature):
                 if temperature == 0:
                     t = int(logits.argmax(-1))
                 else:
-                    from localchat.engine.sampler import sampling_probs
+                    from localchat.engine.sampler import exponential_race, sampling_probs
 
+                    # the engine's one categorical draw, one row at a time with this
+                    # request's generator
                     p = sampling_probs(logits, [r.sampling_params])
-                    t = int((p / torch.empty_like(p).exponential_(generator=gen)).argmax(-1))
+                    t = int(exponential_race(p, gen)[0])
                 got.append(t)
                 tokens.append(t)
             assert drafts[r.request_id] == got
