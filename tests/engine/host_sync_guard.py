@@ -108,6 +108,22 @@ def pause_in_kernels(monkeypatch, guard: HostSyncGuard) -> None:
         monkeypatch.setattr(kernels, name, wrapped)
 
 
+def pause_in_cpu_only(monkeypatch, guard: HostSyncGuard) -> None:
+    """Pause ``guard`` inside code the engine runs on CPU tensors only: the sampler's top-k
+    candidate filter (``sampler._filter_candidates``, taken when ``logits.is_cpu``; on CUDA
+    the full sort runs instead), whose host reads decide whether the candidates suffice."""
+    from localchat.engine import sampler
+
+    fn = sampler._filter_candidates
+
+    def wrapped(logits, *args, **kwargs):
+        assert logits.is_cpu, "the candidate filter runs on CPU logits only"
+        with guard.pause():
+            return fn(logits, *args, **kwargs)
+
+    monkeypatch.setattr(sampler, "_filter_candidates", wrapped)
+
+
 def pause_in_staging(monkeypatch, guard: HostSyncGuard) -> None:
     """Pause ``guard`` inside ``StagingBuffers`` (host-side packing by design: it writes a
     pinned host buffer and issues the step's one asynchronous copy)."""

@@ -25,7 +25,7 @@ from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.spec_decode.proposer import DraftModelProposer
 from localchat.engine.step_inputs import BatchEntry, build_batch
 
-from .host_sync_guard import HostSyncGuard, pause_in_kernels, pause_in_staging
+from .host_sync_guard import HostSyncGuard, pause_in_cpu_only, pause_in_kernels, pause_in_staging
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -185,6 +185,7 @@ def test_draft_loop_reads_the_device_once_per_step(monkeypatch, temperature):
     guard = HostSyncGuard(strict=False, reads_only=True)
     pause_in_kernels(monkeypatch, guard)
     pause_in_staging(monkeypatch, guard)
+    pause_in_cpu_only(monkeypatch, guard)
     with guard:
         drafts = proposer.propose(reqs, {"r0": 4, "r1": 4}, gens)
     assert guard.events == ["tolist"]

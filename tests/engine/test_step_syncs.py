@@ -19,7 +19,8 @@ from localchat.engine.request import Request
 from localchat.engine.sampling_params import SamplingParams
 from localchat.engine.scheduler import SchedulerOutput
 
-from .host_sync_guard import HostSyncError, HostSyncGuard, pause_in_kernels, pause_in_staging
+from .host_sync_guard import (HostSyncError, HostSyncGuard, pause_in_cpu_only, pause_in_kernels,
+                              pause_in_staging)
 from .test_cuda_defects import _caches, _tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -59,6 +60,7 @@ def test_decode_step_reads_the_device_once(monkeypatch, rows):
     guard = HostSyncGuard(strict=False, blocking_copies=True)
     pause_in_kernels(monkeypatch, guard)
     pause_in_staging(monkeypatch, guard)
+    pause_in_cpu_only(monkeypatch, guard)
     for _ in range(2):
         with guard:
             result = _step(runner, reqs)
