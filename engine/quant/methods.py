@@ -25,8 +25,6 @@ from torch import nn
 
 from localchat import kernels as _kernels
 
-_CPU_MAX_ROWS = _kernels.CPU_MAX_ROWS
-
 from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
 from .int4 import (
     dequantize_int4,
@@ -37,6 +35,8 @@ from .int4 import (
 )
 from .int8 import dequantize_int8, int8_weight_bytes, quantize_int8
 from .schemes import QuantScheme
+
+_CPU_MAX_ROWS = _kernels.CPU_MAX_ROWS
 
 
 def _set_buffer(layer: nn.Module, name: str, tensor: torch.Tensor) -> None:

@@ -126,7 +126,8 @@ def _build(here: Path, out: Path) -> None:
     try:
         cpp_extension.load(
             name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(scratch),
-            extra_cflags=list(_CFLAGS), extra_ldflags=list(_OPENMP), is_python_module=False, verbose=False)
+            extra_cflags=list(_CFLAGS), extra_ldflags=list(_OPENMP), is_python_module=False,
+            verbose=False)
         os.replace(scratch / f"{_NAME}.so", out / f"{_NAME}.so")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
