@@ -59,13 +59,17 @@ def load(args):
             sys.exit(f"bench_spec: {name} is not cached; run: localchat pull {name}")
     target = resolve_model(args.target, cache_dir=cache_dir(), download=False)
     draft = resolve_model(args.draft, cache_dir=cache_dir(), download=False)
-    config = EngineConfig(device="cpu", dtype=torch.float32,
+    dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    config = EngineConfig(device="cpu", dtype=dtype,
                           scheduler=SchedulerConfig(max_model_len=2048),
                           speculative=SpeculativeConfig(draft_model=str(draft.path),
                                                         num_speculative_tokens=args.k,
                                                         adaptive=not args.fixed_k))
     plain = LLMEngine.from_source(target, dataclasses.replace(
         config, speculative=SpeculativeConfig()), cache_dir=cache_dir())
+    # the weight format the plain engine resolved (``auto`` -> native for a GGUF on CPU), so
+    # the draft loads in it too, as ``ask --draft`` does (engine_build resolves before both)
+    config = dataclasses.replace(config, quant=plain.config.quant)
     spec = LLMEngine(plain.runner.model, plain.model_config, plain.tokenizer, config,
                      plain.max_model_len)
     spec.speculator = Speculator.load(Path(draft.path), plain.model_config, config,
@@ -96,6 +100,8 @@ def main() -> None:
     ap.add_argument("--fixed-k", action="store_true", help="always draft k (no adaptation)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="activation dtype (auto: the engine's CPU default, what `ask` runs)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -104,7 +110,8 @@ def main() -> None:
     warm = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
     run(plain, warm, 0.0, 8)
     run(spec, warm, 0.0, 8)
-    print(f"# {cpu_model()}, {args.threads} threads, fp32, {args.target} + draft {args.draft}, "
+    print(f"# {cpu_model()}, {args.threads} threads, {str(plain.dtype).removeprefix('torch.')}, "
+          f"weights {plain.get_info().weight_format}, {args.target} + draft {args.draft}, "
           f"k={args.k}{' fixed' if args.fixed_k else ' adaptive'}, {args.max_tokens} tokens")
     print("| class | T | prompt | plain tok/s | draft tok/s | speedup | acceptance | "
           "mean accepted length |")

@@ -51,6 +51,9 @@ class DraftModelProposer:
         # request id -> ``[k, vocab]`` fp32 distributions of the latest ``propose``'s drafts
         # (sampled requests only), read by the rejection step through the engine.
         self.draft_probs: dict[str, torch.Tensor] = {}
+        # the most tokens one request fed in the latest ``propose``'s first pass (1 to k + 1
+        # after a verification; a whole prompt when the draft first sees a request)
+        self.last_catch_up = 0
 
     def _shadow(self, req: Request) -> Request:
         shadow = self._shadows.get(req.request_id)
@@ -71,6 +74,7 @@ class DraftModelProposer:
         requests are only read.
         """
         self.draft_probs = {}
+        self.last_catch_up = 0
         proposed: dict[str, list[int]] = {}
         active: list[tuple[Request, Request, int]] = []
         for req in requests:
@@ -95,6 +99,8 @@ class DraftModelProposer:
         host_drafts: dict[str, list[int]] = {req.request_id: [] for req, _, _ in active}
         probs: dict[str, list[torch.Tensor]] = {req.request_id: [] for req, _, _ in active}
         round_ = [(req, shadow, k) for req, shadow, k in active]
+        self.last_catch_up = max(req.num_tokens - shadow.num_computed_tokens
+                                 for req, shadow, _ in active)
         first = True
         while round_:
             entries = []
