@@ -218,8 +218,10 @@ def _filter_candidates(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     # whose logits more than 87 below the row's max are raised to that floor first: their
     # exp (< 2**-125 of the max's) moves no fp32 sum of at least 1, and exp below the floor
     # takes a slow path (50x the time over a 49k row here)
-    full = torch.maximum(logits, vals[:, :1] - 87.0).logsumexp(dim=-1)
-    lse = torch.where(has_k, vals.logsumexp(dim=-1), full)
+    lse = vals.logsumexp(dim=-1)
+    if not bool(has_k.all()):  # a CPU read (this path runs on CPU logits only)
+        full = torch.maximum(logits, vals[:, :1] - 87.0).logsumexp(dim=-1)
+        lse = torch.where(has_k, lse, full)
     probs = (vals - lse[:, None]).exp()
     cum = probs.cumsum(dim=-1)
     p_on = top_p < 1

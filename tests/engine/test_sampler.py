@@ -176,10 +176,36 @@ def test_candidate_filter_equals_the_full_sort(scale, wide_top_k):
     top_p = torch.tensor([p for _, p in rows])
     full = _filter_top_k_top_p(logits, top_k, top_p)
     fast = _filter_top_k_top_p(logits, top_k, top_p, max_top_k=int(top_k.max()))
-    assert torch.equal(torch.isfinite(fast), torch.isfinite(full))
-    assert torch.equal(fast[torch.isfinite(fast)], logits[torch.isfinite(full)])
+    ref, band = _keep_float64(logits, rows)
+    # fp32 masses over 49k tokens are ~1e-6 off the float64 ones: a token whose mass above
+    # lies within 1e-4 of top_p may go either way, on any CPU; every other token may not
+    assert int(band.sum()) <= 0.01 * int(ref.sum())
+    for out in (full, fast):
+        kept = torch.isfinite(out)
+        assert torch.equal(kept & ~band, ref & ~band)
+        assert torch.equal(out[kept], logits[kept])
+    assert torch.equal(torch.isfinite(fast) & ~band, torch.isfinite(full) & ~band)
     kept = torch.isfinite(full).sum(dim=-1)
     assert kept[4] == 49_152 and kept[1] == 40 and int(kept.min()) >= 1
+
+
+def _keep_float64(logits, rows):
+    """The filter's kept set per row computed independently in float64 (sort, top-k, the
+    renormalized softmax, mass strictly above <= top_p, the top token always), and the band
+    of tokens whose mass above is within 1e-4 of top_p. Both ``[n, vocab]`` bool."""
+    keep = torch.zeros(logits.shape, dtype=torch.bool)
+    band = torch.zeros(logits.shape, dtype=torch.bool)
+    for i, (k, p) in enumerate(rows):
+        vals, idx = logits[i].double().sort(descending=True)
+        n = k if k > 0 else vals.numel()
+        probs = torch.softmax(vals[:n], dim=0)
+        above = probs.cumsum(0) - probs
+        row = above <= p if p < 1 else torch.ones(n, dtype=torch.bool)
+        row[0] = True
+        keep[i, idx[:n]] = row
+        if p < 1:
+            band[i, idx[:n]] = (above - p).abs() < 1e-4
+    return keep, band
 
 
 def test_tiny_temperature_resolves_a_tiny_logit_gap():
