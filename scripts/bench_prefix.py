@@ -4,6 +4,10 @@ Usage::
 
     python scripts/bench_prefix.py                       # smollm2-135m (+ qwen2.5-coder-0.5b if cached)
     python scripts/bench_prefix.py --models smollm2-135m --turns 10 --json prefix.json
+    python scripts/bench_prefix.py --dtype bfloat16 --concurrency-only   # the engine's CPU default
+
+Weights are ``--quant auto`` (the GGUF's own format on CPU where the C++ kernels are built);
+activations fp32 unless ``--dtype bfloat16`` (the CPU default of ``ask`` and ``serve``).
 
 1. A 10-turn conversation growing to about 2,000 tokens. Each turn appends a ~150-token user
    message; the reply (greedy, up to ``--reply-tokens``) is generated once, with prefix
@@ -144,12 +148,17 @@ def concurrency(eng, n: int = 8, tokens: int = 64):
 
 
 def bench(model: str, args) -> dict | None:
-    dtype = torch.float32
+    dtype = getattr(torch, args.dtype)
     eng, path = load(model, dtype)
     if eng is None:
         print(f"# {model}: not in the localchat cache, skipped", file=sys.stderr)
         return None
     run_one(eng, eng.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}]), 4)
+    if args.concurrency_only:
+        seq, batched = concurrency(eng)
+        del eng
+        gc.collect()
+        return {"model": model, "concurrent8_tok_s": batched, "sequential8_tok_s": seq}
     rows = conversation(eng, args.turns, args.reply_tokens)
     cached_ttft = [r[2].metrics.ttft for r in rows]
     cached_tokens = [r[2].num_cached_tokens for r in rows]
@@ -171,9 +180,18 @@ def bench(model: str, args) -> dict | None:
 
 
 def table(res: dict) -> str:
-    lines = [f"### {res['model']}", "",
-             ("| turn | prompt tokens | cached tokens (share of prev. context) | TTFT cached s | "
-             "TTFT recompute s | TTFT transformers s | recompute / cached |"),
+    lines = [f"### {res['model']}", ""]
+    if "prompt_tokens" in res:
+        lines += _turn_rows(res)
+    lines.append(f"8 concurrent requests x 64 tokens: {res['concurrent8_tok_s']:.1f} tok/s "
+                 f"batched vs {res['sequential8_tok_s']:.1f} tok/s sequential "
+                 f"({res['concurrent8_tok_s'] / res['sequential8_tok_s']:.2f}x)")
+    return "\n".join(lines)
+
+
+def _turn_rows(res: dict) -> list[str]:
+    lines = [("| turn | prompt tokens | cached tokens (share of prev. context) | TTFT cached s | "
+              "TTFT recompute s | TTFT transformers s | recompute / cached |"),
              "|---|---|---|---|---|---|---|"]
     hf = res["ttft_transformers_s"] or [None] * len(res["prompt_tokens"])
     for i, p in enumerate(res["prompt_tokens"]):
@@ -184,10 +202,7 @@ def table(res: dict) -> str:
         lines.append(f"| {i + 1} | {p} | {res['cached_tokens'][i]} ({share_s}) | {c:.3f} | "
                      f"{r:.3f} | {h} | {r / c:.1f}x |")
     lines.append("")
-    lines.append(f"8 concurrent requests x 64 tokens: {res['concurrent8_tok_s']:.1f} tok/s "
-                 f"batched vs {res['sequential8_tok_s']:.1f} tok/s sequential "
-                 f"({res['concurrent8_tok_s'] / res['sequential8_tok_s']:.2f}x)")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -197,10 +212,14 @@ def main() -> None:
     ap.add_argument("--reply-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="activation dtype (weights: --quant auto, native on a GGUF)")
+    ap.add_argument("--concurrency-only", action="store_true",
+                    help="only the 8 concurrent vs sequential requests")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {cpu_model()}, {args.threads} threads, torch {torch.__version__}, fp32")
+    print(f"# {cpu_model()}, {args.threads} threads, torch {torch.__version__}, {args.dtype}")
     results = []
     for model in args.models:
         res = bench(model, args)
@@ -210,6 +229,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     for res in results:
+        if "prompt_tokens" not in res:
+            continue
         last = res["ttft_recompute_s"][-1] / res["ttft_cached_s"][-1]
         share = statistics.mean(s for s in res["cached_share_of_previous_context"] if s)
         print(f"# {res['model']}: turn-{len(res['prompt_tokens'])} TTFT {last:.1f}x below "
