@@ -104,7 +104,9 @@ def run_ask(args: AskArgs) -> None:
             (session.add_user if role == "user" else session.add_assistant)(content)
         from_setting = not args.model and not (conv and conv.model)
         engine = remote_backend(args, settings, model)
-        if engine is None:
+        if engine is not None:
+            model = engine.model  # an endpoint asked without -m answers with its own model
+        else:
             cli_io.guarded(lambda: check_prompt_before_load(options, session,
                                                             sampling.max_tokens))
             engine = _load_naming_the_setting(options, settings, from_setting)

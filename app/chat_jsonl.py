@@ -8,7 +8,8 @@ Output, one JSON object per line on stdout: per reply ``content``, ``finish_reas
 ``usage`` (``prompt_tokens``, ``cached_tokens``, ``completion_tokens``), ``timings``
 (``ttft_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``), ``spec`` (draft tokens
 proposed and accepted, acceptance rate; null without ``--draft``) and ``dropped_turns``; ``{"ok": true, ...}`` acknowledges a system
-prompt or a reset; ``{"error": "..."}`` answers a malformed line, and the conversation goes
+prompt or a reset; ``{"error": "..."}`` answers a malformed line, a turn the context cannot
+hold, or a turn a server refused or dropped (that turn is not kept), and the conversation goes
 on. The engine keeps the conversation's earlier turns in its prefix cache, so each turn
 prefills only the new tokens (``usage.cached_tokens`` says how many were reused).
 """
@@ -61,6 +62,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         with_model_defaults,
     )
     from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+    from localchat.app.server.client import BackendError
     from localchat.app.session import ChatSession
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
@@ -122,7 +124,11 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
                 session.messages.pop()
                 emit({"error": cli_io.one_line(str(e))})
                 continue
-            emit(_answer(engine, ids, sampling, session))
+            try:
+                emit(_answer(engine, ids, sampling, session))
+            except BackendError as e:  # the server refused the turn or went away: say so
+                session.messages.pop()
+                emit({"error": cli_io.one_line(str(e))})
 
 
 def _parse(line: str) -> dict[str, Any]:

@@ -83,5 +83,6 @@ def _write(name: str, value: str | None) -> None:
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
     key, parsed = settings.set_value(name, value)  # ... an unreadable file a runtime error (1)
-    shown = "removed" if parsed is None else f"= {parsed!r}"
+    shown = "removed" if parsed is None else \
+        ("set" if key.name == "api_key" else f"= {parsed!r}")  # a secret: never printed
     cli_io.note(f"{key.name} {shown} in {settings.config_path()}")

@@ -23,7 +23,8 @@ def answer_stats(last: Any, num_prompt_tokens: int, interrupted: bool) -> dict[s
         ``{"finish_reason": str | None, "usage": {"prompt_tokens", "cached_tokens",
         "completion_tokens"}, "timings": {"ttft_s", "prefill_tokens_per_s",
         "decode_tokens_per_s"}, "speculative": None | {"num_draft_tokens",
-        "num_accepted_tokens", "acceptance_rate"}}``; token counts are ints, times seconds.
+        "num_accepted_tokens", "acceptance_rate"}}``; token counts are ints (None where a
+        remote server sent no usage), times seconds.
     """
     metrics = getattr(last, "metrics", None)
     prompt = getattr(last, "num_prompt_tokens", num_prompt_tokens)
@@ -35,11 +36,11 @@ def answer_stats(last: Any, num_prompt_tokens: int, interrupted: bool) -> dict[s
         reason = "interrupted"
     ttft = _number(getattr(metrics, "ttft", None))
     prefill = _number(getattr(metrics, "prefill_tokens_per_s", None))
-    if prefill is None and ttft:
+    if prefill is None and ttft and prompt is not None:
         prefill = (prompt - (cached or 0)) / ttft
     decode = _number(getattr(metrics, "decode_tokens_per_s", None))
     decode_time = _number(getattr(metrics, "decode_time", None))
-    if decode is None and decode_time and completion > 1:
+    if decode is None and decode_time and completion and completion > 1:
         decode = (completion - 1) / decode_time
     return {
         "finish_reason": reason,
@@ -55,11 +56,13 @@ def format_stats_line(stats: dict[str, Any]) -> str:
     """One line for ``--stats``: TTFT, prompt and decode tokens/s, cached tokens, acceptance."""
     usage, timings, spec = stats["usage"], stats["timings"], stats["speculative"]
     cached = "?" if usage["cached_tokens"] is None else usage["cached_tokens"]
+    prompt = "?" if usage["prompt_tokens"] is None else usage["prompt_tokens"]
+    completion = "?" if usage["completion_tokens"] is None else usage["completion_tokens"]
     parts = [
         f"ttft {_fmt(timings['ttft_s'], '.2f', ' s')}",
-        (f"prompt {usage['prompt_tokens']} tokens ({cached} cached) "
+        (f"prompt {prompt} tokens ({cached} cached) "
         f"{_fmt(timings['prefill_tokens_per_s'], '.1f', ' tok/s')}"),
-        (f"reply {usage['completion_tokens']} tokens "
+        (f"reply {completion} tokens "
         f"{_fmt(timings['decode_tokens_per_s'], '.1f', ' tok/s')}"),
         "acceptance " + (_fmt(spec["acceptance_rate"], '.0%', '') if spec else "n/a"),
         f"finish {stats['finish_reason'] or '?'}",

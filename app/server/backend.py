@@ -20,8 +20,13 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
 
     Raises:
         BackendError: the named endpoint cannot be reached or lists no model.
+        CliUsageError: ``--local`` together with ``--endpoint`` (exit 2).
     """
     if local:
+        if endpoint:
+            from localchat.app.cli_io import CliUsageError
+
+            raise CliUsageError("use either --local or --endpoint, not both")
         return None
     from localchat.app.server.client import RemoteEngine
 
@@ -34,7 +39,13 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
     from localchat.app.server.state import find_server
 
     info = find_server(model)
-    if info is None or (info.auth and not api_key):
+    if info is None:
+        return None
+    if info.auth and not api_key:
+        from localchat.app.cli_io import note
+
+        note(f"the running server at {info.url} needs an API key (LOCALCHAT_API_KEY or "
+             "'localchat config set api_key ...'); answering in-process")
         return None
     try:
         return RemoteEngine(info.url, api_key, info.model, local_server=True)

@@ -48,6 +48,15 @@ class RemoteMetrics:
             return None
         return self.last_token_time - self.first_token_time
 
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first over first -> last token (the engine's definition,
+        ``RequestMetrics.decode_tokens_per_s``); None until the server reports the count."""
+        elapsed = self.decode_time
+        if not elapsed or self.num_output_tokens < 2:
+            return None
+        return (self.num_output_tokens - 1) / elapsed
+
 
 @dataclass
 class RemoteOutput:
@@ -57,8 +66,8 @@ class RemoteOutput:
     text: str
     finished: bool = False
     finish_reason: str | None = None
-    num_prompt_tokens: int = 0
-    num_output_tokens: int = 0
+    num_prompt_tokens: int | None = None  # None: the server sent no usage
+    num_output_tokens: int | None = None
     num_cached_tokens: int | None = None
     metrics: RemoteMetrics | None = None
     new_token_ids: list[int] = field(default_factory=list)
@@ -130,6 +139,8 @@ class RemoteEngine:
         url = self.base_url + "/chat/completions"
         text: list[str] = []
         reason: str | None = None
+        other: list[str] = []  # lines that are no event (a server that ignored "stream")
+        events = 0
         try:
             with self._http.stream("POST", url, json=body) as r:
                 if r.status_code >= 400:
@@ -137,7 +148,10 @@ class RemoteEngine:
                     _raise_for_status(r, url)
                 for line in r.iter_lines():
                     if not line.startswith("data:"):
+                        if not events and len(other) < 10_000:
+                            other.append(line)
                         continue
+                    events += 1
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
@@ -155,6 +169,9 @@ class RemoteEngine:
                     if usage:
                         yield _final(text, reason, usage, metrics)
                         return
+                if not events:  # one JSON completion instead of an event stream
+                    yield _whole_reply("\n".join(other), url, metrics)
+                    return
                 if reason is None:
                     raise BackendError(f"the server at {self.base_url} closed the stream "
                                        "before the reply ended")
@@ -192,10 +209,34 @@ def _final(text: list[str], reason: str | None, usage: dict | None,
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
     out = RemoteOutput("", "".join(text), finished=True, finish_reason=reason or "stop",
-                       num_prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                       num_output_tokens=int(usage.get("completion_tokens") or 0),
+                       num_prompt_tokens=_count(usage.get("prompt_tokens")),
+                       num_output_tokens=_count(usage.get("completion_tokens")),
                        num_cached_tokens=details.get("cached_tokens"), metrics=metrics)
-    metrics.num_output_tokens = out.num_output_tokens
+    metrics.num_output_tokens = out.num_output_tokens or 0
+    return out
+
+
+def _count(value: Any) -> int | None:
+    """A usage token count, or None when the server did not send a usable one."""
+    return int(value) if isinstance(value, (int, float)) and value >= 0 else None
+
+
+def _whole_reply(body: str, url: str, metrics: RemoteMetrics) -> RemoteOutput:
+    """The reply of a server that answered a streaming request with one chat completion
+    object (it ignored ``"stream": true``). Raises ``BackendError`` for anything else."""
+    try:
+        doc = json.loads(body)
+        message = doc["choices"][0]["message"]
+        content = message.get("content") or ""
+        reason = doc["choices"][0].get("finish_reason")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise BackendError(f"{url} answered neither an event stream nor a chat completion") \
+            from None
+    if not isinstance(content, str):
+        raise BackendError(f"{url} answered a chat completion without text content")
+    metrics.first_token_time = metrics.last_token_time = time.perf_counter()
+    out = _final([content], reason, doc.get("usage"), metrics)
+    out.text_delta = content
     return out
 
 

@@ -5,8 +5,9 @@ which is printed as a warning): the API runs a model on this machine for whoever
 The key comes from ``--api-key`` or ``LOCALCHAT_API_KEY`` (the environment keeps it out of
 ``ps``).
 Once listening, the server writes its state file (``state.py``) so ``ask``, ``chat --jsonl``
-and the TUI find it; it removes the file when it stops (Ctrl+C / SIGTERM). The API key is
-never printed or logged (``logs.RedactFilter`` guards every handler).
+and the TUI find it, unless another live server already holds it (a note says so, and that
+one stays the one clients find); it removes its own file when it stops (Ctrl+C / SIGTERM).
+The API key is never printed or logged (``logs.RedactFilter`` guards every handler).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
     import uvicorn
 
     from localchat.app.server.routes import ServerOptions, create_app
-    from localchat.app.server.state import ServerInfo, remove_state, write_state
+    from localchat.app.server.state import ServerInfo, find_server, remove_state, write_state
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -174,9 +175,16 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
             if not self.should_exit:
-                write_state(info)
+                other = find_server(None)  # a live server already registered stays so
+                if other is None:
+                    write_state(info)
                 print(f"localchat: serving {model_id} at {url}/v1 "
                       f"(Ctrl+C stops)", file=sys.stderr, flush=True)
+                if other is not None:
+                    print(f"localchat: note: another localchat server ({other.model} at "
+                          f"{other.url}, pid {other.pid}) is the one ask, chat and the TUI "
+                          f"find; reach this one with --endpoint {url}/v1",
+                          file=sys.stderr, flush=True)
 
         async def shutdown(self, sockets: Any = None) -> None:
             # Here, not only after run(): uvicorn re-raises the signal that stopped it once
