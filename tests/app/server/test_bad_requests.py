@@ -53,6 +53,11 @@ CASES = [
      400, "messages.0.role"),
     ("role-missing", "POST", CHAT, chat(messages=[{"content": "x"}]), GOOD, 400,
      "messages.0.role"),
+    ("content-null-user", "POST", CHAT, chat(messages=[{"role": "user", "content": None}]),
+     GOOD, 400, "messages.0.content"),
+    ("content-lone-surrogate", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": "\ud800"}]), GOOD, 400, "messages.0.content"),
+    ("deep-nesting", "POST", CHAT, b"[" * 100000 + b"]" * 100000, GOOD, 400, None),
     ("content-int", "POST", CHAT, chat(messages=[{"role": "user", "content": 5}]), GOOD, 400,
      "messages.0.content"),
     ("content-image", "POST", CHAT, chat(messages=[{"role": "user", "content": [
@@ -83,7 +88,11 @@ CASES = [
     ("metadata-int-values", "POST", CHAT, chat(metadata={"a": 1}), GOOD, 400, "metadata.a"),
     ("temperature-negative", "POST", CHAT, chat(temperature=-1), GOOD, 400, "temperature"),
     ("temperature-string", "POST", CHAT, chat(temperature="0.5"), GOOD, 400, "temperature"),
-    ("temperature-too-high", "POST", CHAT, chat(temperature=3), GOOD, 400, "temperature"),
+    ("temperature-too-high", "POST", CHAT, chat(temperature=101), GOOD, 400, "temperature"),
+    ("temperature-nan", "POST", CHAT, chat(temperature=float("nan")), GOOD, 400,
+     "temperature"),
+    ("temperature-infinite", "POST", COMP, comp(temperature=float("inf")), GOOD, 400,
+     "temperature"),
     ("top-p-zero", "POST", CHAT, chat(top_p=0), GOOD, 400, "top_p"),
     ("top-p-above-one", "POST", CHAT, chat(top_p=1.5), GOOD, 400, "top_p"),
     ("max-tokens-zero", "POST", CHAT, chat(max_tokens=0), GOOD, 400, "max_tokens"),
@@ -181,6 +190,10 @@ def test_bad_request(http, name, method, path, body, headers, status, param):
         assert f"'{param.split('.')[-1]}' is not supported" in err["message"], err
     if name in ("misspelt-field", "comp-unknown-field"):
         assert err["message"] == f"unknown field '{param}'"
+    if name == "stop-too-many":
+        assert "at most 16 stop sequences" in err["message"], err
+    if name == "deep-nesting":
+        assert err["code"] == "invalid_json"
 
 
 def test_openai_fields_we_do_not_use_are_accepted_and_ignored(http):
