@@ -219,6 +219,45 @@ def test_moderately_deep_json_is_validated_not_a_500(client):
     assert_error(post(client, CHAT, b'{"messages":' + deep + b"}"), 400, "messages.0")
 
 
+# -- 3. 500s are counted --------------------------------------------------------------------
+
+
+class Exploding:
+    """A tokenizer whose chat template raises an unexpected exception (a bug: a 500)."""
+
+    vocab_size = 100
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        raise RuntimeError("boom")
+
+    def encode(self, text, add_special_tokens=False):
+        raise KeyError("boom")
+
+
+def test_unexpected_exceptions_are_counted_as_500(tokenizer):
+    engine = ScriptedEngine(tokenizer)
+    engine.tokenizer = Exploding()
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        name = 'localchat_requests_total{route="%s",status="500"}'
+        assert metric(c, name % CHAT) is None
+        for _ in range(2):
+            err = assert_error(post(c, CHAT, {"messages": USER}), 500, None)
+            assert err["type"] == "server_error" and "boom" not in err["message"]
+        assert_error(post(c, COMP, {"prompt": "hi"}), 500, None)
+        assert metric(c, name % CHAT) == 2
+        assert metric(c, name % COMP) == 1
+
+
+def test_every_status_is_counted(client):
+    post(client, CHAT, {"messages": USER, "max_tokens": 2})
+    post(client, CHAT, b"{")
+    client.get("/v1/nope")
+    name = 'localchat_requests_total{route="%s",status="%d"}'
+    assert metric(client, name % (CHAT, 200)) == 1
+    assert metric(client, name % (CHAT, 400)) == 1
+    assert metric(client, name % ("other", 404)) == 1
+
+
 # -- 4. temperature: the engine's range ----------------------------------------------------
 
 
