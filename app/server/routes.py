@@ -35,6 +35,8 @@ from localchat.app.server.protocol import (
 )
 
 DEFAULT_MAX_IN_FLIGHT = 64
+# Seconds a client told "queue full" (429) should wait before retrying.
+RETRY_AFTER_S = 1
 logger = logging.getLogger("localchat.server")
 
 
@@ -98,7 +100,7 @@ class _Server:
         if self.in_flight >= self.options.max_in_flight:
             raise APIError(429, f"the server is busy: {self.in_flight} requests in flight "
                            f"(limit {self.options.max_in_flight}); retry later",
-                           code="queue_full")
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
 
     def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str) -> int:
         """The ``max_tokens`` to run with (capped to the room left in the context).

@@ -314,6 +314,18 @@ def test_a_stop_of_the_wrong_type_says_so(client, stop):
     assert "a string or a list of strings" in err["message"], err
 
 
+# -- 10. Retry-After on 429 ---------------------------------------------------------------------
+
+
+def test_queue_full_has_retry_after(engine):
+    with TestClient(make_app(engine, max_in_flight=0)) as c:
+        for path, body in ((CHAT, {"messages": USER}), (COMP, {"prompt": "hi"})):
+            r = post(c, path, body)
+            assert_error(r, 429, None, "queue_full")
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
+
+
 # -- 12. null content --------------------------------------------------------------------------
 
 
