@@ -102,8 +102,11 @@ class _Server:
                            f"(limit {self.options.max_in_flight}); retry later",
                            code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str) -> int:
+    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str,
+                      prompt_param: str) -> int:
         """The ``max_tokens`` to run with (capped to the room left in the context).
+        ``param`` names the request's length field (``max_tokens`` or
+        ``max_completion_tokens``), ``prompt_param`` its prompt (``messages`` or ``prompt``).
 
         Raises:
             APIError: 400 when the prompt leaves no room, or ``max_tokens`` is above the
@@ -112,8 +115,7 @@ class _Server:
         if num_prompt >= self.max_model_len:
             raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
                            f"{self.max_model_len} tokens (prompt + reply)",
-                           param="messages" if param == "max_tokens" else "prompt",
-                           code="context_length_exceeded")
+                           param=prompt_param, code="context_length_exceeded")
         if max_tokens is not None and max_tokens > self.max_tokens_limit:
             raise APIError(400, f"'{param}' is {max_tokens}; this server allows at most "
                            f"{self.max_tokens_limit}", param=param, code="invalid_value")
@@ -172,7 +174,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         prompt_ids = _render_chat(engine.tokenizer, body)
         param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         max_tokens = server.check_lengths(
-            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param)
+            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         params = encode.sampling_params(body, max_tokens, logprobs)
         return await _generate(server, request, "chat", prompt_ids, params, body)
@@ -184,7 +186,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         _log_ignored(request, body)
         server.check_model(body.model)
         prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
-        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens")
+        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens",
+                                          "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
         return await _generate(server, request, "text", prompt_ids, params, body)
 
@@ -237,7 +240,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
         raise APIError(500, "the engine ended the request without output") from None
     except Exception as exc:  # noqa: BLE001 - mapped to an OpenAI error, never a trace
         await _close(outputs)
-        raise _as_api_error(exc) from None
+        raise _as_api_error(exc, _prompt_param(kind)) from None
     finally:
         if not handed_over:
             server.in_flight -= 1
@@ -305,7 +308,7 @@ async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.Response
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the client gets an error event, never a trace
-        err = _as_api_error(exc)
+        err = _as_api_error(exc, _prompt_param(shape.kind))
         yield encode.sse(err.body())
     finally:
         server.in_flight -= 1
@@ -318,13 +321,18 @@ async def _close(outputs: Any) -> None:
         await outputs.aclose()
 
 
-def _as_api_error(exc: BaseException) -> APIError:
+def _prompt_param(kind: str) -> str:
+    """The request field that holds the prompt: ``messages`` (chat) or ``prompt``."""
+    return "messages" if kind == "chat" else "prompt"
+
+
+def _as_api_error(exc: BaseException, prompt_param: str | None = None) -> APIError:
     from localchat.engine.errors import ContextLengthError
 
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ContextLengthError):
-        return APIError(400, str(exc), code="context_length_exceeded")
+        return APIError(400, str(exc), param=prompt_param, code="context_length_exceeded")
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), code="invalid_value")
     if type(exc).__name__ == "EngineDeadError":

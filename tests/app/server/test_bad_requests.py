@@ -129,6 +129,12 @@ CASES = [
     ("user-int", "POST", CHAT, chat(user=7), GOOD, 400, "user"),
     ("prompt-over-context", "POST", CHAT,
      chat(messages=[{"role": "user", "content": "word " * 3000}]), GOOD, 400, "messages"),
+    ("prompt-over-context-max-completion-tokens", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": "word " * 3000}], max_completion_tokens=4),
+     GOOD, 400, "messages"),
+    ("comp-prompt-over-context", "POST", COMP, comp(prompt="word " * 3000), GOOD, 400,
+     "prompt"),
+    ("comp-prompt-lone-surrogate", "POST", COMP, comp(prompt="\ud800"), GOOD, 400, "prompt"),
     ("body-10mb", "POST", CHAT, b'{"messages": "' + b"x" * (10 * 2**20) + b'"}', GOOD, 413,
      None),
     ("key-missing", "POST", CHAT, chat(), {}, 401, None),
@@ -180,7 +186,7 @@ def test_bad_request(http, name, method, path, body, headers, status, param):
     assert isinstance(err["type"], str) and err["type"]
     assert err["param"] == param
     assert "Traceback" not in response.text and API_KEY not in response.text
-    if name == "prompt-over-context":
+    if "over-context" in name:
         assert err["code"] == "context_length_exceeded"
         assert "2048" in err["message"]  # the context, and the prompt's length:
         assert any(w.isdigit() and int(w) > 2048 for w in err["message"].split())

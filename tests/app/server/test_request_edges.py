@@ -294,6 +294,34 @@ def test_other_floats_must_be_finite(client):
     assert_error(r, 400, "top_p")
 
 
+# -- 6. the context error names the request's own field ----------------------------------------
+
+
+def test_context_length_error_names_the_prompt_field(tokenizer):
+    engine = ScriptedEngine(tokenizer, max_model_len=64)
+    long_text = "word " * 200
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        for extra in ({}, {"max_tokens": 4}, {"max_completion_tokens": 4}):
+            r = post(c, CHAT, {"messages": [{"role": "user", "content": long_text}], **extra})
+            assert_error(r, 400, "messages", "context_length_exceeded")
+        for extra in ({}, {"max_tokens": 4}):
+            r = post(c, COMP, {"prompt": long_text, **extra})
+            assert_error(r, 400, "prompt", "context_length_exceeded")
+        r = post(c, COMP, {"prompt": list(range(1, 70))})
+        assert_error(r, 400, "prompt", "context_length_exceeded")
+        # max_tokens over the server's limit still names the length field itself.
+        assert_error(post(c, CHAT, {"messages": USER, "max_completion_tokens": 65}), 400,
+                     "max_completion_tokens", "invalid_value")
+
+
+def test_an_engine_context_error_names_the_prompt_field(tokenizer):
+    engine = ScriptedEngine(tokenizer, fail=ContextLengthError("the prompt is too long"))
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        assert_error(post(c, CHAT, {"messages": USER}), 400, "messages",
+                     "context_length_exceeded")
+        assert_error(post(c, COMP, {"prompt": "hi"}), 400, "prompt", "context_length_exceeded")
+
+
 # -- 9. stop: at most 16 -----------------------------------------------------------------------
 
 
