@@ -322,6 +322,35 @@ def test_an_engine_context_error_names_the_prompt_field(tokenizer):
         assert_error(post(c, COMP, {"prompt": "hi"}), 400, "prompt", "context_length_exceeded")
 
 
+# -- 7. streamed text_offset is cumulative ----------------------------------------------------
+
+
+def sse_chunks(response):
+    chunks = []
+    for line in response.text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunks.append(json.loads(line[6:]))
+    return chunks
+
+
+@pytest.mark.parametrize("top", [0, 2])
+def test_streamed_text_offsets_are_cumulative(client, engine, top):
+    body = {"prompt": "hi", "max_tokens": 8, "logprobs": top, "temperature": 0}
+    whole = post(client, COMP, body).json()["choices"][0]
+    streamed = sse_chunks(post(client, COMP, {**body, "stream": True}))
+    logprobs = [c["choices"][0]["logprobs"] for c in streamed if c["choices"][0]["logprobs"]]
+    assert len(logprobs) == 8  # one token per chunk here
+    tokens = [t for lp in logprobs for t in lp["tokens"]]
+    offsets = [o for lp in logprobs for o in lp["text_offset"]]
+    text = "".join(c["choices"][0]["text"] for c in streamed)
+    # Independent reference: where each token starts in the completion's text.
+    assert text == whole["text"] == "".join(tokens)
+    expected = [len("".join(tokens[:i])) for i in range(len(tokens))]
+    assert offsets == expected == whole["logprobs"]["text_offset"]
+    assert offsets[1] > 0 and len(set(offsets)) == len(offsets)
+    assert tokens == whole["logprobs"]["tokens"]
+
+
 # -- 9. stop: at most 16 -----------------------------------------------------------------------
 
 
