@@ -162,6 +162,15 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         return JSONResponse({"object": "list", "data": [encode.model_card(
             options.model_id, options.created, server.max_model_len)]})
 
+    @app.get("/v1/models/{model:path}")
+    async def model(request: Request, model: str) -> JSONResponse:
+        """One model's object (the ``openai`` client's ``models.retrieve``): the served
+        model under its id or an alias, else 404 ``model_not_found``."""
+        server.authorize(request)
+        server.check_model(model)
+        return JSONResponse(encode.model_card(options.model_id, options.created,
+                                              server.max_model_len))
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         server.authorize(request)

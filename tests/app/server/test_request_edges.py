@@ -351,6 +351,45 @@ def test_streamed_text_offsets_are_cumulative(client, engine, top):
     assert tokens == whole["logprobs"]["tokens"]
 
 
+# -- 8. GET /v1/models/{model} ----------------------------------------------------------------
+
+
+def test_models_retrieve_with_the_openai_client(engine):
+    app = make_app(engine, aliases=("smollm2",))
+    with TestClient(app) as http, openai.OpenAI(
+            base_url="http://testserver/v1", api_key="unused", http_client=http,
+            max_retries=0) as oa:
+        listed = oa.models.list().data[0]
+        for name in (MODEL_ID, "smollm2"):
+            got = oa.models.retrieve(name)
+            assert got.id == MODEL_ID == listed.id and got.object == "model"
+            assert got.created == listed.created and got.owned_by == listed.owned_by
+        with pytest.raises(openai.NotFoundError) as info:
+            oa.models.retrieve("gpt-9")
+        assert info.value.code == "model_not_found"
+        assert info.value.body["param"] == "model"
+
+
+def test_a_model_id_with_a_slash_is_retrieved(engine):
+    from localchat.app.server.routes import ServerOptions, create_app
+
+    app = create_app(engine, ServerOptions(model_id="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    with TestClient(app) as c:
+        r = c.get("/v1/models/HuggingFaceTB/SmolLM2-135M-Instruct")
+        assert r.status_code == 200 and r.json()["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+        assert_error(c.get("/v1/models/HuggingFaceTB"), 404, "model", "model_not_found")
+        text = c.get("/metrics").text
+        assert 'route="/v1/models/{model}",status="200"' in text
+        assert 'route="/v1/models/{model}",status="404"' in text
+
+
+def test_models_retrieve_needs_the_key(engine):
+    with TestClient(make_app(engine, api_key=KEY)) as c:
+        assert_error(c.get(f"/v1/models/{MODEL_ID}"), 401, None)
+        r = c.get(f"/v1/models/{MODEL_ID}", headers={"authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200 and r.json()["id"] == MODEL_ID
+
+
 # -- 9. stop: at most 16 -----------------------------------------------------------------------
 
 
