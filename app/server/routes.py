@@ -3,8 +3,10 @@
 ``create_app(engine, ServerOptions(...))`` builds it. Every client's requests go to the same
 engine, so they share continuous batching and the prefix cache (a conversation's earlier turns
 are prefilled once). Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions``
-(server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. A client that disconnects aborts its request (its KV blocks are freed).
+(server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /v1/models/{model}``,
+``GET /health``, ``GET /metrics``. A client that disconnects aborts its request (its KV
+blocks are freed). Every path but ``/health`` needs the API key when one is set, checked
+before the body is read (``limits.BodyLimitMiddleware``).
 Reference design: vLLM's OpenAI server (``serving_chat``), llama-cpp-python's server.
 """
 
@@ -134,7 +136,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
     install_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes,
+                       api_key=options.api_key)
     app.add_middleware(StatusCounter, metrics=server.metrics)
 
     @app.get("/health")

@@ -422,6 +422,103 @@ def test_queue_full_has_retry_after(engine):
             assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
 
 
+# -- 11. the key before the body; a declared oversized body refused up front ----------------------
+
+
+def call_asgi(app, path, headers, body_parts, method="POST"):
+    """Call ``app`` directly; returns (status, headers, body, receive calls)."""
+    calls = 0
+    parts = list(body_parts)
+    sent = []
+
+    async def receive():
+        nonlocal calls
+        calls += 1
+        if parts:
+            chunk = parts.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
+        await asyncio.sleep(3600)  # a client still sending
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+             "root_path": "", "query_string": b"", "client": ("127.0.0.1", 1),
+             "server": ("testserver", 80),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body, calls
+
+
+def test_the_key_is_checked_before_the_body_is_read(engine):
+    app = make_app(engine, api_key=KEY)
+    big = [b"x" * 65536] * 8
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {KEY}"}):
+        for path in (CHAT, COMP, "/v1/models", "/v1/nope"):
+            status, hdrs, body, calls = call_asgi(
+                app, path, {"content-type": "application/json", "content-length": str(2**19),
+                            **headers}, big)
+            assert status == 401, (path, headers)
+            assert calls == 0, "the body was read before the key was checked"
+            assert hdrs[b"www-authenticate"] == b"Bearer"
+            assert json.loads(body)["error"]["type"] == "authentication_error"
+            assert KEY.encode() not in body
+    # /health stays public; with the key the request goes through.
+    status, _, body, _ = call_asgi(app, "/health", {}, [b""], method="GET")
+    assert status == 200 and json.loads(body) == {"status": "ok", "auth": True}
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "content-length": "2"}, [b"{}"])
+    assert status == 400 and calls >= 1
+
+
+def test_a_declared_oversized_body_is_refused_before_reading(engine):
+    app = make_app(engine, api_key=KEY, max_body_bytes=1000)
+    status, hdrs, body, calls = call_asgi(
+        app, CHAT, {"authorization": f"Bearer {KEY}", "content-length": "99999999"}, [b"{}"])
+    assert status == 413 and calls == 0
+    err = json.loads(body)["error"]
+    assert err["code"] == "body_too_large" and "99999999" in err["message"]
+    assert hdrs[b"connection"] == b"close"
+    # At the limit the body is read; a chunked body over it is still refused once read.
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "content-length": "1000"}, [b" " * 998 + b"{}"])
+    assert status == 400 and calls == 1
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "transfer-encoding": "chunked"},
+                                    [b" " * 600, b" " * 600])
+    assert status == 413 and calls == 2
+    text = TestClient(app).get("/metrics", headers={"authorization": f"Bearer {KEY}"}).text
+    assert f'localchat_requests_total{{route="{CHAT}",status="413"}} 2' in text
+
+
+def test_a_live_server_answers_413_at_once(engine):
+    """Over a socket (uvicorn): a declared Content-Length of 99999999 with a 2-byte body
+    gets its 413 at once, without the server waiting for the rest."""
+    from tests.app.server.live import ServerThread
+
+    server = ServerThread(make_app(engine, api_key=KEY)).start()
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        for auth, status in ((f"Authorization: Bearer {KEY}\r\n", b"413"), ("", b"401")):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                start = time.monotonic()
+                sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
+                             "application/json\r\nContent-Length: 99999999\r\n\r\n{}".encode())
+                reply = b""
+                while b"\r\n\r\n" not in reply:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    reply += data
+                assert reply.split(b" ")[1] == status, reply
+                assert time.monotonic() - start < 5
+    finally:
+        server.stop()
+
+
 # -- 12. null content --------------------------------------------------------------------------
 
 
