@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The highest temperature a request may ask for (the server's bound too: one range everywhere).
+MAX_TEMPERATURE = 100.0
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -53,8 +56,9 @@ class SamplingParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.temperature <= 100.0):
-            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not (0.0 <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE:g}], "
+                             f"got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:

@@ -10,7 +10,7 @@ Shapes follow the OpenAI API: ``chat.completion`` / ``chat.completion.chunk`` (c
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from localchat.engine.outputs import EngineInfo
@@ -108,7 +108,9 @@ def usage(out: Any) -> dict[str, Any]:
 
 @dataclass
 class ResponseShape:
-    """Builds one request's response objects. ``kind`` is ``chat`` or ``text``."""
+    """Builds one request's response objects. ``kind`` is ``chat`` or ``text``. A stream's
+    legacy ``text_offset`` continues across chunks (``_stream_offset``: the characters of the
+    tokens already sent), as in the whole body."""
 
     kind: str
     request_id: str
@@ -116,6 +118,7 @@ class ResponseShape:
     created: int
     tokenizer: Any
     top_n: int | None  # logprobs asked for: the top-n size (0: the sampled token only)
+    _stream_offset: int = field(default=0, init=False)
 
     def _base(self, chunk: bool) -> dict[str, Any]:
         if self.kind == "chat":
@@ -162,7 +165,10 @@ class ResponseShape:
             choice["logprobs"] = {"content": logprobs} if logprobs else None
         else:
             choice["text"] = out.text_delta
-            choice["logprobs"] = self._legacy(logprobs) if logprobs else None
+            choice["logprobs"] = None
+            if logprobs:
+                choice["logprobs"] = self._legacy(logprobs, self._stream_offset)
+                self._stream_offset += sum(len(e["token"]) for e in logprobs)
         return [{**self._base(True), "choices": [choice]}]
 
     def usage_chunk(self, last: Any) -> dict[str, Any]:
@@ -188,8 +194,10 @@ class ResponseShape:
                                      for t, lp in ranked]})
         return entries
 
-    def _legacy(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
-        offsets, pos = [], 0
+    def _legacy(self, entries: list[dict[str, Any]], start: int = 0) -> dict[str, Any]:
+        """The legacy ``logprobs`` object; ``text_offset`` counts from ``start`` (the
+        characters of the completion's earlier tokens)."""
+        offsets, pos = [], start
         for e in entries:
             offsets.append(pos)
             pos += len(e["token"])

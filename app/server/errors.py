@@ -40,15 +40,17 @@ class APIError(Exception):
         message: one line for the client (never a traceback, never the API key).
         param: the request field at fault (dotted path), or None.
         code: a short machine-readable code (``context_length_exceeded``, ``model_not_found``).
+        headers: extra response headers (``Retry-After`` on a 429).
     """
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, self.param, self.code)
@@ -74,8 +76,9 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return error_response(exc.status, exc.message, exc.param, exc.code, headers)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        return error_response(exc.status, exc.message, exc.param, exc.code,
+                              {**headers, **exc.headers})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

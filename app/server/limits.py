@@ -1,8 +1,13 @@
 """Request bounds and the API key check.
 
-``BodyLimitMiddleware`` (pure ASGI) reads each request body up to ``max_body_bytes`` and
-answers 413 in OpenAI's error shape beyond it, without keeping the excess in memory (it is
-read and dropped, up to a hard cap, so the client sees the 413 instead of a reset socket).
+``BodyLimitMiddleware`` (pure ASGI) is the gate every HTTP request passes before any of its
+body is read: first the API key (401 unless the path is public, ``/health``), then the
+declared ``Content-Length`` (413 at once when it is over ``max_body_bytes``, so neither an
+unauthenticated client nor an oversized upload makes the server read a byte of body; a
+client waiting on ``Expect: 100-continue`` is never told to send it). Then it reads the body
+up to ``max_body_bytes`` and answers 413 in OpenAI's error shape beyond it (a chunked body
+has no declared length), without keeping the excess in memory (it is read and dropped, up
+to a hard cap, so the client sees the 413 instead of a reset socket).
 ``check_api_key`` compares the ``Authorization: Bearer`` token in constant time; the key is
 never logged or echoed.
 """
@@ -18,18 +23,45 @@ from localchat.app.server.errors import APIError, error_body
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20
 # Beyond this the excess is not even drained: the connection is answered and closed.
 _DRAIN_CAP_BYTES = 64 * 2**20
+# A refused request declaring more body than this gets its connection closed, so the server
+# does not go on receiving (and discarding) it to keep the connection alive.
+_KEEP_ALIVE_BODY_BYTES = 64 * 2**10
+PUBLIC_PATHS = frozenset({"/health"})
 
 
 class BodyLimitMiddleware:
-    """Answer 413 to HTTP requests whose body exceeds ``max_body_bytes`` bytes."""
+    """Refuse, before reading any body, requests without the API key (401, except on
+    ``public_paths``) and requests declaring more than ``max_body_bytes`` bytes (413); then
+    answer 413 to a body that turns out larger."""
 
-    def __init__(self, app: Any, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, app: Any, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 api_key: str | None = None, public_paths: frozenset[str] = PUBLIC_PATHS
+                 ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.api_key = api_key
+        self.public_paths = public_paths
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        declared = _content_length(headers)
+        if self.api_key is not None and scope.get("path", "") not in self.public_paths:
+            try:
+                check_api_key(headers.get(b"authorization", b"").decode("latin-1") or None,
+                              self.api_key)
+            except APIError as exc:
+                big = b"chunked" in headers.get(b"transfer-encoding", b"").lower() or \
+                    (declared or 0) > _KEEP_ALIVE_BODY_BYTES
+                await _send_json(send, 401, exc.body(), close=big,
+                                 extra=[(b"www-authenticate", b"Bearer")])
+                return
+        if declared is not None and declared > self.max_body_bytes:
+            await _send_json(send, 413, error_body(
+                413, f"request body is {declared} bytes (Content-Length); the limit is "
+                f"{self.max_body_bytes}", code="body_too_large"))
             return
         chunks: list[bytes] = []
         total = 0
@@ -62,12 +94,28 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
-async def _send_json(send: Any, status: int, body: dict) -> None:
+def _headers(scope: dict) -> dict[bytes, bytes]:
+    """The request's headers by lower-case name (the last of repeated ones)."""
+    return {bytes(name).lower(): bytes(value) for name, value in scope.get("headers", [])}
+
+
+def _content_length(headers: dict[bytes, bytes]) -> int | None:
+    """The declared body length, or None (absent or malformed: the HTTP server refuses a
+    malformed one itself; the body read below still bounds what arrives)."""
+    value = headers.get(b"content-length")
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+async def _send_json(send: Any, status: int, body: dict, close: bool = True,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode()),
-                            (b"connection", b"close")]})
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(payload)).encode()), *(extra or [])]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 

@@ -143,11 +143,23 @@ class ServerMetrics:
 
 
 KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+MODEL_ROUTE = "/v1/models/{model}"
+
+
+def route_label(path: str) -> str:
+    """The ``route`` label of ``path``: a known route, ``/v1/models/{model}`` for any model
+    id, else ``other`` (so a scanner cannot grow the label set)."""
+    if path in KNOWN_ROUTES:
+        return path
+    if path.startswith("/v1/models/") and len(path) > len("/v1/models/"):
+        return MODEL_ROUTE
+    return "other"
 
 
 class StatusCounter:
-    """Pure ASGI middleware counting responses by route and status (unknown paths are one
-    label, ``other``, so a scanner cannot grow the label set)."""
+    """Pure ASGI middleware counting responses by route and status (``route_label``). An
+    exception that escapes the app before a response started is counted as the 500 that
+    Starlette's outermost error middleware answers with."""
 
     def __init__(self, app: Any, metrics: ServerMetrics) -> None:
         self.app = app
@@ -157,12 +169,19 @@ class StatusCounter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
-        route = path if path in KNOWN_ROUTES else "other"
+        route = route_label(scope.get("path", ""))
+        started = False
 
         async def counted(message: dict) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 self.metrics.record_status(route, int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, counted)
+        try:
+            await self.app(scope, receive, counted)
+        except Exception:
+            if not started:  # ServerErrorMiddleware (outside us) answers it with a 500
+                self.metrics.record_status(route, 500)
+            raise

@@ -1,11 +1,15 @@
 """Request bodies of the OpenAI-compatible routes, validated strictly.
 
 ``parse_body`` turns raw bytes into a ``ChatCompletionRequest`` or ``CompletionRequest`` or
-raises ``APIError(400)`` naming the field: bad JSON, a wrong type (no silent coercion: strict
-pydantic), an unknown field (a typo must not be ignored silently), a value out of range.
-Ranges follow the OpenAI API (``temperature`` in [0, 2], penalties in [-2, 2], ``n`` = 1,
-``top_logprobs`` <= 20); ``top_k``, ``min_p`` and ``repetition_penalty`` are the usual
-extensions (vLLM, llama-server). Reference: the OpenAI API reference for
+raises ``APIError(400)`` naming the field: bad JSON (too deeply nested included), text that
+is not valid Unicode (a lone UTF-16 surrogate such as ``"\ud800"``), a wrong type (no silent
+coercion: strict pydantic), an unknown field (a typo must not be ignored silently), a value
+out of range or not finite, a ``null`` content in a user or system message. Ranges follow
+the OpenAI API (penalties in [-2, 2], ``n`` = 1, ``top_logprobs`` <= 20, at most 16 stop
+sequences) except ``temperature``, which takes the engine's range [0, 100] as vLLM and
+llama-server do (OpenAI's is [0, 2]), so a request means the same with and without a
+server; ``top_k``, ``min_p`` and ``repetition_penalty`` are the usual extensions (vLLM,
+llama-server). Reference: the OpenAI API reference for
 ``/v1/chat/completions`` and ``/v1/completions``; vLLM's ``protocol.py`` (read, not copied).
 
 Fields the OpenAI API defines fall in three sets (the README lists them):
@@ -29,18 +33,22 @@ silently dropped.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from localchat.app.server.errors import APIError
+from localchat.engine.sampling_params import MAX_TEMPERATURE
+
+logger = logging.getLogger("localchat.server")
 
 MAX_STOP_STRINGS = 16
 MAX_MESSAGES = 4096
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class TextPart(_Strict):
@@ -59,10 +67,11 @@ def _off(value: Any, field: str, allowed: str) -> Any:
 
 class ChatMessage(_Strict):
     """A chat message; ``developer`` is treated as ``system`` (OpenAI's newer name).
+    ``content`` may be null or absent only in an assistant message (as in OpenAI's API).
     ``refusal`` is ignored; ``tool_calls`` must be empty (no tool support)."""
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
+    content: Annotated[str | list[TextPart] | None, Field(validate_default=True)] = None
     name: str | None = None
     refusal: str | None = None
     tool_calls: list[Any] | None = None
@@ -80,6 +89,15 @@ class ChatMessage(_Strict):
                 if isinstance(part, dict) and part.get("type") != "text":
                     raise ValueError(f"content part type {part.get('type')!r} is not "
                                      "supported (only 'text')")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_unless_assistant(cls, value: Any, info: Any) -> Any:
+        role = info.data.get("role")  # validated before content (field order)
+        if value is None and role is not None and role != "assistant":
+            raise ValueError(f"a {role} message needs 'content' (a string or a list of text "
+                             "parts); only an assistant message may have null content")
         return value
 
     def text(self) -> str:
@@ -102,7 +120,7 @@ class _SamplingFields(_Strict):
 
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
@@ -122,6 +140,21 @@ class _SamplingFields(_Strict):
     @classmethod
     def _no_logit_bias(cls, value: Any) -> Any:
         return _off(value, "logit_bias", "an empty object")
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_shape(cls, value: Any) -> Any:
+        """Say what is wrong with ``stop`` (pydantic's union error would name the string
+        branch: "Input should be a valid string" for a list that is too long)."""
+        if isinstance(value, list):
+            if len(value) > MAX_STOP_STRINGS:
+                raise ValueError(f"at most {MAX_STOP_STRINGS} stop sequences are allowed, "
+                                 f"got {len(value)}")
+            if any(not isinstance(s, str) for s in value):
+                raise ValueError("'stop' must be a string or a list of strings")
+        elif value is not None and not isinstance(value, str):
+            raise ValueError("'stop' must be a string or a list of strings")
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -234,19 +267,26 @@ def ignored_fields(body: BaseModel) -> list[str]:
 
 
 def parse_body(raw: bytes, model_cls: type[_Strict]) -> Any:
-    """Validate a JSON request body.
+    """Validate a JSON request body. Whatever the bytes, the answer is the model or a 400:
+    no exception from parsing or validation escapes as a 500.
 
     Raises:
-        APIError: 400 with ``param`` = the offending field's dotted path.
+        APIError: 400 with ``param`` = the offending field's dotted path (``invalid_json``
+            for bytes that are not a JSON object).
     """
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+    data = _load_json(raw)
     if not isinstance(data, dict):
         raise APIError(400, "the body must be a JSON object", code="invalid_json")
+    bad = _surrogate_path(data)
+    if bad is not None:
+        where = ".".join(str(p) for p in bad)
+        raise APIError(400, f"'{where}' is not valid Unicode text: it holds a lone UTF-16 "
+                       "surrogate (\\ud800-\\udfff)", param=where or None,
+                       code="invalid_value")
     try:
         return model_cls.model_validate(data)
+    except RecursionError:
+        raise APIError(400, "the body nests too deeply", code="invalid_json") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in _useful_loc(err.get("loc", ())))
@@ -259,6 +299,54 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> Any:
             text = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
             message = text if text.startswith(f"'{loc}'") else f"'{loc}': {text}"
         raise APIError(400, message, param=loc or None, code="invalid_value") from None
+    except Exception as exc:  # noqa: BLE001 - a validator's bug is still the body's 400
+        logger.error("request validation failed: %s: %s", type(exc).__name__, exc)
+        raise APIError(400, f"the body could not be validated ({type(exc).__name__})",
+                       code="invalid_value") from None
+
+
+def _load_json(raw: bytes) -> Any:
+    """``json.loads(raw)``, every failure as a 400 ``invalid_json``: a syntax error, bytes
+    that are not UTF-8/16/32, nesting deeper than the parser's recursion limit, an integer
+    over Python's digit limit (a ``ValueError``), anything else."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        message = "it nests too deeply"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        message = str(exc).partition(";")[0].splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - bytes from the network never make a 500
+        message = type(exc).__name__
+    raise APIError(400, f"the body is not valid JSON: {message}", code="invalid_json")
+
+
+def _surrogate_path(data: Any) -> list[Any] | None:
+    """The path (keys and indices) of the first string in ``data``, key or value, that
+    holds a lone surrogate (JSON's ``"\\ud800"`` decodes to one; UTF-8 cannot encode it and
+    the tokenizer refuses it), or None. Iterative: nesting depth costs no stack."""
+    stack: list[tuple[list[Any], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_unicode(value):
+                return path
+        elif isinstance(value, dict):
+            items = list(value.items())
+            for key, item in reversed(items):
+                if not _is_unicode(key):
+                    return [*path, key.encode("utf-8", "backslashreplace").decode()]
+                stack.append(([*path, key], item))
+        elif isinstance(value, list):
+            stack.extend(([*path, i], item) for i, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _useful_loc(loc: tuple[Any, ...]) -> list[Any]:

@@ -3,8 +3,10 @@
 ``create_app(engine, ServerOptions(...))`` builds it. Every client's requests go to the same
 engine, so they share continuous batching and the prefix cache (a conversation's earlier turns
 are prefilled once). Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions``
-(server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /health``,
-``GET /metrics``. A client that disconnects aborts its request (its KV blocks are freed).
+(server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /v1/models/{model}``,
+``GET /health``, ``GET /metrics``. A client that disconnects aborts its request (its KV
+blocks are freed). Every path but ``/health`` needs the API key when one is set, checked
+before the body is read (``limits.BodyLimitMiddleware``).
 Reference design: vLLM's OpenAI server (``serving_chat``), llama-cpp-python's server.
 """
 
@@ -35,6 +37,8 @@ from localchat.app.server.protocol import (
 )
 
 DEFAULT_MAX_IN_FLIGHT = 64
+# Seconds a client told "queue full" (429) should wait before retrying.
+RETRY_AFTER_S = 1
 logger = logging.getLogger("localchat.server")
 
 
@@ -98,10 +102,13 @@ class _Server:
         if self.in_flight >= self.options.max_in_flight:
             raise APIError(429, f"the server is busy: {self.in_flight} requests in flight "
                            f"(limit {self.options.max_in_flight}); retry later",
-                           code="queue_full")
+                           code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str) -> int:
+    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str,
+                      prompt_param: str) -> int:
         """The ``max_tokens`` to run with (capped to the room left in the context).
+        ``param`` names the request's length field (``max_tokens`` or
+        ``max_completion_tokens``), ``prompt_param`` its prompt (``messages`` or ``prompt``).
 
         Raises:
             APIError: 400 when the prompt leaves no room, or ``max_tokens`` is above the
@@ -110,8 +117,7 @@ class _Server:
         if num_prompt >= self.max_model_len:
             raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
                            f"{self.max_model_len} tokens (prompt + reply)",
-                           param="messages" if param == "max_tokens" else "prompt",
-                           code="context_length_exceeded")
+                           param=prompt_param, code="context_length_exceeded")
         if max_tokens is not None and max_tokens > self.max_tokens_limit:
             raise APIError(400, f"'{param}' is {max_tokens}; this server allows at most "
                            f"{self.max_tokens_limit}", param=param, code="invalid_value")
@@ -130,7 +136,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
     install_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes,
+                       api_key=options.api_key)
     app.add_middleware(StatusCounter, metrics=server.metrics)
 
     @app.get("/health")
@@ -158,6 +165,15 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         return JSONResponse({"object": "list", "data": [encode.model_card(
             options.model_id, options.created, server.max_model_len)]})
 
+    @app.get("/v1/models/{model:path}")
+    async def model(request: Request, model: str) -> JSONResponse:
+        """One model's object (the ``openai`` client's ``models.retrieve``): the served
+        model under its id or an alias, else 404 ``model_not_found``."""
+        server.authorize(request)
+        server.check_model(model)
+        return JSONResponse(encode.model_card(options.model_id, options.created,
+                                              server.max_model_len))
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         server.authorize(request)
@@ -170,7 +186,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         prompt_ids = _render_chat(engine.tokenizer, body)
         param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         max_tokens = server.check_lengths(
-            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param)
+            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         params = encode.sampling_params(body, max_tokens, logprobs)
         return await _generate(server, request, "chat", prompt_ids, params, body)
@@ -182,7 +198,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         _log_ignored(request, body)
         server.check_model(body.model)
         prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
-        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens")
+        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens",
+                                          "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
         return await _generate(server, request, "text", prompt_ids, params, body)
 
@@ -235,7 +252,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
         raise APIError(500, "the engine ended the request without output") from None
     except Exception as exc:  # noqa: BLE001 - mapped to an OpenAI error, never a trace
         await _close(outputs)
-        raise _as_api_error(exc) from None
+        raise _as_api_error(exc, _prompt_param(kind)) from None
     finally:
         if not handed_over:
             server.in_flight -= 1
@@ -303,7 +320,7 @@ async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.Response
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the client gets an error event, never a trace
-        err = _as_api_error(exc)
+        err = _as_api_error(exc, _prompt_param(shape.kind))
         yield encode.sse(err.body())
     finally:
         server.in_flight -= 1
@@ -316,13 +333,18 @@ async def _close(outputs: Any) -> None:
         await outputs.aclose()
 
 
-def _as_api_error(exc: BaseException) -> APIError:
+def _prompt_param(kind: str) -> str:
+    """The request field that holds the prompt: ``messages`` (chat) or ``prompt``."""
+    return "messages" if kind == "chat" else "prompt"
+
+
+def _as_api_error(exc: BaseException, prompt_param: str | None = None) -> APIError:
     from localchat.engine.errors import ContextLengthError
 
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ContextLengthError):
-        return APIError(400, str(exc), code="context_length_exceeded")
+        return APIError(400, str(exc), param=prompt_param, code="context_length_exceeded")
     if isinstance(exc, ValueError):
         return APIError(400, str(exc), code="invalid_value")
     if type(exc).__name__ == "EngineDeadError":

@@ -11,16 +11,17 @@ import uvicorn
 
 
 class ServerThread:
-    """Serve ``app`` on ``127.0.0.1:<free port>`` until :meth:`stop` (bounded waits)."""
+    """Serve ``app`` on ``127.0.0.1:<free port>`` until :meth:`stop` (bounded waits);
+    ``config`` overrides ``uvicorn.Config``'s arguments (quiet, no access log, by default)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **config: Any) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(128)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
+        options = {"log_level": "warning", "access_log": False, "lifespan": "off",
+                   "timeout_graceful_shutdown": 2, **config}
+        self.server = uvicorn.Server(uvicorn.Config(app, **options))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True, name="test-uvicorn")
 

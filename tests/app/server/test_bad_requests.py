@@ -53,6 +53,11 @@ CASES = [
      400, "messages.0.role"),
     ("role-missing", "POST", CHAT, chat(messages=[{"content": "x"}]), GOOD, 400,
      "messages.0.role"),
+    ("content-null-user", "POST", CHAT, chat(messages=[{"role": "user", "content": None}]),
+     GOOD, 400, "messages.0.content"),
+    ("content-lone-surrogate", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": "\ud800"}]), GOOD, 400, "messages.0.content"),
+    ("deep-nesting", "POST", CHAT, b"[" * 100000 + b"]" * 100000, GOOD, 400, None),
     ("content-int", "POST", CHAT, chat(messages=[{"role": "user", "content": 5}]), GOOD, 400,
      "messages.0.content"),
     ("content-image", "POST", CHAT, chat(messages=[{"role": "user", "content": [
@@ -83,7 +88,11 @@ CASES = [
     ("metadata-int-values", "POST", CHAT, chat(metadata={"a": 1}), GOOD, 400, "metadata.a"),
     ("temperature-negative", "POST", CHAT, chat(temperature=-1), GOOD, 400, "temperature"),
     ("temperature-string", "POST", CHAT, chat(temperature="0.5"), GOOD, 400, "temperature"),
-    ("temperature-too-high", "POST", CHAT, chat(temperature=3), GOOD, 400, "temperature"),
+    ("temperature-too-high", "POST", CHAT, chat(temperature=101), GOOD, 400, "temperature"),
+    ("temperature-nan", "POST", CHAT, chat(temperature=float("nan")), GOOD, 400,
+     "temperature"),
+    ("temperature-infinite", "POST", COMP, comp(temperature=float("inf")), GOOD, 400,
+     "temperature"),
     ("top-p-zero", "POST", CHAT, chat(top_p=0), GOOD, 400, "top_p"),
     ("top-p-above-one", "POST", CHAT, chat(top_p=1.5), GOOD, 400, "top_p"),
     ("max-tokens-zero", "POST", CHAT, chat(max_tokens=0), GOOD, 400, "max_tokens"),
@@ -120,6 +129,12 @@ CASES = [
     ("user-int", "POST", CHAT, chat(user=7), GOOD, 400, "user"),
     ("prompt-over-context", "POST", CHAT,
      chat(messages=[{"role": "user", "content": "word " * 3000}]), GOOD, 400, "messages"),
+    ("prompt-over-context-max-completion-tokens", "POST", CHAT,
+     chat(messages=[{"role": "user", "content": "word " * 3000}], max_completion_tokens=4),
+     GOOD, 400, "messages"),
+    ("comp-prompt-over-context", "POST", COMP, comp(prompt="word " * 3000), GOOD, 400,
+     "prompt"),
+    ("comp-prompt-lone-surrogate", "POST", COMP, comp(prompt="\ud800"), GOOD, 400, "prompt"),
     ("body-10mb", "POST", CHAT, b'{"messages": "' + b"x" * (10 * 2**20) + b'"}', GOOD, 413,
      None),
     ("key-missing", "POST", CHAT, chat(), {}, 401, None),
@@ -171,7 +186,7 @@ def test_bad_request(http, name, method, path, body, headers, status, param):
     assert isinstance(err["type"], str) and err["type"]
     assert err["param"] == param
     assert "Traceback" not in response.text and API_KEY not in response.text
-    if name == "prompt-over-context":
+    if "over-context" in name:
         assert err["code"] == "context_length_exceeded"
         assert "2048" in err["message"]  # the context, and the prompt's length:
         assert any(w.isdigit() and int(w) > 2048 for w in err["message"].split())
@@ -181,6 +196,10 @@ def test_bad_request(http, name, method, path, body, headers, status, param):
         assert f"'{param.split('.')[-1]}' is not supported" in err["message"], err
     if name in ("misspelt-field", "comp-unknown-field"):
         assert err["message"] == f"unknown field '{param}'"
+    if name == "stop-too-many":
+        assert "at most 16 stop sequences" in err["message"], err
+    if name == "deep-nesting":
+        assert err["code"] == "invalid_json"
 
 
 def test_openai_fields_we_do_not_use_are_accepted_and_ignored(http):

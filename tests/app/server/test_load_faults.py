@@ -187,6 +187,7 @@ def test_full_queue_answers_429(async_engine):
             assert r.status_code == 429
             err = r.json()["error"]
             assert err["type"] == "rate_limit_error" and err["code"] == "queue_full"
+            assert r.headers["retry-after"].isdigit() and int(r.headers["retry-after"]) >= 1
         wait_idle(async_engine)
         r = httpx.post(server.url + "/v1/chat/completions", json=body("Hi.", stream=False),
                        timeout=120)

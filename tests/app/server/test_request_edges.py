@@ -1,0 +1,540 @@
+"""Request edges of ``localchat serve``'s app, in process (FastAPI's ``TestClient`` or the
+ASGI app called directly) over ``ScriptedEngine``: SmolLM2's real tokenizer (the one that
+refuses a lone surrogate) in front of a fixed reply, so no model is loaded.
+
+Each test pins a defect a tester found: lone surrogates and hostile JSON were 500s, 500s
+were not counted in ``/metrics``, ``temperature`` was bounded by OpenAI's 2 and not the
+engine's 100, the context error named the other route's field, streamed ``text_offset``
+restarted at 0 in every chunk, ``GET /v1/models/{model}`` was missing, 17 stop sequences got
+"should be a valid string", a 429 had no ``Retry-After``, the body was read before the key
+was checked (and a declared oversized body was not refused up front), a user message with
+``null`` content was accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+import time
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from localchat.engine.errors import ContextLengthError
+from localchat.engine.outputs import EngineStats, RequestOutput
+from localchat.engine.request import FinishReason
+from localchat.engine.sampling_params import SamplingParams
+from tests.app.fake_engine import fake_info
+
+MODEL_ID = "smollm2-135m"
+KEY = "edge-key-9c2e"
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+USER = [{"role": "user", "content": "hi"}]
+REPLY = " The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_gguf, cache_dir):
+    from localchat.engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache_dir)
+
+
+class ScriptedEngine:
+    """Streams ``REPLY``'s tokens one per output (up to ``max_tokens``), each with a
+    logprob and a runner-up when asked; or raises ``fail`` from ``generate``. Records the
+    ``SamplingParams`` it was given."""
+
+    def __init__(self, tokenizer, *, max_model_len: int = 2048, fail=None) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.is_running = True
+        self.fail = fail
+        self.reply_ids = tokenizer.encode(REPLY)
+        self.params: list[SamplingParams] = []
+
+    def get_stats(self) -> EngineStats:
+        return EngineStats(num_running=0, num_waiting=0, num_blocks=64, block_size=16,
+                           kv_cache_usage=0.0, prefix_cache_queries=0, prefix_cache_hits=0,
+                           num_preemptions=0, max_model_len=self.max_model_len)
+
+    def get_info(self):
+        return fake_info(self.max_model_len)
+
+    async def generate(self, prompt_token_ids, sampling_params, request_id=None):
+        self.params.append(sampling_params)
+        if self.fail is not None:
+            raise self.fail
+        ids = self.reply_ids[: sampling_params.max_tokens]
+        text = ""
+        for i, tid in enumerate(ids):
+            delta = self.tokenizer.decode([tid])
+            text += delta
+            last = i == len(ids) - 1
+            top = None
+            if sampling_params.logprobs is not None:
+                top = [{tid: -0.25, (tid + 1) % self.tokenizer.vocab_size: -1.5}]
+            yield RequestOutput(request_id or "r", [tid], delta, text, len(prompt_token_ids),
+                                i + 1, finished=last,
+                                finish_reason=FinishReason.LENGTH if last else None,
+                                logprobs=top)
+
+
+def make_app(engine, **options):
+    from localchat.app.server.routes import ServerOptions, create_app
+
+    return create_app(engine, ServerOptions(model_id=MODEL_ID, **options))
+
+
+@pytest.fixture
+def engine(tokenizer):
+    return ScriptedEngine(tokenizer)
+
+
+@pytest.fixture
+def client(engine):
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        yield c
+
+
+def post(client, path, body, headers=None):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(path, content=content,
+                       headers={"content-type": "application/json", **(headers or {})})
+
+
+def assert_error(response, status, param, code=None):
+    """OpenAI's error shape with ``status``, ``param`` (and ``code`` when given)."""
+    assert response.status_code == status, response.text
+    doc = response.json()
+    assert set(doc) == {"error"} and set(doc["error"]) == {"message", "type", "param", "code"}
+    err = doc["error"]
+    assert err["param"] == param, err
+    assert isinstance(err["message"], str) and "\n" not in err["message"]
+    if code is not None:
+        assert err["code"] == code, err
+    return err
+
+
+def metric(client, name):
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rpartition(" ")[2])
+    return None
+
+
+# -- 1. lone surrogates -----------------------------------------------------------------------
+
+
+def test_the_tokenizer_refuses_a_lone_surrogate(tokenizer):
+    """Why the server must check: the tokenizer raises TypeError (it was a 500)."""
+    with pytest.raises(TypeError):
+        tokenizer.encode("\ud800")
+
+
+@pytest.mark.parametrize("path,raw,param", [
+    (CHAT, b'{"messages":[{"role":"user","content":"\\ud800"}],"max_tokens":2}',
+     "messages.0.content"),
+    (CHAT, b'{"messages":[{"role":"user","content":"ok \\udfff end"}]}', "messages.0.content"),
+    (CHAT, b'{"messages":[{"role":"user","content":[{"type":"text","text":"\\ud800"}]}]}',
+     "messages.0.content.0.text"),
+    (CHAT, b'{"messages":[{"role":"user","content":"hi"}],"stop":["a","\\ud800"]}', "stop.1"),
+    # Raw UTF-8-style bytes of a surrogate: json.loads decodes bytes with surrogatepass.
+    (CHAT, b'{"messages":[{"role":"user","content":"\xed\xa0\x80"}]}', "messages.0.content"),
+    (COMP, b'{"prompt":"\\ud800"}', "prompt"),
+    (COMP, b'{"prompt":["\\ud800"],"max_tokens":2}', "prompt.0"),
+    (COMP, b'{"prompt":"hi","user":"\\ud800"}', "user"),
+])
+def test_a_lone_surrogate_is_a_400_naming_the_field(client, path, raw, param):
+    err = assert_error(post(client, path, raw), 400, param, "invalid_value")
+    assert "surrogate" in err["message"] and param in err["message"]
+
+
+def test_a_lone_surrogate_in_a_field_name_is_a_400(client):
+    err = assert_error(post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],'
+                            b'"\\ud800x":1}'), 400, "\\ud800x", "invalid_value")
+    assert "surrogate" in err["message"]
+
+
+def test_a_surrogate_pair_is_text(client):
+    """``"\\ud83d\\ude00"`` is one character (an emoji), not an error."""
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"\\ud83d\\ude00"}],'
+                           b'"max_tokens":2}')
+    assert r.status_code == 200, r.text
+    r = post(client, COMP, b'{"prompt":"\\ud83d\\ude00","max_tokens":2}')
+    assert r.status_code == 200, r.text
+
+
+# -- 2. no body makes a 500 -------------------------------------------------------------------
+
+HOSTILE = {
+    "deep-array": b"[" * 100000 + b"]" * 100000,
+    "deep-object-value": b'{"messages":' + b"[" * 100000 + b"]" * 100000 + b"}",
+    "deep-ignored-field": b'{"messages":[{"role":"user","content":"hi"}],"prediction":{"a":'
+                          + b"[" * 100000 + b"]" * 100000 + b"}}",
+    "int-over-digit-limit": b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":'
+                            + b"1" * 5000 + b"}",
+    "nul": b"\x00",
+    "utf16-garbage": b"\xff\xfe\x00\xd8",
+    "lone-high-byte": b'{"prompt":"\xff"}',
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_json_is_a_400(client, name):
+    for path in (CHAT, COMP):
+        err = assert_error(post(client, path, HOSTILE[name]), 400, None)
+        assert err["code"] == "invalid_json", (path, err)
+        assert "Traceback" not in err["message"] and "set_int_max_str_digits" not in \
+            err["message"]
+
+
+@pytest.mark.parametrize("raw", [
+    b'\xef\xbb\xbf{"prompt":"hi","max_tokens":2}', b'{"prompt":"hi","max_tokens":2}\x00',
+    b'{"prompt":"hi","max_tokens":1e999}', b'{"prompt":"hi","max_tokens":-0}',
+    b'{"prompt":"hi","logit_bias":{"1":NaN}}', b'{"prompt":{"a":[]}}', b'{"prompt":[[1]]}',
+    b'{"messages":[{"role":"user","content":[{"type":"text"}]}]}', b'{"": 1}',
+    b'{"messages":[{"role":"user","content":"hi"}],"metadata":{"a":"\\u0000"}}',
+    "{\"prompt\":\"hi\"}".encode("utf-16"), "{\"prompt\":\"hi\"}".encode("utf-32"),
+])
+def test_odd_bodies_are_never_a_500(client, raw):
+    for path in (CHAT, COMP):
+        r = post(client, path, raw)
+        assert r.status_code in (200, 400), (path, raw, r.text)
+        if r.status_code == 400:
+            assert_error(r, 400, r.json()["error"]["param"])
+
+
+def test_moderately_deep_json_is_validated_not_a_500(client):
+    """Nesting the parser accepts (a few hundred levels) reaches validation: an ignored
+    ``dict[str, Any]`` field takes it, a typed field names the field."""
+    deep = b"[" * 500 + b"]" * 500
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,'
+                           b'"prediction":{"a":' + deep + b"}}")
+    assert r.status_code == 200, r.text
+    assert_error(post(client, CHAT, b'{"messages":' + deep + b"}"), 400, "messages.0")
+
+
+# -- 3. 500s are counted --------------------------------------------------------------------
+
+
+class Exploding:
+    """A tokenizer whose chat template raises an unexpected exception (a bug: a 500)."""
+
+    vocab_size = 100
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        raise RuntimeError("boom")
+
+    def encode(self, text, add_special_tokens=False):
+        raise KeyError("boom")
+
+
+def test_unexpected_exceptions_are_counted_as_500(tokenizer):
+    engine = ScriptedEngine(tokenizer)
+    engine.tokenizer = Exploding()
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        name = 'localchat_requests_total{route="%s",status="500"}'
+        assert metric(c, name % CHAT) is None
+        for _ in range(2):
+            err = assert_error(post(c, CHAT, {"messages": USER}), 500, None)
+            assert err["type"] == "server_error" and "boom" not in err["message"]
+        assert_error(post(c, COMP, {"prompt": "hi"}), 500, None)
+        assert metric(c, name % CHAT) == 2
+        assert metric(c, name % COMP) == 1
+
+
+def test_every_status_is_counted(client):
+    post(client, CHAT, {"messages": USER, "max_tokens": 2})
+    post(client, CHAT, b"{")
+    client.get("/v1/nope")
+    name = 'localchat_requests_total{route="%s",status="%d"}'
+    assert metric(client, name % (CHAT, 200)) == 1
+    assert metric(client, name % (CHAT, 400)) == 1
+    assert metric(client, name % ("other", 404)) == 1
+
+
+# -- 4. temperature: the engine's range ----------------------------------------------------
+
+
+def test_the_engine_bounds_temperature_at_100():
+    """The reference the server follows: SamplingParams' own range [0, 100]."""
+    SamplingParams(temperature=100.0)
+    for bad in (math.nextafter(100.0, math.inf), -1e-9, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            SamplingParams(temperature=bad)
+
+
+@pytest.mark.parametrize("temperature", [0, 0.0, 2.5, 7, 100, 100.0])
+def test_temperature_in_the_engines_range_is_accepted(client, engine, temperature):
+    r = post(client, CHAT, {"messages": USER, "max_tokens": 2, "temperature": temperature})
+    assert r.status_code == 200, r.text
+    assert engine.params[-1].temperature == temperature
+    r = post(client, COMP, {"prompt": "hi", "max_tokens": 2, "temperature": temperature})
+    assert r.status_code == 200, r.text
+    assert engine.params[-1].temperature == temperature
+
+
+@pytest.mark.parametrize("raw", [repr(math.nextafter(100.0, math.inf)), "101", "-0.5",
+                                 "-1e-9", "NaN", "Infinity", "-Infinity", "1e400"])
+def test_temperature_outside_the_engines_range_is_refused(client, engine, raw):
+    for path, head in ((CHAT, b'{"messages":[{"role":"user","content":"hi"}],'),
+                       (COMP, b'{"prompt":"hi",')):
+        r = post(client, path, head + b'"temperature":' + raw.encode() + b"}")
+        assert_error(r, 400, "temperature", "invalid_value")
+    assert engine.params == []
+
+
+def test_other_floats_must_be_finite(client):
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_p":NaN}')
+    assert_error(r, 400, "top_p")
+
+
+# -- 6. the context error names the request's own field ----------------------------------------
+
+
+def test_context_length_error_names_the_prompt_field(tokenizer):
+    engine = ScriptedEngine(tokenizer, max_model_len=64)
+    long_text = "word " * 200
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        for extra in ({}, {"max_tokens": 4}, {"max_completion_tokens": 4}):
+            r = post(c, CHAT, {"messages": [{"role": "user", "content": long_text}], **extra})
+            assert_error(r, 400, "messages", "context_length_exceeded")
+        for extra in ({}, {"max_tokens": 4}):
+            r = post(c, COMP, {"prompt": long_text, **extra})
+            assert_error(r, 400, "prompt", "context_length_exceeded")
+        r = post(c, COMP, {"prompt": list(range(1, 70))})
+        assert_error(r, 400, "prompt", "context_length_exceeded")
+        # max_tokens over the server's limit still names the length field itself.
+        assert_error(post(c, CHAT, {"messages": USER, "max_completion_tokens": 65}), 400,
+                     "max_completion_tokens", "invalid_value")
+
+
+def test_an_engine_context_error_names_the_prompt_field(tokenizer):
+    engine = ScriptedEngine(tokenizer, fail=ContextLengthError("the prompt is too long"))
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        assert_error(post(c, CHAT, {"messages": USER}), 400, "messages",
+                     "context_length_exceeded")
+        assert_error(post(c, COMP, {"prompt": "hi"}), 400, "prompt", "context_length_exceeded")
+
+
+# -- 7. streamed text_offset is cumulative ----------------------------------------------------
+
+
+def sse_chunks(response):
+    chunks = []
+    for line in response.text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunks.append(json.loads(line[6:]))
+    return chunks
+
+
+@pytest.mark.parametrize("top", [0, 2])
+def test_streamed_text_offsets_are_cumulative(client, engine, top):
+    body = {"prompt": "hi", "max_tokens": 8, "logprobs": top, "temperature": 0}
+    whole = post(client, COMP, body).json()["choices"][0]
+    streamed = sse_chunks(post(client, COMP, {**body, "stream": True}))
+    logprobs = [c["choices"][0]["logprobs"] for c in streamed if c["choices"][0]["logprobs"]]
+    assert len(logprobs) == 8  # one token per chunk here
+    tokens = [t for lp in logprobs for t in lp["tokens"]]
+    offsets = [o for lp in logprobs for o in lp["text_offset"]]
+    text = "".join(c["choices"][0]["text"] for c in streamed)
+    # Independent reference: where each token starts in the completion's text.
+    assert text == whole["text"] == "".join(tokens)
+    expected = [len("".join(tokens[:i])) for i in range(len(tokens))]
+    assert offsets == expected == whole["logprobs"]["text_offset"]
+    assert offsets[1] > 0 and len(set(offsets)) == len(offsets)
+    assert tokens == whole["logprobs"]["tokens"]
+
+
+# -- 8. GET /v1/models/{model} ----------------------------------------------------------------
+
+
+def test_models_retrieve_with_the_openai_client(engine):
+    app = make_app(engine, aliases=("smollm2",))
+    with TestClient(app) as http, openai.OpenAI(
+            base_url="http://testserver/v1", api_key="unused", http_client=http,
+            max_retries=0) as oa:
+        listed = oa.models.list().data[0]
+        for name in (MODEL_ID, "smollm2"):
+            got = oa.models.retrieve(name)
+            assert got.id == MODEL_ID == listed.id and got.object == "model"
+            assert got.created == listed.created and got.owned_by == listed.owned_by
+        with pytest.raises(openai.NotFoundError) as info:
+            oa.models.retrieve("gpt-9")
+        assert info.value.code == "model_not_found"
+        assert info.value.body["param"] == "model"
+
+
+def test_a_model_id_with_a_slash_is_retrieved(engine):
+    from localchat.app.server.routes import ServerOptions, create_app
+
+    app = create_app(engine, ServerOptions(model_id="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    with TestClient(app) as c:
+        r = c.get("/v1/models/HuggingFaceTB/SmolLM2-135M-Instruct")
+        assert r.status_code == 200 and r.json()["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+        assert_error(c.get("/v1/models/HuggingFaceTB"), 404, "model", "model_not_found")
+        text = c.get("/metrics").text
+        assert 'route="/v1/models/{model}",status="200"' in text
+        assert 'route="/v1/models/{model}",status="404"' in text
+
+
+def test_models_retrieve_needs_the_key(engine):
+    with TestClient(make_app(engine, api_key=KEY)) as c:
+        assert_error(c.get(f"/v1/models/{MODEL_ID}"), 401, None)
+        r = c.get(f"/v1/models/{MODEL_ID}", headers={"authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200 and r.json()["id"] == MODEL_ID
+
+
+# -- 9. stop: at most 16 -----------------------------------------------------------------------
+
+
+def test_seventeen_stop_sequences_are_refused_as_too_many(client, engine):
+    for path, base in ((CHAT, {"messages": USER}), (COMP, {"prompt": "hi"})):
+        err = assert_error(post(client, path, {**base, "stop": [f"s{i}" for i in range(17)]}),
+                           400, "stop", "invalid_value")
+        assert "at most 16 stop sequences" in err["message"], err
+        assert "valid string" not in err["message"]
+        r = post(client, path, {**base, "max_tokens": 2, "stop": [f"s{i}" for i in range(16)]})
+        assert r.status_code == 200, r.text
+        assert engine.params[-1].stop == tuple(f"s{i}" for i in range(16))
+
+
+@pytest.mark.parametrize("stop", [5, [5], ["a", None], {"a": 1}])
+def test_a_stop_of_the_wrong_type_says_so(client, stop):
+    err = assert_error(post(client, CHAT, {"messages": USER, "stop": stop}), 400, "stop")
+    assert "a string or a list of strings" in err["message"], err
+
+
+# -- 10. Retry-After on 429 ---------------------------------------------------------------------
+
+
+def test_queue_full_has_retry_after(engine):
+    with TestClient(make_app(engine, max_in_flight=0)) as c:
+        for path, body in ((CHAT, {"messages": USER}), (COMP, {"prompt": "hi"})):
+            r = post(c, path, body)
+            assert_error(r, 429, None, "queue_full")
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
+
+
+# -- 11. the key before the body; a declared oversized body refused up front ----------------------
+
+
+def call_asgi(app, path, headers, body_parts, method="POST"):
+    """Call ``app`` directly; returns (status, headers, body, receive calls)."""
+    calls = 0
+    parts = list(body_parts)
+    sent = []
+
+    async def receive():
+        nonlocal calls
+        calls += 1
+        if parts:
+            chunk = parts.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
+        await asyncio.sleep(3600)  # a client still sending
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+             "root_path": "", "query_string": b"", "client": ("127.0.0.1", 1),
+             "server": ("testserver", 80),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body, calls
+
+
+def test_the_key_is_checked_before_the_body_is_read(engine):
+    app = make_app(engine, api_key=KEY)
+    big = [b"x" * 65536] * 8
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {KEY}"}):
+        for path in (CHAT, COMP, "/v1/models", "/v1/nope"):
+            status, hdrs, body, calls = call_asgi(
+                app, path, {"content-type": "application/json", "content-length": str(2**19),
+                            **headers}, big)
+            assert status == 401, (path, headers)
+            assert calls == 0, "the body was read before the key was checked"
+            assert hdrs[b"www-authenticate"] == b"Bearer"
+            assert json.loads(body)["error"]["type"] == "authentication_error"
+            assert KEY.encode() not in body
+    # /health stays public; with the key the request goes through.
+    status, _, body, _ = call_asgi(app, "/health", {}, [b""], method="GET")
+    assert status == 200 and json.loads(body) == {"status": "ok", "auth": True}
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "content-length": "2"}, [b"{}"])
+    assert status == 400 and calls >= 1
+
+
+def test_a_declared_oversized_body_is_refused_before_reading(engine):
+    app = make_app(engine, api_key=KEY, max_body_bytes=1000)
+    status, hdrs, body, calls = call_asgi(
+        app, CHAT, {"authorization": f"Bearer {KEY}", "content-length": "99999999"}, [b"{}"])
+    assert status == 413 and calls == 0
+    err = json.loads(body)["error"]
+    assert err["code"] == "body_too_large" and "99999999" in err["message"]
+    assert hdrs[b"connection"] == b"close"
+    # At the limit the body is read; a chunked body over it is still refused once read.
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "content-length": "1000"}, [b" " * 998 + b"{}"])
+    assert status == 400 and calls == 1
+    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
+                                                "transfer-encoding": "chunked"},
+                                    [b" " * 600, b" " * 600])
+    assert status == 413 and calls == 2
+    text = TestClient(app).get("/metrics", headers={"authorization": f"Bearer {KEY}"}).text
+    assert f'localchat_requests_total{{route="{CHAT}",status="413"}} 2' in text
+
+
+def test_a_live_server_answers_413_at_once(engine):
+    """Over a socket (uvicorn): a declared Content-Length of 99999999 with a 2-byte body
+    gets its 413 at once, without the server waiting for the rest."""
+    from tests.app.server.live import ServerThread
+
+    server = ServerThread(make_app(engine, api_key=KEY)).start()
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        for auth, status in ((f"Authorization: Bearer {KEY}\r\n", b"413"), ("", b"401")):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                start = time.monotonic()
+                sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
+                             "application/json\r\nContent-Length: 99999999\r\n\r\n{}".encode())
+                reply = b""
+                while b"\r\n\r\n" not in reply:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    reply += data
+                assert reply.split(b" ")[1] == status, reply
+                assert time.monotonic() - start < 5
+    finally:
+        server.stop()
+
+
+# -- 12. null content --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer"])
+def test_null_content_is_refused_unless_assistant(client, role):
+    messages = [{"role": role, "content": None}, *USER]
+    err = assert_error(post(client, CHAT, {"messages": messages}), 400,
+                       "messages.0.content", "invalid_value")
+    assert role in err["message"]
+    messages = [{"role": role}, *USER]  # absent is null too
+    assert_error(post(client, CHAT, {"messages": messages}), 400, "messages.0.content")
+
+
+def test_assistant_content_may_be_null(client, engine):
+    messages = [*USER, {"role": "assistant", "content": None}, *USER]
+    r = post(client, CHAT, {"messages": messages, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    r = post(client, CHAT, {"messages": [*USER, {"role": "assistant"}, *USER], "max_tokens": 2})
+    assert r.status_code == 200, r.text
