@@ -45,3 +45,20 @@ def keyed_server(async_engine):
     server = serve(async_engine, api_key=API_KEY)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """A subprocess environment with a fresh LOCALCHAT_HOME whose cache links to the shared
+    model cache (no other LOCALCHAT_ variable, no colour switches)."""
+    import os
+
+    from localchat.app import settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("LOCALCHAT_") and k not in ("FORCE_COLOR", "NO_COLOR")}
+    e["LOCALCHAT_HOME"] = str(home)
+    return e

@@ -23,20 +23,6 @@ from tests.app.server.live import ServerThread
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture
-def env(tmp_path) -> dict[str, str]:
-    """A fresh LOCALCHAT_HOME whose cache links to the shared model cache."""
-    from localchat.app import settings
-
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("LOCALCHAT_") and k not in ("FORCE_COLOR", "NO_COLOR")}
-    e["LOCALCHAT_HOME"] = str(home)
-    return e
-
-
 def ask(env, *args, timeout=300):
     return subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", *args],
                           stdin=subprocess.DEVNULL, capture_output=True, env=env,

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from tests.app.server.live import ServerThread
-from tests.app.server.test_ask_backend import QUESTION, ask, env, fake_openai, history  # noqa: F401
+from tests.app.server.test_ask_backend import QUESTION, ask, fake_openai, history
 
 
 def _jsonl(env, lines, *args):
@@ -44,8 +44,8 @@ def test_chat_jsonl_reports_a_refused_turn_and_goes_on(env):
                 "message": "the prompt is 9031 tokens; the context holds 8192",
                 "type": "invalid_request_error", "param": "messages",
                 "code": "context_length_exceeded"}})
-        return await [r for r in app.routes if getattr(r, "path", "") ==
-                      "/v1/chat/completions"][0].endpoint(request)
+        answer = next(r for r in app.routes if getattr(r, "path", "") == "/v1/chat/completions")
+        return await answer.endpoint(request)
 
     server = ServerThread(refusing).start()
     try:
