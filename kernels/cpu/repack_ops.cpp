@@ -141,18 +141,29 @@ inline int64_t blk_q8_0(const uint8_t* b, int8_t* q, uint16_t* s, uint16_t*) {
   return 0;
 }
 
+// 8 bits of `byte` -> 8 bytes, byte i = 0x10 when bit i is set, else 0 (the multiply puts a
+// copy of the byte in every lane, the mask keeps bit i in lane i, the add carries any set
+// bit of a lane into its top bit).
+inline uint64_t spread_bits_x10(uint32_t byte) {
+  const uint64_t v = (byte * 0x0101010101010101ULL) & 0x8040201008040201ULL;
+  return ((v + 0x7F7F7F7F7F7F7F7FULL) & 0x8080808080808080ULL) >> 3;
+}
+
 template <bool Q5_1>
 inline int64_t blk_q5(const uint8_t* b, int8_t* __restrict q, uint16_t* s, uint16_t* m) {
   const int off = Q5_1 ? 4 : 2;
   s[0] = ld16(b);
   if (Q5_1) m[0] = ld16(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + off, 4);
+  uint8_t hb[32];  // weight j's fifth bit as 0x10: bit j of the little-endian qh
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t w = spread_bits_x10(b[off + i]);
+    std::memcpy(hb + 8 * i, &w, 8);
+  }
   const uint8_t* __restrict qs = b + off + 4;
   const int bias = Q5_1 ? 0 : 16;
   for (int j = 0; j < 16; ++j) {
-    q[j] = static_cast<int8_t>(((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - bias);
-    q[16 + j] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - bias);
+    q[j] = static_cast<int8_t>(((qs[j] & 0x0F) | hb[j]) - bias);
+    q[16 + j] = static_cast<int8_t>(((qs[j] >> 4) | hb[16 + j]) - bias);
   }
   return 0;
 }
