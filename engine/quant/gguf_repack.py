@@ -25,6 +25,13 @@ sub-scale and a <= 6-bit q add at most 12) and the only rounding is the final ``
 same single rounding ``gguf.quants.dequantize`` performs, so :func:`dequantize_repacked` equals
 gguf's numpy dequantization bit for bit. Block formats: ggml's ``ggml-common.h`` /
 ``ggml-quants.c`` and the ``gguf`` package's ``quants.py`` (read, not copied).
+
+Two implementations: the C++ op ``localchat.kernels.cpu.gguf_repack`` (``kernels/cpu/
+repack_ops.cpp``, every quantized type here, threads over rows; :func:`repack_gguf_into`
+writes straight into given tensors, e.g. a layer's rows) where the CPU kernels are built, and
+the numpy path (:func:`_decode`, :func:`_repack_numpy`) otherwise (no compiler,
+``LOCALCHAT_KERNELS=reference``): the reference the C++ op equals bit for bit
+(``tests/kernels/test_cpu_gguf_repack.py``).
 """
 
 from __future__ import annotations
@@ -299,7 +306,7 @@ def repack_gguf_tensor(
     ``ModelLoadError`` for an unsupported type or a byte count that does not match.
     """
     raw = _checked_bytes(raw, ggml_type, shape, tensor_name)
-    name, block, type_size, layout = GGML_TYPES[ggml_type]
+    name, _, _, layout = GGML_TYPES[ggml_type]
     if layout == "float":
         np_dtype, dtype = _FLOAT_DTYPES[name]
         t = torch.from_numpy(raw.view(np_dtype).reshape(shape).copy())
