@@ -30,9 +30,15 @@ from ..quant.gguf_repack import (
     repack_gguf_tensor,
     scale_dtype,
     unpermute_rows,
+    unpermute_source_rows,
 )
 from ..quant.methods import LinearMethod
-from ..quant.native import NativeInt4LinearMethod, copy_repacked_rows, native_method
+from ..quant.native import (
+    NativeInt4LinearMethod,
+    copy_repacked_rows,
+    native_method,
+    repack_into_rows,
+)
 from .gguf import _tensor_index, check_gguf_header, hf_name
 from .quantized import materialize
 
@@ -151,20 +157,25 @@ def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, 
         if end > data.shape[0]:
             raise ModelLoadError(f"cannot read GGUF file {path}: truncated at tensor {t['name']}")
         shape = tuple(reversed(t["dims"]))
-        w = repack_gguf_tensor(data[t["offset"]:end], t["type"], shape, t["name"])
-        if permute and ".q_proj." in name:
-            w = unpermute_rows(w, config.num_heads)
-        elif permute and ".k_proj." in name:
-            w = unpermute_rows(w, config.num_kv_heads)
+        raw = data[t["offset"]:end]
+        heads = (config.num_heads if ".q_proj." in name else
+                 config.num_kv_heads if ".k_proj." in name else None) if permute else None
         module, pname, shard = model.weight_target(name)
         try:
             if module in quantized and pname == "weight":
                 layer = quantized[module]
                 rows = layer.shard_range(shard) if shard is not None else (0, layer.out_features)
-                copy_repacked_rows(layer, w, *rows)
+                # the C++ op writes the layer's rows directly (the Q/K unpermute as its row
+                # order); otherwise repack, unpermute and copy
+                source_rows = None if heads is None or len(shape) != 2 \
+                    else unpermute_source_rows(shape[0], heads)
+                if not repack_into_rows(layer, raw, t["type"], shape, *rows, source_rows,
+                                        t["name"]):
+                    w = _repacked(raw, t, shape, heads)
+                    copy_repacked_rows(layer, w, *rows)
                 pending.discard((module, shard))
             else:
-                tensor = dequantize_repacked(w).to(dtype)
+                tensor = dequantize_repacked(_repacked(raw, t, shape, heads)).to(dtype)
                 loaded |= model.load_weights([(name, tensor.to(device))])
         except ValueError as exc:
             raise ModelLoadError(f"{path}: {t['name']}: {exc}") from exc
@@ -177,6 +188,13 @@ def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, 
     if missing:
         shown = ", ".join(missing[:3])
         raise ModelLoadError(f"{path}: checkpoint is missing {len(missing)} tensors ({shown})")
+
+
+def _repacked(raw, t: dict, shape: tuple, heads: int | None):
+    """Tensor-table entry ``t``'s bytes ``raw`` repacked, Q/K rows unpermuted over ``heads``
+    (llama.cpp's permutation; None: none)."""
+    w = repack_gguf_tensor(raw, t["type"], shape, t["name"])
+    return w if heads is None else unpermute_rows(w, heads)
 
 
 def _shards(layer: Linear) -> list:

@@ -159,6 +159,44 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     return Int8GroupLinearMethod(device, group, has_mins, kernel, sdtype)
 
 
+def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, int],
+                     start: int, end: int, source_rows: torch.Tensor | None = None,
+                     tensor_name: str = "?") -> bool:
+    """Repack GGUF tensor bytes ``raw`` (``shape [end - start, K]``) straight into rows
+    ``[start, end)`` of ``layer``'s stored layout with the C++ op (``gguf_repack.
+    repack_gguf_into``; ``source_rows`` an optional row permutation): no intermediate tensor.
+    Only where the layer's layout is the tensor's own (same int4 / int8 layout, group size,
+    scale dtype and mins); returns False, writing nothing, otherwise or without the C++
+    kernels (the caller then repacks and calls :func:`copy_repacked_rows`).
+
+    Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a corrupt tensor.
+    """
+    from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
+
+    method = layer.quant_method
+    layout = GGML_TYPES[ggml_type][3] if ggml_type in GGML_TYPES else None
+    if layout not in ("int4", "int8") or len(shape) != 2 or layer.qweight.device.type != "cpu":
+        return False
+    n, k = shape
+    if n != end - start or k != layer.in_features:
+        raise ValueError(f"shape mismatch: checkpoint {[n, k]}, model "
+                         f"{[end - start, layer.in_features]}")
+    group, has_mins = repacked_group(ggml_type)
+    sdtype = scale_dtype(ggml_type)
+    if isinstance(method, NativeInt4LinearMethod):
+        same = layout == "int4" and method.scale_dtype == sdtype
+    elif isinstance(method, Int8GroupLinearMethod):
+        same = (layout == "int8" and method.group_size == group
+                and method.has_mins == has_mins and method.scale_dtype == sdtype)
+    else:
+        same = False
+    if not same:
+        return False
+    mins = layer.mins[start:end] if has_mins else None
+    return repack_gguf_into(raw, ggml_type, shape, layer.qweight[start:end],
+                            layer.scales[start:end], mins, source_rows, tensor_name)
+
+
 def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:
     """Copy ``RepackedWeight`` ``w`` (``[end - start, K]``) into rows ``[start, end)`` of
     ``layer``'s stored layout, widening int4 -> int8 and groups 32 -> 16 exactly.

@@ -20,7 +20,9 @@ integer-dot ``int4_matmul_a8`` / ``int8_matmul_a8`` (activations quantized per 3
 int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VNNI
 (``vpdpbusd``) when the CPU has it (:func:`has_vnni`) and the AVX2 ``maddubs`` path otherwise.
 ``int4_dequantize`` / ``int8_dequantize`` write blocks of dequantized weight rows (fp32 or bf16)
-for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``).
+for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``). ``gguf_repack`` moves a GGUF
+tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repack``, whose numpy
+path is its reference).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_ops.cpp", "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
            "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
            "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
-           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp")
+           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp",
+           "repack_ops.cpp")
 _NAME = "localchat_cpu_kernels"
 # at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
 # kernel runs on the calling thread whatever torch.set_num_threads says. The library then
@@ -356,3 +359,27 @@ def float_matmul_t(x, weight_t, bias=None, isa: int | None = None):
     k = 0..K-1 in order, one fma per k (fmm.h), so batch and thread invariant like
     :func:`float_matmul`. Raises ``RuntimeError`` on other dtypes or mismatched shapes."""
     return _ops().float_matmul_t(x, weight_t, bias, _isa(isa))
+
+
+# GGML types the C++ repack takes (``repack_ops.cpp``): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+# Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
+GGUF_REPACK_TYPES = frozenset({2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20})
+
+
+def gguf_repack(raw, ggml_type: int, qweight, scales, mins=None, rows=None) -> int:
+    """Repack GGUF blocks onto the engine's int4 / int8 layout, in place (``repack_ops.cpp``).
+
+    ``raw``: contiguous 1-D uint8, ``S`` source rows of ``K / block`` blocks of GGML type
+    ``ggml_type`` (one of :data:`GGUF_REPACK_TYPES`); ``qweight``: contiguous uint8
+    ``[N, K // 2]`` (int4 types: Q4_0, Q4_1, Q4_K) or int8 ``[N, K]``; ``scales`` (and
+    ``mins`` for Q4_0, Q4_1, Q4_K, Q5_1, Q5_K, Q2_K, else None): contiguous ``[N, K // G]``,
+    fp16 for the types with fp16 block scales, fp32 for the K-quants
+    (``localchat.engine.quant.gguf_repack``'s module docstring has the layouts, G and the scale
+    rules); ``rows`` (optional int64 ``[N]``): output row ``r`` takes source row ``rows[r]``
+    (without it ``S == N``). Threads over rows (``at::parallel_for``); portable scalar code
+    (memory bound), no ISA paths. The values equal the numpy path of
+    ``engine.quant.gguf_repack.repack_gguf_tensor`` bit for bit (its reference and oracle).
+    Returns how many scale / min values an fp16 store changed (Q4_0's ``-8 d`` beyond the fp16
+    range: the caller's corrupt-file error). Raises ``RuntimeError`` on an unsupported type or
+    a bad shape, dtype or layout."""
+    return int(_ops().gguf_repack(raw, int(ggml_type), qweight, scales, mins, rows))

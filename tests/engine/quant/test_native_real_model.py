@@ -165,6 +165,35 @@ def test_cache_round_trip_and_stale_entry_rebuilt(smollm2_gguf, smollm2_engine, 
     assert torch.equal(teacher_forced_logits(first, short), teacher_forced_logits(second, short))
 
 
+def test_direct_repack_equals_repack_then_copy(smollm2_gguf, smollm2_engine, monkeypatch):
+    """The loader's C++ repack straight into each layer's rows (llama's Q/K unpermute as its
+    row order) holds the same bits as repacking each tensor alone, unpermuting and copying
+    (the path without the kernels); every quantized projection took the direct path."""
+    from localchat.engine.loader import native as loader
+
+    if not cpu.available():
+        pytest.skip("CPU kernels not built")
+    config = smollm2_engine.model_config
+    calls = []
+    real = loader.repack_into_rows
+
+    def counted(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(loader, "repack_into_rows", counted)
+    direct = _native(smollm2_gguf, config, None, "dequant", use_cache=False)
+    assert calls and all(calls), calls  # 30 layers x 7 projections, the embedding
+    monkeypatch.setattr(loader, "repack_into_rows", lambda *a, **k: False)
+    copied = _native(smollm2_gguf, config, None, "dequant", use_cache=False)
+    a, b = direct.state_dict(), copied.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and torch.equal(
+            a[name].view(torch.uint8) if a[name].dim() else a[name],
+            b[name].view(torch.uint8) if b[name].dim() else b[name]), name
+
+
 def test_native_on_a_float_checkpoint_is_unquantized(tmp_path):
     from localchat.engine.loader import load_model_config
     from localchat.engine.quant.schemes import QuantScheme
