@@ -24,10 +24,10 @@ from ..errors import ModelLoadError
 from ..layers.linear import Linear
 from ..quant.cache import NATIVE_FORMAT, cache_path, load_quantized_mmap, save_quantized
 from ..quant.gguf_repack import (
-    GGML_TYPES,
     dequantize_repacked,
     ggml_layout,
     repack_gguf_tensor,
+    repacked_group,
     scale_dtype,
     unpermute_rows,
     unpermute_source_rows,
@@ -48,10 +48,10 @@ logger = logging.getLogger(__name__)
 def _layout_of(t: dict) -> tuple[str, int, bool, torch.dtype | None]:
     """``(layout, group_size, has_mins, scale_dtype)`` a tensor-table entry repacks onto."""
     layout = ggml_layout(t["type"], t["name"])
-    qname, block = GGML_TYPES[t["type"]][0], GGML_TYPES[t["type"]][1]
-    group = 16 if qname in ("Q6_K", "Q3_K", "Q2_K") else (32 if block > 1 else 0)
-    return (layout, group, qname in ("Q4_0", "Q4_1", "Q4_K", "Q5_1", "Q5_K", "Q2_K"),
-            scale_dtype(t["type"]))
+    if layout == "float":
+        return (layout, 0, False, None)
+    group, has_mins = repacked_group(t["type"])
+    return (layout, group, has_mins, scale_dtype(t["type"]))
 
 
 def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
