@@ -41,7 +41,8 @@ def plan_command(
                                  show_default=False)
     ] = None,
     quant: Annotated[
-        str, typer.Option("--quant", help="auto, none, fp8, int8 or int4.")
+        str, typer.Option("--quant", help="auto, native (a GGUF's own format), none, fp8, "
+                                          "int8 or int4.")
     ] = "auto",
     max_num_seqs: Annotated[
         int, typer.Option("--max-num-seqs", help="Conversations held in the KV cache at once.")
@@ -60,8 +61,8 @@ def plan_command(
         raise CliUsageError(f"{context_origin} must be positive, got {context}")
     if max_num_seqs <= 0:
         raise CliUsageError(f"--max-num-seqs must be positive, got {max_num_seqs}")
-    if quant not in ("auto", "none", "fp8", "int8", "int4"):
-        raise CliUsageError(f"--quant {quant}: choose auto, none, fp8, int8 or int4")
+    if quant not in ("auto", "native", "none", "fp8", "int8", "int4"):
+        raise CliUsageError(f"--quant {quant}: choose auto, native, none, fp8, int8 or int4")
     try:
         budget = parse_size(memory) if memory is not None else None
     except ValueError as e:
@@ -129,20 +130,47 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
                             f"context of at most {trained} tokens (use {trained} or less)")
     ctx = context or default_context(trained, device.type)
     plan = plan_memory(target.config, budget, ctx, max_num_seqs,
-                       drafted.config if drafted else None, device, quant=quant,
+                       drafted.config if drafted else None, device,
+                       quant="auto" if quant == "native" else quant,
                        int4_group_size=target.int4_group_size,
                        draft_int4_group_size=drafted.int4_group_size if drafted else None,
                        native_weight_bytes=None if drafted else _native_bytes(model, target.config,
                                                                              device))
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
+    native = _native_row(model, target.config, device, plan)
+    if quant == "native" and native is None:
+        raise CliUsageError(f"--quant native: {target.name} is not a local GGUF file, so it "
+                            "has no format of its own (choose auto, none, fp8, int8 or int4)")
     return {
         "model": _describe(target),
         "draft": _describe(drafted) if drafted else None,
         "available_bytes": available,
         **plan.to_dict(),
-        "native": _native_row(model, target.config, device, plan),
+        "native": native,
+        "quant": quant,
+        "loads": _loaded_format(model, device, plan, native, quant, drafted is not None),
         "notes": notes,
     }
+
+
+def _loaded_format(spec: str, device, plan, native: dict[str, Any] | None, quant: str,
+                   drafted: bool) -> str:
+    """The weight format ``ask`` / ``serve`` load under ``--quant quant``: the GGUF's own
+    (``native``) when forced, or under ``auto`` where it holds no more than the planner's
+    choice and the device runs it well (``engine.memory.auto.choose_scheme`` and
+    ``loader.native.native_is_fast``, the rule the engine applies); else the plan's choice."""
+    if native is None or quant not in ("auto", "native") or (drafted and quant == "auto"):
+        return plan.choice.format
+    if quant == "native":
+        return "native"
+    if native["weight_bytes"] > plan.choice.weight_bytes:
+        return plan.choice.format
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import resolve_model
+    from localchat.engine.loader.native import native_is_fast
+
+    path = resolve_model(spec, cache_dir=cache_dir(), download=False).path
+    return "native" if native_is_fast(path, device.type, cache_dir()) else plan.choice.format
 
 
 def _native_bytes(spec: str, config, device) -> int | None:
@@ -226,8 +254,15 @@ def _print_table(r: dict[str, Any]) -> None:
                    f"{'fits' if n['fits'] else 'does not fit'}")
     c = r["choice"]
     how = "forced" if r["forced"] else "best that fits"
-    typer.echo(f"choice:  {c['format']} at {c['context_len']} tokens ({how}; "
-               f"{_gib(c['total_bytes'])} of {_gib(r['budget_bytes'])})")
+    if r["loads"] == "native" and r.get("native") and c["format"] != "native":
+        n = r["native"]
+        why = "forced" if r["quant"] == "native" else \
+            f"auto: the GGUF's own format, no bigger than {c['format']}"
+        typer.echo(f"choice:  native at {n['context_len']} tokens ({why}; "
+                   f"{_gib(n['total_bytes'])} of {_gib(r['budget_bytes'])})")
+    else:
+        typer.echo(f"choice:  {c['format']} at {c['context_len']} tokens ({how}; "
+                   f"{_gib(c['total_bytes'])} of {_gib(r['budget_bytes'])})")
     for note in [r["note"], *r["notes"]]:
         if note:
             typer.echo(f"note:    {note}")

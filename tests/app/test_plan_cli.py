@@ -181,3 +181,36 @@ def test_hub_repo_plans_from_config_and_headers_only(tmp_path, tiny_folders):
         for r in ranges:
             first, last = r.removeprefix("bytes=").split("-")
             assert int(last) - int(first) < len(weights) // 10  # the header, not the body
+
+
+def test_auto_choice_is_what_the_engine_loads(capsys, smollm2_gguf, cache_dir):
+    """``plan``'s choice under ``auto`` names the format ``LLMEngine.from_path`` resolves
+    ``auto`` to (``engine_build.resolve_auto_quant``), the GGUF's own format included."""
+    from localchat.engine.config import EngineConfig
+    from localchat.engine.engine_build import resolve_auto_quant
+    from localchat.engine.loader import load_model_config
+
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    config = load_model_config(smollm2_gguf, cache_dir)
+    resolved, _ = resolve_auto_quant(smollm2_gguf, config, EngineConfig(device="cpu"), 2048,
+                                     cache_dir)
+    scheme = resolved.quant.scheme
+    assert plan["loads"] == (scheme if scheme == "native" else plan["choice"]["format"])
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu")
+    choice = next(ln for ln in out.splitlines() if ln.startswith("choice:"))
+    assert choice.startswith(f"choice:  {plan['loads']} at 2048 tokens"), choice
+
+
+def test_quant_native(capsys, smollm2_gguf, tiny_folders):
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu", "--quant", "native")
+    assert code == 0, err
+    assert any(ln.startswith("choice:  native at 2048 tokens (forced")
+               for ln in out.splitlines()), out
+    code, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--memory", "2GiB",
+                              "--quant", "native")
+    assert code == 2 and "not a local GGUF" in err
