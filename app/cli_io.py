@@ -236,7 +236,10 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
         rv = command.main(args=args, prog_name=PROG, standalone_mode=False)
         return rv if isinstance(rv, int) else EXIT_OK
     except _NoArgsIsHelpError as e:
-        typer.echo(e.ctx.get_help() if e.ctx else str(e))
+        # typer's rich help is printed while the error is built (ctx.get_help() writes it);
+        # a plain click help comes back as the message
+        if e.message.strip():
+            typer.echo(e.message)
         return EXIT_OK
     except click_exc.UsageError as e:
         error(_usage_message(e))

@@ -61,7 +61,8 @@ def show() -> None:
         cli_io.warn(f"config file: unknown key '{name}' (ignored)")
 
 
-@config_app.command("set")
+# a value may start with "-" (a negative penalty, a system prompt "-be brief")
+@config_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_(key: KeyArg, value: Annotated[str, typer.Argument(help="The new value.")]) -> None:
     """Set KEY to VALUE in config.toml (checked first; other lines are kept)."""
     _write(key, value)

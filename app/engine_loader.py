@@ -71,19 +71,22 @@ def check_context(options: LoadOptions, source: Any) -> None:
     """Refuse a context longer than the model was trained for, naming both numbers.
 
     Raises:
-        CliUsageError: ``options.context`` exceeds the model's ``max_position_embeddings``.
+        CliUsageError: ``--context`` exceeds the model's ``max_position_embeddings`` (exit 2).
+        SettingError: the ``context`` setting (config.toml or ``LOCALCHAT_CONTEXT``) does
+            (exit 1, as any bad setting).
     """
     if options.context is None:
         return
     from localchat.app.cli_io import CliUsageError
-    from localchat.app.settings import cache_dir
+    from localchat.app.settings import SettingError, cache_dir
     from localchat.engine.loader import load_model_config
 
     trained = load_model_config(Path(source.path), cache_dir()).max_position_embeddings
     if options.context > trained:
         name = getattr(source, "alias", None) or options.model
-        raise CliUsageError(f"{options.context_origin} {options.context}: {name} was trained "
-                            f"for a context of at most {trained} tokens (use {trained} or less)")
+        error = CliUsageError if options.context_origin == "--context" else SettingError
+        raise error(f"{options.context_origin} {options.context}: {name} was trained "
+                    f"for a context of at most {trained} tokens (use {trained} or less)")
 
 
 def load(options: LoadOptions, *, progress: Progress | None = None,

@@ -1,8 +1,8 @@
 """``--context N`` / ``-C``, ``context`` in config.toml and ``LOCALCHAT_CONTEXT`` (issue 18).
 
 Precedence flag > environment > config file > default, as the other settings; the engine's KV
-pool is sized from it; a value above the model's trained context is a usage error naming both
-numbers; ``ask --json`` reports the value in use. The trained context is read independently
+pool is sized from it; a value above the model's trained context is refused naming both
+numbers (a usage error for the flag, a setting error, exit 1, for config.toml / the env); ``ask --json`` reports the value in use. The trained context is read independently
 from the model file (``load_model_config``), never hard-coded.
 """
 
@@ -57,11 +57,14 @@ def test_context_above_the_trained_one_names_both_numbers(smollm2_gguf, cache_di
     trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
     source = resolve_model(str(smollm2_gguf), cache_dir=cache_dir, download=False)
     check_context(LoadOptions(str(smollm2_gguf), context=trained), source)  # the limit is ok
-    with pytest.raises(CliUsageError) as info:
+    with pytest.raises(SettingError) as info:  # a bad setting: exit 1, as the README says
         check_context(LoadOptions(str(smollm2_gguf), context=trained + 1,
                                   context_origin="LOCALCHAT_CONTEXT"), source)
     msg = str(info.value)
     assert f"LOCALCHAT_CONTEXT {trained + 1}" in msg and f"{trained} tokens" in msg
+    with pytest.raises(CliUsageError, match=f"--context {trained + 1}"):  # a bad flag: exit 2
+        check_context(LoadOptions(str(smollm2_gguf), context=trained + 1,
+                                  context_origin="--context"), source)
 
 
 def test_engine_kv_pool_follows_the_context(smollm2_gguf, cache_dir):
