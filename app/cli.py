@@ -44,6 +44,17 @@ ThemeOpt = Annotated[
 ]
 
 
+def _print_version() -> None:
+    """``localchat --version``: the installed distribution's version (no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"localchat {version('localchat')}")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        typer.echo("localchat (not installed)")
+    raise typer.Exit(cli_io.EXIT_OK)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -59,6 +70,11 @@ def _root(
                                  show_default=False)
     ] = None,
     debug: DebugOpt = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="Print localchat's version and exit.",
+                           callback=lambda v: _print_version() if v else None, is_eager=True,
+                           show_default=False)
+    ] = False,
 ) -> None:
     """localchat: chat with local LLMs run by localchat's own engine.
 

@@ -34,3 +34,10 @@ def test_context_setting_above_the_trained_context_is_a_setting_error(env):  # n
     assert r.returncode == 1, r.stderr
     lines = r.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "LOCALCHAT_CONTEXT 99999999" in lines[0], lines
+
+
+def test_version(env):  # noqa: F811
+    from importlib.metadata import version
+
+    r = run(env, "--version")
+    assert r.returncode == 0 and r.stdout.decode().strip() == f"localchat {version('localchat')}"

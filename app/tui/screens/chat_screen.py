@@ -57,6 +57,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         self.states: dict[str, ConversationState] = {}
         self.info = StatusInfo()
         self.editing: int | None = None  # index of the user message being edited
+        self.draft_before_edit = ""  # the unsent prompt text Ctrl+E replaced (given back)
         self._live: dict[str, MessageView] = {}  # request_id -> view shown for it
 
     def compose(self) -> ComposeResult:
@@ -176,10 +177,12 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         if problem:
             self.notify(problem, severity="warning")
             return False
-        self.query_one(PromptInput).clear()
+        prompt = self.query_one(PromptInput)
+        prompt.clear()
         if self.editing is not None:
             await self.truncate(state, self.editing)
             self.editing = None
+            prompt.text, self.draft_before_edit = self.draft_before_edit, ""
         conv_id = self.ensure_saved(state)
         row = app.store.add_message(conv_id, "user", text)  # committed before generating
         state.messages.append(ChatMessage("user", text, message_id=row.id,
@@ -211,9 +214,9 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         if isinstance(focused, TextArea) and focused.selected_text:
             self.app.copy_to_clipboard(focused.selected_text)
             return
-        if self.editing is not None:
+        if self.editing is not None:  # cancel the edit: the earlier draft comes back
             self.editing = None
-            self.query_one(PromptInput).clear()
+            self.query_one(PromptInput).text, self.draft_before_edit = self.draft_before_edit, ""
             self.show_notice("")
             return
         self.notify("Nothing to stop (Ctrl+Q quits)", timeout=2)
@@ -234,15 +237,18 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         await self.start_turn(state)
 
     def action_edit_last(self) -> None:
-        """Put the last user message in the prompt; Enter resends it (later turns replaced)."""
+        """Put the last user message in the prompt; Enter resends it (later turns replaced).
+        An unsent draft is kept aside and put back when the edit is sent or cancelled."""
         state = self.current
         idx = state.last_index("user")
         if state.streaming or idx is None:
             self.notify("Nothing to edit" if not state.streaming
                         else "a reply is still streaming (Esc stops it)", severity="warning")
             return
-        self.editing = idx
         prompt = self.query_one(PromptInput)
+        if self.editing is None:  # keep what was typed but not sent (Esc or Enter gives it back)
+            self.draft_before_edit = prompt.text
+        self.editing = idx
         prompt.text = state.messages[idx].content
         prompt.focus()
         self.show_notice("Editing your last message: Enter resends it, Esc cancels")

@@ -132,6 +132,26 @@ async def test_edit_last_message_and_resend(make_app):
         assert app.store.search("r2") == []  # the replaced reply left the FTS index too
 
 
+async def test_edit_last_keeps_an_unsent_draft(make_app):
+    """Ctrl+E puts the last message in the prompt; the draft it replaced comes back on Esc
+    (edit cancelled) and after the edit is sent: nothing typed is lost."""
+    engine = GatedEngine([["r1"], ["r2"]], gated=False)
+    app = make_app(engine)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await type_and_send(pilot, "a")
+        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
+        prompt = chat(app).query_one(PromptInput)
+        await pilot.press(*"draft")
+        await pilot.press("ctrl+e")
+        assert prompt.text == "a"
+        await pilot.press("escape")
+        assert prompt.text == "draft"
+        await pilot.press("ctrl+e", "end", "b", "enter")
+        await wait_for(pilot, lambda: len(engine.calls) == 2 and not chat(app).current.streaming)
+        assert [m.content for m in chat(app).current.messages] == ["ab", "r2"]
+        assert prompt.text == "draft"
+
+
 async def test_switch_conversation_during_stream(make_app):
     engine = GatedEngine([["A1 ", "A2 ", "A3"], ["B1"]])
     app = make_app(engine)
