@@ -171,8 +171,8 @@ def _parse(path: Path, buf, size: int, quant_sizes, qtype) -> GGUFHeader:
         n_tensors = cur.unpack("<Q")
         n_kv = cur.unpack("<Q")
         if n_tensors > size or n_kv > size:
-            raise ModelLoadError(f"{bad}: its header is corrupt ({n_tensors} tensors, "
-                                 f"{n_kv} metadata keys in a {size}-byte file)")
+            raise ModelLoadError(f"{bad}: its header or metadata is corrupt ({n_tensors} "
+                                 f"tensors, {n_kv} metadata keys in a {size}-byte file)")
         metadata: dict[str, Any] = {}
         for _ in range(n_kv):
             key = cur.string()
@@ -186,7 +186,8 @@ def _parse(path: Path, buf, size: int, quant_sizes, qtype) -> GGUFHeader:
             dims = tuple(cur.unpack("<Q") for _ in range(n_dims))
             raw_tensors.append((name, dims, cur.unpack("<I"), cur.unpack("<Q")))
     except _Truncated:
-        raise ModelLoadError(f"{bad}: truncated inside its header") from None
+        raise ModelLoadError(f"{bad}: truncated, or its header or metadata is corrupt (a "
+                             "value runs past the end of the file)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{bad}: its header or metadata is corrupt ({exc})") from None
     alignment = metadata.get("general.alignment", _DEFAULT_ALIGNMENT)

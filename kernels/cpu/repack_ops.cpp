@@ -59,6 +59,18 @@ inline void k_scale_min(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
   }
 }
 
+// Q4_K / Q5_K superblock b's 8 group scales d * sc and mins -(dmin * m), one fp32 multiply
+// each (numpy's exact products).
+inline void k_group_scales(const uint8_t* b, float* s, float* m) {
+  const float d = h2f(b), dmin = h2f(b + 2);
+  uint8_t sc[8], mn[8];
+  k_scale_min(b + 4, sc, mn);
+  for (int j = 0; j < 8; ++j) {
+    s[j] = d * static_cast<float>(sc[j]);
+    m[j] = -(dmin * static_cast<float>(mn[j]));
+  }
+}
+
 const int8_t kIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                            1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -107,13 +119,7 @@ inline int64_t blk_q4_1(const uint8_t* b, uint8_t* q, uint16_t* s, uint16_t* m) 
 }
 
 inline int64_t blk_q4_k(const uint8_t* b, uint8_t* __restrict q, float* s, float* m) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  uint8_t sc[8], mn[8];
-  k_scale_min(b + 4, sc, mn);
-  for (int j = 0; j < 8; ++j) {
-    s[j] = d * static_cast<float>(sc[j]);
-    m[j] = -(dmin * static_cast<float>(mn[j]));
-  }
+  k_group_scales(b, s, m);
   const uint8_t* __restrict qs = b + 16;
   for (int c = 0; c < 4; ++c) {  // 32 bytes: sub-block 2c in the low nibbles, 2c + 1 high
     const uint8_t* __restrict x = qs + 32 * c;
@@ -169,13 +175,7 @@ inline int64_t blk_q5(const uint8_t* b, int8_t* __restrict q, uint16_t* s, uint1
 }
 
 inline int64_t blk_q5_k(const uint8_t* b, int8_t* __restrict q, float* s, float* m) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  uint8_t sc[8], mn[8];
-  k_scale_min(b + 4, sc, mn);
-  for (int j = 0; j < 8; ++j) {
-    s[j] = d * static_cast<float>(sc[j]);
-    m[j] = -(dmin * static_cast<float>(mn[j]));
-  }
+  k_group_scales(b, s, m);
   const uint8_t* __restrict qh = b + 16;
   const uint8_t* __restrict qs = b + 48;
   for (int j = 0; j < 8; ++j) {
