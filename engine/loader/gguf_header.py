@@ -15,6 +15,7 @@ key/value counts as u64, the key/values, the tensor infos, then the data section
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from dataclasses import dataclass
@@ -135,13 +136,27 @@ class _Truncated(Exception):
 
 
 def read_gguf_header(path: Path) -> GGUFHeader:
-    """Parse the metadata and tensor table of GGUF ``path`` (no tensor data is read).
+    """Parse the metadata and tensor table of GGUF ``path`` (no tensor data is read; the
+    result of a file whose size and modification time are unchanged is reused: treat it as
+    read-only).
 
     Raises ``ModelLoadError`` (one line naming the file) for a missing or unreadable file, a
     bad magic, an unsupported version, a header that runs past the end of the file, an
     unknown value type, a tensor whose data lies past the end of the file, or duplicate
     tensor names.
     """
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return _read_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_cached(path: str, size: int, mtime_ns: int) -> GGUFHeader:
+    """One parse per file version per process: a first load asks for the header three
+    times (tensor table, config, tokenizer type). ``size`` and ``mtime_ns`` key the entry."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     path = Path(path)
