@@ -24,17 +24,12 @@ import torch
 from localchat.engine.errors import ModelLoadError
 from localchat.engine.quant import gguf_repack as gr
 from localchat.kernels import cpu
+from tests.engine.quant.test_gguf_repack import _random_blocks
 
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 TYPES = sorted(cpu.GGUF_REPACK_TYPES)
 
 # byte offsets of the fp16 super-scales (d, dmin) inside one block, per type
-_F16_FIELDS = {
-    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "IQ4_NL": (0,),
-    "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
-}
-
-
 @pytest.fixture(scope="module")
 def built():
     ok = cpu.available()
@@ -46,15 +41,9 @@ def built():
 
 
 def random_blocks(ggml_type: int, n: int, k: int, seed: int) -> np.ndarray:
-    """``[n * k / block * type_size]`` uint8 of valid blocks (finite fp16 scale fields)."""
-    name, block, type_size, _ = gr.GGML_TYPES[ggml_type]
-    rng = np.random.default_rng(seed)
-    nb = n * k // block
-    raw = rng.integers(0, 256, size=(nb, type_size), dtype=np.uint8)
-    for off in _F16_FIELDS[name]:
-        mag = np.exp2(rng.uniform(-14, 4, nb)) * rng.choice([-1.0, 1.0], nb)
-        raw[:, off:off + 2] = mag.astype(np.float16).view(np.uint8).reshape(nb, 2)
-    return raw.reshape(-1)
+    """``[n * k / block * type_size]`` uint8 of valid blocks (finite fp16 scale fields):
+    ``test_gguf_repack``'s generator, flattened."""
+    return _random_blocks(ggml_type, n, k, seed).reshape(-1)
 
 
 def _bits(t: torch.Tensor | None):
