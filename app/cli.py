@@ -2,7 +2,7 @@
 ``serve``.
 
 A thin shell over the engine (README, Architecture): parse flags and delegate (``ask_cmd``,
-``history_cli``, ``config_cli``). torch and transformers are imported inside the commands, so
+``history_cli``, ``config_cli``, ``models_cli``, ``plan_cli``). torch and transformers are imported inside the commands, so
 ``localchat --help`` and usage errors stay fast. Exit codes and error lines follow
 ``cli_io.run_cli`` (README, Usage).
 """
@@ -16,7 +16,8 @@ import typer
 
 from localchat.app import cli_io
 from localchat.app.config_cli import config_app
-from localchat.app.history_cli import history_app, print_table
+from localchat.app.history_cli import history_app
+from localchat.app.models_cli import models_command, pull_command
 from localchat.app.plan_cli import plan_command
 
 app = typer.Typer(
@@ -246,26 +247,6 @@ def ask(
 
 
 @app.command()
-def pull(
-    model: Annotated[str, typer.Argument(help="Catalog alias, Hub repo id, or local path.")],
-    debug: DebugOpt = False,
-) -> None:
-    """Download a model into the cache (progress on stderr) and print its local path."""
-    source = cli_io.guarded(lambda: _resolve(model))
-    typer.echo(str(source.path))
-
-
-@app.command()
-def models(debug: DebugOpt = False) -> None:
-    """List the catalog models: alias, source, size, cached, local path."""
-    from localchat.app.settings import cache_dir
-    from localchat.engine.hub.resolve import list_models
-
-    rows = [_model_row(info) for info in list_models(cache_dir())]
-    print_table(("ALIAS", "SOURCE", "SIZE", "CACHED", "PATH"), rows)
-
-
-@app.command()
 def chat(
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="Read JSON lines on stdin, write one per reply.")
@@ -366,6 +347,8 @@ def serve(
 
 app.add_typer(history_app)
 app.add_typer(config_app)
+app.command("pull")(pull_command)
+app.command("models")(models_command)
 app.command("plan")(plan_command)
 
 
@@ -389,27 +372,6 @@ def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],
 
     raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context,
                              endpoint=endpoint))
-
-
-def _resolve(spec: str) -> Any:
-    """Resolve a model spec to a local ``ModelSource``, downloading with progress on stderr."""
-    from localchat.app.settings import cache_dir
-    from localchat.engine.hub.resolve import resolve_model
-
-    return resolve_model(
-        spec, cache_dir=cache_dir(), download=True, progress=cli_io.stderr_progress
-    )
-
-
-def _model_row(info: Any) -> tuple[str, str, str, str, str]:
-    """One ``models`` table row from a hub ``ModelInfo``."""
-    return (
-        info.alias,
-        info.source,
-        cli_io.human_size(info.size_bytes),
-        "✓" if info.cached else "—",
-        str(info.path) if info.path else "—",
-    )
 
 
 if __name__ == "__main__":

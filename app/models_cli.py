@@ -1,0 +1,53 @@
+"""``localchat pull`` and ``localchat models``: fetch a model into the cache, list the catalog."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from localchat.app import cli_io
+from localchat.app.history_cli import print_table
+
+DebugOpt = Annotated[
+    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
+]
+
+
+def pull_command(
+    model: Annotated[str, typer.Argument(help="Catalog alias, Hub repo id, or local path.")],
+    debug: DebugOpt = False,
+) -> None:
+    """Download a model into the cache (progress on stderr) and print its local path."""
+    source = cli_io.guarded(lambda: _resolve(model))
+    typer.echo(str(source.path))
+
+
+def models_command(debug: DebugOpt = False) -> None:
+    """List the catalog models: alias, source, size, cached, local path."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import list_models
+
+    rows = [_model_row(info) for info in list_models(cache_dir())]
+    print_table(("ALIAS", "SOURCE", "SIZE", "CACHED", "PATH"), rows)
+
+
+def _resolve(spec: str) -> Any:
+    """Resolve a model spec to a local ``ModelSource``, downloading with progress on stderr."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import resolve_model
+
+    return resolve_model(
+        spec, cache_dir=cache_dir(), download=True, progress=cli_io.stderr_progress
+    )
+
+
+def _model_row(info: Any) -> tuple[str, str, str, str, str]:
+    """One ``models`` table row from a hub ``ModelInfo``."""
+    return (
+        info.alias,
+        info.source,
+        cli_io.human_size(info.size_bytes),
+        "✓" if info.cached else "—",
+        str(info.path) if info.path else "—",
+    )
