@@ -1,12 +1,16 @@
 """Fixtures for the server tests: one AsyncLLMEngine on SmolLM2 (fp32, 2048-token context)
-shared by every server test, served by uvicorn on 127.0.0.1 in a background thread."""
+shared by every server test, served by uvicorn on 127.0.0.1 in a background thread; the
+subprocess environment; and the ``ScriptedEngine`` app of the request-edge tests
+(``scripted.py``: ``tokenizer``, ``engine``, ``client``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from tests.app.server.live import ServerThread
+from tests.app.server.scripted import ScriptedEngine, make_app
 
 MODEL_ID = "smollm2-135m"
 API_KEY = "test-key-5d1f"
@@ -62,3 +66,21 @@ def env(tmp_path) -> dict[str, str]:
          if not k.startswith("LOCALCHAT_") and k not in ("FORCE_COLOR", "NO_COLOR")}
     e["LOCALCHAT_HOME"] = str(home)
     return e
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_gguf, cache_dir):
+    from localchat.engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache_dir)
+
+
+@pytest.fixture
+def engine(tokenizer):
+    return ScriptedEngine(tokenizer)
+
+
+@pytest.fixture
+def client(engine):
+    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
+        yield c

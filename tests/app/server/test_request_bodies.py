@@ -1,131 +1,31 @@
-"""Request edges of ``localchat serve``'s app, in process (FastAPI's ``TestClient`` or the
-ASGI app called directly) over ``ScriptedEngine``: SmolLM2's real tokenizer (the one that
-refuses a lone surrogate) in front of a fixed reply, so no model is loaded.
-
-Each test pins a defect a tester found: lone surrogates and hostile JSON were 500s, 500s
-were not counted in ``/metrics``, ``temperature`` was bounded by OpenAI's 2 and not the
-engine's 100, the context error named the other route's field, streamed ``text_offset``
-restarted at 0 in every chunk, ``GET /v1/models/{model}`` was missing, 17 stop sequences got
-"should be a valid string", a 429 had no ``Retry-After``, the body was read before the key
-was checked (and a declared oversized body was not refused up front), a user message with
-``null`` content was accepted.
+"""Request edges of ``localchat serve``'s app, in process (FastAPI's ``TestClient``) over
+``ScriptedEngine`` (``scripted.py``). Each test pins a defect a tester found: lone surrogates
+and hostile JSON were 500s, 500s were not counted in ``/metrics``, ``temperature`` was bounded
+by OpenAI's 2 and not the engine's 100, the context error named the other route's field,
+streamed ``text_offset`` restarted at 0 in every chunk, 17 stop sequences got "should be a
+valid string", a user message with ``null`` content was accepted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import socket
-import time
 
-import openai
 import pytest
 from fastapi.testclient import TestClient
 
 from localchat.engine.errors import ContextLengthError
-from localchat.engine.outputs import EngineStats, RequestOutput
-from localchat.engine.request import FinishReason
 from localchat.engine.sampling_params import SamplingParams
-from tests.app.fake_engine import fake_info
-
-MODEL_ID = "smollm2-135m"
-KEY = "edge-key-9c2e"
-CHAT = "/v1/chat/completions"
-COMP = "/v1/completions"
-USER = [{"role": "user", "content": "hi"}]
-REPLY = " The quick brown fox jumps over the lazy dog."
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_gguf, cache_dir):
-    from localchat.engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache_dir)
-
-
-class ScriptedEngine:
-    """Streams ``REPLY``'s tokens one per output (up to ``max_tokens``), each with a
-    logprob and a runner-up when asked; or raises ``fail`` from ``generate``. Records the
-    ``SamplingParams`` it was given."""
-
-    def __init__(self, tokenizer, *, max_model_len: int = 2048, fail=None) -> None:
-        self.tokenizer = tokenizer
-        self.max_model_len = max_model_len
-        self.is_running = True
-        self.fail = fail
-        self.reply_ids = tokenizer.encode(REPLY)
-        self.params: list[SamplingParams] = []
-
-    def get_stats(self) -> EngineStats:
-        return EngineStats(num_running=0, num_waiting=0, num_blocks=64, block_size=16,
-                           kv_cache_usage=0.0, prefix_cache_queries=0, prefix_cache_hits=0,
-                           num_preemptions=0, max_model_len=self.max_model_len)
-
-    def get_info(self):
-        return fake_info(self.max_model_len)
-
-    async def generate(self, prompt_token_ids, sampling_params, request_id=None):
-        self.params.append(sampling_params)
-        if self.fail is not None:
-            raise self.fail
-        ids = self.reply_ids[: sampling_params.max_tokens]
-        text = ""
-        for i, tid in enumerate(ids):
-            delta = self.tokenizer.decode([tid])
-            text += delta
-            last = i == len(ids) - 1
-            top = None
-            if sampling_params.logprobs is not None:
-                top = [{tid: -0.25, (tid + 1) % self.tokenizer.vocab_size: -1.5}]
-            yield RequestOutput(request_id or "r", [tid], delta, text, len(prompt_token_ids),
-                                i + 1, finished=last,
-                                finish_reason=FinishReason.LENGTH if last else None,
-                                logprobs=top)
-
-
-def make_app(engine, **options):
-    from localchat.app.server.routes import ServerOptions, create_app
-
-    return create_app(engine, ServerOptions(model_id=MODEL_ID, **options))
-
-
-@pytest.fixture
-def engine(tokenizer):
-    return ScriptedEngine(tokenizer)
-
-
-@pytest.fixture
-def client(engine):
-    with TestClient(make_app(engine), raise_server_exceptions=False) as c:
-        yield c
-
-
-def post(client, path, body, headers=None):
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return client.post(path, content=content,
-                       headers={"content-type": "application/json", **(headers or {})})
-
-
-def assert_error(response, status, param, code=None):
-    """OpenAI's error shape with ``status``, ``param`` (and ``code`` when given)."""
-    assert response.status_code == status, response.text
-    doc = response.json()
-    assert set(doc) == {"error"} and set(doc["error"]) == {"message", "type", "param", "code"}
-    err = doc["error"]
-    assert err["param"] == param, err
-    assert isinstance(err["message"], str) and "\n" not in err["message"]
-    if code is not None:
-        assert err["code"] == code, err
-    return err
-
-
-def metric(client, name):
-    for line in client.get("/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rpartition(" ")[2])
-    return None
-
+from tests.app.server.scripted import (
+    CHAT,
+    COMP,
+    USER,
+    ScriptedEngine,
+    assert_error,
+    make_app,
+    metric,
+    post,
+)
 
 # -- 1. lone surrogates -----------------------------------------------------------------------
 
@@ -351,45 +251,6 @@ def test_streamed_text_offsets_are_cumulative(client, engine, top):
     assert tokens == whole["logprobs"]["tokens"]
 
 
-# -- 8. GET /v1/models/{model} ----------------------------------------------------------------
-
-
-def test_models_retrieve_with_the_openai_client(engine):
-    app = make_app(engine, aliases=("smollm2",))
-    with TestClient(app) as http, openai.OpenAI(
-            base_url="http://testserver/v1", api_key="unused", http_client=http,
-            max_retries=0) as oa:
-        listed = oa.models.list().data[0]
-        for name in (MODEL_ID, "smollm2"):
-            got = oa.models.retrieve(name)
-            assert got.id == MODEL_ID == listed.id and got.object == "model"
-            assert got.created == listed.created and got.owned_by == listed.owned_by
-        with pytest.raises(openai.NotFoundError) as info:
-            oa.models.retrieve("gpt-9")
-        assert info.value.code == "model_not_found"
-        assert info.value.body["param"] == "model"
-
-
-def test_a_model_id_with_a_slash_is_retrieved(engine):
-    from localchat.app.server.routes import ServerOptions, create_app
-
-    app = create_app(engine, ServerOptions(model_id="HuggingFaceTB/SmolLM2-135M-Instruct"))
-    with TestClient(app) as c:
-        r = c.get("/v1/models/HuggingFaceTB/SmolLM2-135M-Instruct")
-        assert r.status_code == 200 and r.json()["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-        assert_error(c.get("/v1/models/HuggingFaceTB"), 404, "model", "model_not_found")
-        text = c.get("/metrics").text
-        assert 'route="/v1/models/{model}",status="200"' in text
-        assert 'route="/v1/models/{model}",status="404"' in text
-
-
-def test_models_retrieve_needs_the_key(engine):
-    with TestClient(make_app(engine, api_key=KEY)) as c:
-        assert_error(c.get(f"/v1/models/{MODEL_ID}"), 401, None)
-        r = c.get(f"/v1/models/{MODEL_ID}", headers={"authorization": f"Bearer {KEY}"})
-        assert r.status_code == 200 and r.json()["id"] == MODEL_ID
-
-
 # -- 9. stop: at most 16 -----------------------------------------------------------------------
 
 
@@ -408,115 +269,6 @@ def test_seventeen_stop_sequences_are_refused_as_too_many(client, engine):
 def test_a_stop_of_the_wrong_type_says_so(client, stop):
     err = assert_error(post(client, CHAT, {"messages": USER, "stop": stop}), 400, "stop")
     assert "a string or a list of strings" in err["message"], err
-
-
-# -- 10. Retry-After on 429 ---------------------------------------------------------------------
-
-
-def test_queue_full_has_retry_after(engine):
-    with TestClient(make_app(engine, max_in_flight=0)) as c:
-        for path, body in ((CHAT, {"messages": USER}), (COMP, {"prompt": "hi"})):
-            r = post(c, path, body)
-            assert_error(r, 429, None, "queue_full")
-            assert r.json()["error"]["type"] == "rate_limit_error"
-            assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
-
-
-# -- 11. the key before the body; a declared oversized body refused up front ----------------------
-
-
-def call_asgi(app, path, headers, body_parts, method="POST"):
-    """Call ``app`` directly; returns (status, headers, body, receive calls)."""
-    calls = 0
-    parts = list(body_parts)
-    sent = []
-
-    async def receive():
-        nonlocal calls
-        calls += 1
-        if parts:
-            chunk = parts.pop(0)
-            return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
-        await asyncio.sleep(3600)  # a client still sending
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "root_path": "", "query_string": b"", "client": ("127.0.0.1", 1),
-             "server": ("testserver", 80),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], dict(start["headers"]), body, calls
-
-
-def test_the_key_is_checked_before_the_body_is_read(engine):
-    app = make_app(engine, api_key=KEY)
-    big = [b"x" * 65536] * 8
-    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {KEY}"}):
-        for path in (CHAT, COMP, "/v1/models", "/v1/nope"):
-            status, hdrs, body, calls = call_asgi(
-                app, path, {"content-type": "application/json", "content-length": str(2**19),
-                            **headers}, big)
-            assert status == 401, (path, headers)
-            assert calls == 0, "the body was read before the key was checked"
-            assert hdrs[b"www-authenticate"] == b"Bearer"
-            assert json.loads(body)["error"]["type"] == "authentication_error"
-            assert KEY.encode() not in body
-    # /health stays public; with the key the request goes through.
-    status, _, body, _ = call_asgi(app, "/health", {}, [b""], method="GET")
-    assert status == 200 and json.loads(body) == {"status": "ok", "auth": True}
-    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
-                                                "content-length": "2"}, [b"{}"])
-    assert status == 400 and calls >= 1
-
-
-def test_a_declared_oversized_body_is_refused_before_reading(engine):
-    app = make_app(engine, api_key=KEY, max_body_bytes=1000)
-    status, hdrs, body, calls = call_asgi(
-        app, CHAT, {"authorization": f"Bearer {KEY}", "content-length": "99999999"}, [b"{}"])
-    assert status == 413 and calls == 0
-    err = json.loads(body)["error"]
-    assert err["code"] == "body_too_large" and "99999999" in err["message"]
-    assert hdrs[b"connection"] == b"close"
-    # At the limit the body is read; a chunked body over it is still refused once read.
-    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
-                                                "content-length": "1000"}, [b" " * 998 + b"{}"])
-    assert status == 400 and calls == 1
-    status, _, _, calls = call_asgi(app, CHAT, {"authorization": f"Bearer {KEY}",
-                                                "transfer-encoding": "chunked"},
-                                    [b" " * 600, b" " * 600])
-    assert status == 413 and calls == 2
-    text = TestClient(app).get("/metrics", headers={"authorization": f"Bearer {KEY}"}).text
-    assert f'localchat_requests_total{{route="{CHAT}",status="413"}} 2' in text
-
-
-def test_a_live_server_answers_413_at_once(engine):
-    """Over a socket (uvicorn): a declared Content-Length of 99999999 with a 2-byte body
-    gets its 413 at once, without the server waiting for the rest."""
-    from tests.app.server.live import ServerThread
-
-    server = ServerThread(make_app(engine, api_key=KEY)).start()
-    try:
-        host, port = server.url.removeprefix("http://").split(":")
-        for auth, status in ((f"Authorization: Bearer {KEY}\r\n", b"413"), ("", b"401")):
-            with socket.create_connection((host, int(port)), timeout=10) as sock:
-                start = time.monotonic()
-                sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: "
-                             "application/json\r\nContent-Length: 99999999\r\n\r\n{}".encode())
-                reply = b""
-                while b"\r\n\r\n" not in reply:
-                    data = sock.recv(65536)
-                    if not data:
-                        break
-                    reply += data
-                assert reply.split(b" ")[1] == status, reply
-                assert time.monotonic() - start < 5
-    finally:
-        server.stop()
 
 
 # -- 12. null content --------------------------------------------------------------------------
