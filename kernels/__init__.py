@@ -298,36 +298,62 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
 
 
-def int4_a8_layout_ok(qweight, scales, mins, group_size: int) -> bool:
+def _kscales_ok(qweight, scales, mins, super_scales, group_size: int) -> bool:
+    """Whether two-level int4 scales (``reference.fold_kscales``) are what the C++ kernels
+    read in place: uint8 ``[N, K // 32]`` scales / mins, fp16 ``[N, K // 256, 2]``
+    ``super_scales``, all contiguous, G = 32."""
+    n, k = qweight.shape[0], 2 * qweight.shape[1]
+    return (group_size == 32 and k % 256 == 0 and scales.dtype == mins.dtype == torch.uint8
+            and super_scales.dtype == torch.float16
+            and tuple(super_scales.shape) == (n, k // 256, 2)
+            and scales.is_contiguous() and mins.is_contiguous()
+            and super_scales.is_contiguous())
+
+
+def int4_a8_layout_ok(qweight, scales, mins, group_size: int, super_scales=None) -> bool:
     """Whether a CPU int4 layer's buffers (``qweight [N, K // 2]`` uint8, ``scales`` /
-    ``mins [N, K // G]``) are what ``cpu.int4_matmul_a8`` reads in place, with the C++
-    kernels built: the checks :func:`int4_matmul` makes on every call, made once per layer
-    so the decode path can call the op directly (``Int4LinearMethod.apply``)."""
+    ``mins [N, K // G]``, optional two-level ``super_scales``) are what
+    ``cpu.int4_matmul_a8`` reads in place, with the C++ kernels built: the checks
+    :func:`int4_matmul` makes on every call, made once per layer so the decode path can call
+    the op directly (``Int4LinearMethod.apply``)."""
     if not (qweight.is_cpu and qweight.dtype == torch.uint8 and qweight.dim() == 2
             and qweight.is_contiguous() and group_size % 32 == 0):
         return False
     k = 2 * qweight.shape[1]
+    ok = (super_scales is None and _scales_ok(scales, mins)) or (
+        super_scales is not None and _kscales_ok(qweight, scales, mins, super_scales,
+                                                 group_size))
     return (k % group_size == 0 and _a8_group_ok(k, group_size, True)
             and scales.shape == mins.shape == (qweight.shape[0], k // group_size)
-            and _scales_ok(scales, mins) and _cpu() is not None)
+            and ok and _cpu() is not None)
 
 
-def int4_matmul(x, qweight, scales, mins, group_size: int):
-    """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise). On CPU for up to
+def int4_matmul(x, qweight, scales, mins, group_size: int, super_scales=None):
+    """See ``reference.int4_matmul`` (``w = q * scales + mins`` group-wise; with
+    ``super_scales`` the two-level scales of ``reference.fold_kscales``). On CPU for up to
     ``CPU_MAX_ROWS`` rows: where :func:`cpu_a8_enabled` (16-bit ``x`` by default) the W4A8
-    integer-dot kernel (``reference.int4_matmul_a8``; fp32 or fp16 scales/mins), else the
-    exact fp32-activation kernel."""
+    integer-dot kernel (``reference.int4_matmul_a8``; fp32, fp16 or two-level scales/mins),
+    else the exact fp32-activation kernel."""
     if _use_triton(x):
+        if super_scales is not None:
+            scales, mins = reference.fold_kscales(scales, mins, super_scales)
         return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
     if qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0 \
             and x.shape[-1] == 2 * qweight.shape[1] and x.shape[-1] % group_size == 0 \
             and scales.shape == mins.shape == (qweight.shape[0], x.shape[-1] // group_size) \
             and _use_cpu(x):
         cpu = _cpu_module
+        if super_scales is not None and not _kscales_ok(qweight, scales, mins, super_scales,
+                                                        group_size):
+            scales, mins = reference.fold_kscales(scales, mins, super_scales)
+            super_scales = None
+        ok = super_scales is not None or _scales_ok(scales, mins)
         if cpu_a8_enabled(x.dtype) and _a8_group_ok(x.shape[-1], group_size, True) \
-                and _scales_ok(scales, mins) and qweight.is_contiguous():
-            return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size)
-        if _scales_ok(scales, mins):
-            return cpu.int4_matmul(x, qweight, scales, mins, group_size)
+                and ok and qweight.is_contiguous():
+            return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size,
+                                      super_scales=super_scales)
+        if ok:
+            return cpu.int4_matmul(x, qweight, scales, mins, group_size,
+                                   super_scales=super_scales)
         return cpu.int4_matmul(x, qweight, scales.float(), mins.float(), group_size)
-    return reference.int4_matmul(x, qweight, scales, mins, group_size)
+    return reference.int4_matmul(x, qweight, scales, mins, group_size, super_scales)

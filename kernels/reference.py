@@ -304,15 +304,41 @@ def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).flatten(-2)
 
 
+def fold_kscales(scales: torch.Tensor, mins: torch.Tensor, super_scales: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two-level int4 scales ("k-scales": GGUF Q4_K as held in its file) -> the folded fp32
+    ``(scales, mins)`` ``[N, K // 32]`` every int4 op reads.
+
+    ``scales`` / ``mins`` uint8 ``[N, K // 32]`` (the 6-bit sub-block scale ``sc`` and min
+    ``m`` of each group of 32), ``super_scales`` fp16 ``[N, K // 256, 2]`` (each 256-column
+    super-block's ``d`` and ``-dmin``): ``scale = float(d) * sc``, ``min = float(-dmin) * m``,
+    exact in fp32 (11 + 6 significant bits). Source: llama.cpp's ``block_q4_K``.
+    Raises ``ValueError`` on mismatched shapes or dtypes.
+    """
+    n, groups = scales.shape
+    if scales.dtype != torch.uint8 or mins is None or mins.dtype != torch.uint8 \
+            or mins.shape != scales.shape or super_scales.dtype != torch.float16 \
+            or groups % 8 or tuple(super_scales.shape) != (n, groups // 8, 2):
+        raise ValueError(f"k-scales: scales {tuple(scales.shape)} {scales.dtype}, mins "
+                         f"{None if mins is None else (tuple(mins.shape), mins.dtype)}, "
+                         f"super_scales {tuple(super_scales.shape)} {super_scales.dtype}")
+    sup = super_scales.float().repeat_interleave(8, dim=1)
+    return sup[..., 0] * scales.float(), sup[..., 1] * mins.float()
+
+
 def dequantize_int4(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group_size: int,
+    super_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Group-wise int4 weights -> fp32 ``[N, K]``:
     ``w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G]`` (one rounding in fp32).
 
-    ``qweight [N, K // 2]`` uint8 (low nibble = even k); ``scales, mins [N, K // G]``.
+    ``qweight [N, K // 2]`` uint8 (low nibble = even k); ``scales, mins [N, K // G]``, or
+    with ``super_scales`` the two-level form of :func:`fold_kscales` (G = 32).
     Raises ``ValueError`` on mismatched shapes or dtypes.
     """
+    if super_scales is not None:
+        scales, mins = fold_kscales(scales, mins, super_scales)
     n, half_k = qweight.shape
     k = 2 * half_k
     if qweight.dtype != torch.uint8 or scales.dim() != 2 or scales.shape[0] != n \
@@ -332,6 +358,7 @@ def int4_matmul(
     scales: torch.Tensor,
     mins: torch.Tensor,
     group_size: int,
+    super_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Weight-only int4 GEMM (W4A16, asymmetric, group-wise along K).
 
@@ -344,8 +371,11 @@ def int4_matmul(
     Args:
         x: ``[M, K]`` fp32/fp16/bf16 activations.
         qweight: ``[N, K // 2]`` uint8.
-        scales, mins: ``[N, K // group_size]`` fp32.
+        scales, mins: ``[N, K // group_size]`` fp32 (fp16 too), or uint8 with
+            ``super_scales``.
         group_size: ``G``, columns of K per (scale, min) pair; must divide K.
+        super_scales: ``None``, or fp16 ``[N, K // 256, 2]``: two-level scales
+            (:func:`fold_kscales`), G = 32.
 
     Returns:
         ``[M, N]`` in ``x.dtype``.
@@ -355,7 +385,7 @@ def int4_matmul(
     """
     if x.shape[-1] != 2 * qweight.shape[-1]:
         raise ValueError(f"int4_matmul: x {tuple(x.shape)}, qweight {tuple(qweight.shape)}")
-    w = dequantize_int4(qweight, scales, mins, group_size)
+    w = dequantize_int4(qweight, scales, mins, group_size, super_scales)
     return (x.float() @ w.t()).to(x.dtype)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import _group_size, unpack_int4
+from .reference import _group_size, fold_kscales, unpack_int4
 
 
 A8_BLOCK = 32  # activation columns per int8 block (Q8_0-style)
@@ -61,7 +61,7 @@ def _a8_terms(x, q, scales, mins, group_size):
     return terms, mins.float()[None] * xs[:, None]
 
 
-def int4_matmul_a8(x, qweight, scales, mins, group_size):
+def int4_matmul_a8(x, qweight, scales, mins, group_size, super_scales=None):
     """W4A8 integer-dot GEMM: ``x`` quantized by :func:`quantize_activations_int8`, exact
     integer dots with int4 q (0..15) per 32-column block, then
     ``out = sum_j dots + sum_g mins * xs`` in fp32 (see :func:`_a8_terms`); the approximation
@@ -69,9 +69,12 @@ def int4_matmul_a8(x, qweight, scales, mins, group_size):
     at most ``d/2`` per element).
 
     ``x [M, K]`` fp32/bf16/fp16 (K % 32 == 0); ``qweight [N, K // 2]`` uint8; ``scales``,
-    ``mins`` ``[N, K // G]`` fp32 or fp16, G a multiple of 32. Returns ``[M, N]`` in
-    ``x.dtype``. Raises ``ValueError`` on bad shapes.
+    ``mins`` ``[N, K // G]`` fp32 or fp16, G a multiple of 32, or uint8 with ``super_scales``
+    fp16 ``[N, K // 256, 2]`` (two-level, ``reference.fold_kscales``; G = 32). Returns
+    ``[M, N]`` in ``x.dtype``. Raises ``ValueError`` on bad shapes.
     """
+    if super_scales is not None:
+        scales, mins = fold_kscales(scales, mins, super_scales)
     q = unpack_int4(qweight)
     terms, mterms = _a8_terms(x, q, scales, mins, group_size)
     return (terms.sum(-1) + mterms.sum(-1)).to(x.dtype)

@@ -49,19 +49,21 @@ def own_kernels() -> bool:
 
 
 def int4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                mins: torch.Tensor, group_size: int) -> torch.Tensor:
+                mins: torch.Tensor, group_size: int,
+                super_scales: torch.Tensor | None = None) -> torch.Tensor:
     """``x [M, K]`` (fp32 / bf16 / fp16) @ the int4 weight ``[N, K]``.T -> ``[M, N]`` in
     ``x.dtype``, fp32 accumulation: the C++ matmul for ``M <= CPU_MAX_ROWS``, else the
-    row-block GEMM."""
+    row-block GEMM (``super_scales``: two-level scales, ``int4.py``)."""
     from localchat import kernels
 
     if x.shape[0] <= kernels.CPU_MAX_ROWS:
-        return kernels.int4_matmul(x, qweight, scales, mins, group_size)
-    return blockwise_int4(x, qweight, scales, mins, group_size)
+        return kernels.int4_matmul(x, qweight, scales, mins, group_size, super_scales)
+    return blockwise_int4(x, qweight, scales, mins, group_size, super_scales)
 
 
 def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
-                   mins: torch.Tensor, group_size: int) -> torch.Tensor:
+                   mins: torch.Tensor, group_size: int,
+                   super_scales: torch.Tensor | None = None) -> torch.Tensor:
     """Prefill: ``x [M, K] @ w.T`` with ``w`` dequantized a block of rows at a time into the
     shared scratch (``cpu_prefill.blockwise_mm``: at most ``MAX_BLOCK_BYTES`` of floats, no
     per-layer copy), in bf16 for bf16 ``x``, else fp32 (module doc). Output ``[M, N]`` in ``x.dtype``."""
@@ -70,6 +72,8 @@ def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     from .cpu_prefill import blockwise_mm
 
     def fill(a: int, b: int, w: torch.Tensor) -> None:
-        cpu.int4_dequantize(qweight[a:a + b], scales[a:a + b], mins[a:a + b], group_size, w)
+        sup = None if super_scales is None else super_scales[a:a + b]
+        cpu.int4_dequantize(qweight[a:a + b], scales[a:a + b], mins[a:a + b], group_size, w,
+                            sup)
 
     return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill)

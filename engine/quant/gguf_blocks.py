@@ -51,6 +51,16 @@ def _bits(words: np.ndarray, count: int) -> np.ndarray:
     return np.unpackbits(words, axis=-1, bitorder="little")[:, :count]
 
 
+def q4_k_two_level(b: np.ndarray):
+    """Q4_K blocks ``[nb, 144]`` uint8 -> the two-level form the engine holds them in
+    (``localchat.kernels.reference.fold_kscales``): ``(q [nb, 256] uint8 in 0..15, sc [nb, 8]
+    uint8, m [nb, 8] uint8, sup [nb, 2] fp16 = (d, -dmin))``, the file's values unchanged
+    (``-dmin`` by its sign bit)."""
+    sc, mn = _k_scale_min(b[:, 4:16])
+    sup = np.ascontiguousarray(b[:, 0:4]).view(np.uint16) ^ np.array([0, 0x8000], np.uint16)
+    return _k_low4(b[:, 16:144]).reshape(len(b), QK_K), sc, mn, sup.view(np.float16)
+
+
 def decode_blocks(name: str, b: np.ndarray):
     """Blocks ``[nb, type_size]`` uint8 -> ``(q [nb, block] integer array, scale [nb, groups]
     fp32, min [nb, groups] fp32 or None)``."""

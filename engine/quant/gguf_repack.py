@@ -3,10 +3,13 @@
 Every supported GGML type maps with no loss onto one of three layouts (the shared contract of
 ``engine/quant/int4.py``, ``int8.py`` and ``localchat.kernels``):
 
-* ``int4``: ``qweight`` uint8 ``[N, K // 2]`` (low nibble = even k), ``scales``/``mins`` fp32
+* ``int4``: ``qweight`` uint8 ``[N, K // 2]`` (low nibble = even k), ``scales``/``mins``
   ``[N, K // 32]``; ``w = q * scale + min``, q in 0..15. Q4_0 (``min = -8 d``), Q4_1
-  (``scale d, min m``), Q4_K (``scale d * sc, min -dmin * m``, the 6-bit sub-block scales
-  folded into one float per 32 weights).
+  (``scale d, min m``), Q4_K (``scale d * sc, min -dmin * m``) held in two levels as in its
+  file (:data:`TWO_LEVEL_TYPES`): ``scales`` / ``mins`` uint8 (the 6-bit ``sc`` and ``m``)
+  and ``super_scales`` fp16 ``[N, K // 256, 2]`` (``d, -dmin``), 18.5 bytes per 32 weights
+  against the file's 18 (``localchat.kernels.reference.fold_kscales`` folds them into the
+  fp32 ``d * sc``, ``-dmin * m``, exactly; the C++ kernels read them in place).
 * ``int8``: ``qweight`` int8 ``[N, K]``, ``scales`` fp32 ``[N, K // G]``, ``mins`` fp32 or
   ``None``; ``w = q * scale (+ min)``. Q8_0 (G 32), Q5_0 (q - 16, G 32), Q5_1 (G 32, mins),
   Q5_K (G 32, mins), Q6_K (q - 32, G 16), Q3_K (G 16), Q2_K (G 16, mins), IQ4_NL (the
@@ -16,9 +19,9 @@ Every supported GGML type maps with no loss onto one of three layouts (the share
 Scales and mins are stored as fp16 for the types whose per-block floats are fp16 values in the
 file (:data:`FP16_SCALE_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; Q4_0's ``-8 d`` is an
 fp16 times a power of two), so Q8_0 holds 34 bytes per 32 weights as in the file, not 36. The
-K-quants' products ``d * sc`` have up to 17-18 significant bits and stay fp32: on the Qwen2.5
-bundles no Q4_K or Q6_K tensor has all its products exact in fp16 (5-36% of them are), so the
-rule is by type and known from the tensor table before any tensor is read.
+other K-quants' products ``d * sc`` have up to 17-18 significant bits and stay fp32: on the
+Qwen2.5 bundles no Q4_K or Q6_K tensor has all its products exact in fp16 (5-36% of them
+are), so the rule is by type and known from the tensor table before any tensor is read.
 
 Each product ``q * scale`` is exact in fp32 (an fp16 ``d`` has 11 significant bits, a 6-bit
 sub-scale and a <= 6-bit q add at most 12) and the only rounding is the final ``+ min``, the
@@ -42,7 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelLoadError
-from .gguf_blocks import QK_K, decode_blocks
+from .gguf_blocks import QK_K, decode_blocks, q4_k_two_level
 
 # GGML type number -> (name, weights per block, bytes per block, layout)
 GGML_TYPES: dict[int, tuple[str, int, int, str]] = {
@@ -64,6 +67,8 @@ GGML_TYPES: dict[int, tuple[str, int, int, str]] = {
 
 # types whose scales (and mins) are fp16 values: stored as fp16, exactly
 FP16_SCALE_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"})
+# types held with two-level scales (uint8 sub-block scales / mins + fp16 super_scales)
+TWO_LEVEL_TYPES = frozenset({"Q4_K"})
 
 @dataclass
 class RepackedWeight:
@@ -71,9 +76,10 @@ class RepackedWeight:
 
     ``layout`` "int4" | "int8" | "float"; ``qweight`` (int4: uint8 ``[N, K // 2]``; int8: int8
     ``[N, K]``; float: the tensor ``[N, K]`` or ``[K]`` in its GGUF dtype); ``scales`` and
-    ``mins`` ``[N, K // group_size]``, fp16 for :data:`FP16_SCALE_TYPES` and fp32 otherwise
-    (``mins`` ``None`` for symmetric int8 types; both ``None`` for float); ``group_size`` weights per scale (0 for float); ``ggml_type``
-    the source type's name.
+    ``mins`` ``[N, K // group_size]``, fp16 for :data:`FP16_SCALE_TYPES`, uint8 for
+    :data:`TWO_LEVEL_TYPES` (then ``super_scales`` fp16 ``[N, K // 256, 2]``), fp32 otherwise
+    (``mins`` ``None`` for symmetric int8 types; both ``None`` for float); ``group_size``
+    weights per scale (0 for float); ``ggml_type`` the source type's name.
     """
 
     layout: str
@@ -82,6 +88,16 @@ class RepackedWeight:
     mins: torch.Tensor | None
     group_size: int
     ggml_type: str
+    super_scales: torch.Tensor | None = None
+
+    def folded(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(scales, mins)`` with two-level scales folded into fp32 (exact); as held
+        otherwise."""
+        if self.super_scales is None:
+            return self.scales, self.mins
+        from localchat.kernels.reference import fold_kscales
+
+        return fold_kscales(self.scales, self.mins, self.super_scales)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -92,16 +108,20 @@ class RepackedWeight:
 
     def nbytes(self) -> int:
         """Bytes held by this weight's tensors."""
-        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.mins)
+        return sum(t.numel() * t.element_size()
+                   for t in (self.qweight, self.scales, self.mins, self.super_scales)
                    if t is not None)
 
 
 def scale_dtype(ggml_type: int) -> torch.dtype | None:
     """The dtype of the scales/mins GGML type ``ggml_type`` repacks onto: fp16 for
-    :data:`FP16_SCALE_TYPES`, fp32 for the other quantized types, ``None`` for float types."""
+    :data:`FP16_SCALE_TYPES`, uint8 for :data:`TWO_LEVEL_TYPES` (with fp16 ``super_scales``),
+    fp32 for the other quantized types, ``None`` for float types."""
     name, _, _, layout = GGML_TYPES[ggml_type]
     if layout == "float":
         return None
+    if name in TWO_LEVEL_TYPES:
+        return torch.uint8
     return torch.float16 if name in FP16_SCALE_TYPES else torch.float32
 
 
@@ -176,13 +196,14 @@ def _raw_tensor(raw: np.ndarray) -> torch.Tensor:
 
 def repack_gguf_into(raw: np.ndarray, ggml_type: int, shape: tuple[int, int],
                      qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None,
-                     rows: torch.Tensor | None = None, tensor_name: str = "?") -> bool:
+                     rows: torch.Tensor | None = None, tensor_name: str = "?",
+                     super_scales: torch.Tensor | None = None) -> bool:
     """Repack one quantized GGUF tensor straight into allocated outputs with the C++ op
     (``localchat.kernels.cpu.gguf_repack``), e.g. a layer's rows: no intermediate copy.
 
     ``raw``, ``shape`` (``[N, K]``) as :func:`repack_gguf_tensor`; ``qweight`` / ``scales`` /
-    ``mins`` contiguous, shaped and typed as :func:`repack_gguf_tensor` returns them
-    (``[N', ...]``); ``rows`` (int64 ``[N']``, optional) the source row of each output row
+    ``mins`` (and ``super_scales`` for :data:`TWO_LEVEL_TYPES`) contiguous, shaped and typed
+    as :func:`repack_gguf_tensor` returns them (``[N', ...]``); ``rows`` (int64 ``[N']``, optional) the source row of each output row
     (:func:`unpermute_source_rows`). Returns False, writing nothing, where the C++ kernels
     are not built or the type is not one they take (the caller then repacks with
     :func:`repack_gguf_tensor` and copies). Raises ``ModelLoadError`` like
@@ -193,7 +214,8 @@ def repack_gguf_into(raw: np.ndarray, ggml_type: int, shape: tuple[int, int],
     if cpu is None or ggml_type not in cpu.GGUF_REPACK_TYPES \
             or shape[1] % GGML_TYPES[ggml_type][1] != 0:
         return False
-    if cpu.gguf_repack(_raw_tensor(raw), ggml_type, qweight, scales, mins, rows):
+    if cpu.gguf_repack(_raw_tensor(raw), ggml_type, qweight, scales, mins, rows,
+                       super_scales):
         raise ModelLoadError(f"tensor {tensor_name}: block scales out of the fp16 range: "
                              "the GGUF file is corrupt")
     return True
@@ -226,8 +248,11 @@ def repack_gguf_tensor(
         qweight = torch.empty(n, k, dtype=torch.int8)
     scales = torch.empty(n, k // group, dtype=sdtype)
     mins_t = torch.empty(n, k // group, dtype=sdtype) if has_mins else None
-    if repack_gguf_into(raw, ggml_type, shape, qweight, scales, mins_t, None, tensor_name):
-        return RepackedWeight(layout, qweight, scales, mins_t, group, name)
+    sup = torch.empty(n, k // QK_K, 2, dtype=torch.float16) if name in TWO_LEVEL_TYPES \
+        else None
+    if repack_gguf_into(raw, ggml_type, shape, qweight, scales, mins_t, None, tensor_name,
+                        sup):
+        return RepackedWeight(layout, qweight, scales, mins_t, group, name, sup)
     return _repack_numpy(raw, ggml_type, shape, tensor_name)
 
 
@@ -244,6 +269,16 @@ def _repack_numpy(raw: np.ndarray, ggml_type: int, shape: tuple[int, int],
     the reference the C++ op is tested against."""
     name, block, type_size, layout = GGML_TYPES[ggml_type]
     n, k = shape
+    if name in TWO_LEVEL_TYPES:
+        q, sc, mn, sup = q4_k_two_level(raw.reshape(-1, type_size))
+        q = q.reshape(n, k)
+        packed = np.ascontiguousarray(q[:, 0::2] | (q[:, 1::2] << 4))
+        return RepackedWeight("int4", torch.from_numpy(packed),
+                              torch.from_numpy(np.ascontiguousarray(sc.reshape(n, k // 32))),
+                              torch.from_numpy(np.ascontiguousarray(mn.reshape(n, k // 32))),
+                              32, name,
+                              torch.from_numpy(np.ascontiguousarray(sup.reshape(n, k // QK_K,
+                                                                                2))))
     q, scale, mins = decode_blocks(name, raw.reshape(-1, type_size))
     groups = scale.shape[1]
     group = block // groups
@@ -285,7 +320,7 @@ def dequantize_repacked(w: RepackedWeight) -> torch.Tensor:
     if w.layout == "float":
         return w.qweight.float()
     if w.layout == "int4":
-        return dequantize_int4(w.qweight, w.scales, w.mins)
+        return dequantize_int4(w.qweight, *w.folded())
     return dequantize_int8_grouped(w.qweight, w.scales, w.mins)
 
 
@@ -307,4 +342,4 @@ def unpermute_rows(w: RepackedWeight, n_head: int) -> RepackedWeight:
             .contiguous()
 
     return RepackedWeight(w.layout, fix(w.qweight), fix(w.scales), fix(w.mins), w.group_size,
-                          w.ggml_type)
+                          w.ggml_type, fix(w.super_scales))

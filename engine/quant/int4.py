@@ -4,7 +4,10 @@ Layout (shared with ``localchat.kernels.int4_matmul``): ``qweight`` uint8 ``[N, 
 4-bit values per byte, the low nibble holding even ``k`` and the high nibble odd ``k``;
 ``scales`` and ``mins`` fp32 ``[N, K // group_size]``;
 ``w[n, k] = q[n, k] * scales[n, k // G] + mins[n, k // G]``, q in 0..15 (the GGUF form: Q4_0,
-Q4_1 and Q4_K repack onto it exactly, ``engine/quant/gguf_repack.py``).
+Q4_1 and Q4_K repack onto it exactly, ``engine/quant/gguf_repack.py``). Two-level ("k-")
+scales, GGUF Q4_K as held in its file: ``scales`` / ``mins`` uint8 ``[N, K // 32]`` (the 6-bit
+``sc``, ``m``) and ``super_scales`` fp16 ``[N, K // 256, 2]`` (``d, -dmin``), which
+:func:`fold_kscales` (``localchat.kernels.reference``) turns into the fp32 form exactly.
 Reference: min/max asymmetric group quantization as in GPTQ's / AWQ's storage format (Frantar
 et al. 2022, arXiv 2210.17323; Lin et al. 2023, arXiv 2306.00978) with round-to-nearest.
 
@@ -16,6 +19,8 @@ whose K is not a multiple of it uses the largest of 128 / 64 / 32 below it that 
 from __future__ import annotations
 
 import torch
+
+from localchat.kernels.reference import fold_kscales  # noqa: F401 (the layout's fold)
 
 QMAX = 15
 GROUP_SIZES = (128, 64, 32)
@@ -77,11 +82,15 @@ def quantize_int4(
 
 def dequantize_int4(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype = torch.float32, super_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``qweight uint8 [N, K // 2]``, ``scales``/``mins [N, K // G]`` -> weights ``[N, K]``:
     ``q * scale + min`` in fp32 (the product is exact for GGUF scales, one rounding on the
-    add), then cast to ``dtype``."""
+    add), then cast to ``dtype``. With ``super_scales`` (fp16 ``[N, K // 256, 2]``) the
+    scales / mins are the uint8 two-level form (:func:`fold_kscales`). Raises ``ValueError``
+    on mismatched two-level shapes."""
+    if super_scales is not None:
+        scales, mins = fold_kscales(scales, mins, super_scales)
     q = unpack_int4(qweight).float()
     n, k = q.shape
     groups = scales.shape[1]
@@ -105,6 +114,13 @@ def to_cpu_int4pack(
     zp = mins.float() + 8.0 * scales.float()
     scales_and_zeros = torch.stack((scales.float(), zp), dim=-1).transpose(0, 1).contiguous()
     return packed, scales_and_zeros.to(dtype)
+
+
+def kscale_weight_bytes(out_features: int, in_features: int) -> int:
+    """Bytes of one int4 weight with two-level scales: ``N * K / 2`` plus a uint8 scale and
+    min per 32 and two fp16 per 256 (18.5 bytes per 32 weights; GGUF Q4_K's file: 18)."""
+    return out_features * in_features // 2 + 2 * out_features * (in_features // 32) \
+        + 4 * out_features * (in_features // 256)
 
 
 def int4_weight_bytes(

@@ -28,6 +28,7 @@ from localchat import kernels as _kernels
 from .fp8 import dequantize_fp8, fp8_linear, fp8_weight_bytes, quantize_fp8
 from .int4 import (
     dequantize_int4,
+    fold_kscales,
     int4_weight_bytes,
     pick_group_size,
     quantize_int4,
@@ -226,7 +227,18 @@ class Int4LinearMethod(LinearMethod):
 
         return self._packed_cpu() and own_kernels()
 
+    def _folds_kscales(self) -> bool:
+        """Whether two-level (GGUF Q4_K) scales are folded into fp32 at load: only localchat's
+        CPU kernels and the CPU dequantize path read them in place."""
+        return self.device.type != "cpu" or (self._packed_cpu() and not self._own_cpu())
+
     def process_weights_after_loading(self, layer):
+        sup = layer._buffers.get("super_scales")
+        if sup is not None and self._folds_kscales():
+            scales, mins = fold_kscales(layer.scales, layer.mins, sup)
+            _drop(layer, "scales", "mins", "super_scales")
+            _set_buffer(layer, "scales", scales)
+            _set_buffer(layer, "mins", mins)
         if self._packed_cpu() and not self._own_cpu():
             packed, scales_and_zeros = to_cpu_int4pack(layer.qweight, layer.scales, layer.mins)
             _drop(layer, "qweight", "scales", "mins")
@@ -241,7 +253,8 @@ class Int4LinearMethod(LinearMethod):
         if ok is None:
             ok = (self._packed_cpu() and getattr(layer, "qweight", None) is not None
                   and self._own_cpu() and _kernels.int4_a8_layout_ok(
-                      layer.qweight, layer.scales, layer.mins, self.group_size))
+                      layer.qweight, layer.scales, layer.mins, self.group_size,
+                      layer._buffers.get("super_scales")))
             layer.__dict__["_cpu_a8_direct"] = ok
         return ok
 
@@ -252,7 +265,7 @@ class Int4LinearMethod(LinearMethod):
             # would take the same kernel after re-checking the layout)
             y = torch.ops.localchat_cpu.int4_matmul_a8(
                 x, layer.qweight, layer.scales, layer.mins, self.group_size,
-                _kernels.cpu.active_isa())
+                _kernels.cpu.active_isa(), layer._buffers.get("super_scales"))
             return y if layer.bias is None else y.add_(layer.bias)
         if self._int4pack and x.dtype == torch.bfloat16 and x.dim() == 2:
             # the decode path on CPU: one op, no no-op casts / reshapes (some 480 ATen calls
@@ -260,21 +273,22 @@ class Int4LinearMethod(LinearMethod):
             y = _int4pack_mm()(x, layer.qweight_cpu, self.group_size, layer.scales_and_zeros)
             return y if layer.bias is None else y.add_(layer.bias)
         x2 = _flat(x)
+        sup = layer._buffers.get("super_scales")
         if self._packed_cpu() and getattr(layer, "qweight", None) is not None \
                 and self._own_cpu():
             from .cpu_int4 import int4_linear
 
             y = int4_linear(x2, layer.qweight, layer.scales, layer.mins,
-                            self.group_size).to(x.dtype)
+                            self.group_size, sup).to(x.dtype)
         elif self._packed_cpu():
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(
                 x2.to(torch.bfloat16), layer.qweight_cpu, self.group_size, layer.scales_and_zeros
             ).to(x.dtype)
         elif x.is_cuda and self.kernel == "packed" and _kernel("int4_matmul") is not None:
             y = _kernel("int4_matmul")(x2, layer.qweight, layer.scales, layer.mins,
-                                           self.group_size)
+                                           self.group_size, super_scales=sup)
         else:
-            w = dequantize_int4(layer.qweight, layer.scales, layer.mins, x.dtype)
+            w = dequantize_int4(layer.qweight, layer.scales, layer.mins, x.dtype, sup)
             y = F.linear(x2, w)
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 

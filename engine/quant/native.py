@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .int4 import dequantize_int4, int4_weight_bytes
+from .int4 import dequantize_int4, int4_weight_bytes, kscale_weight_bytes
 from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
 from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
 from .schemes import QuantScheme
@@ -105,9 +105,11 @@ class Int8GroupLinearMethod(LinearMethod):
 
 class NativeInt4LinearMethod(Int4LinearMethod):
     """int4 groups of 32 (``q * scale + min``) filled from GGUF blocks rather than quantized
-    here, scales and mins in ``scale_dtype`` (fp16 for Q4_0 / Q4_1, fp32 for Q4_K);
-    ``keep_rows`` keeps the contract layout (no CPU repack) so rows can be gathered (the
-    embedding), computing with the dequantize path."""
+    here, scales and mins in ``scale_dtype``: fp16 for Q4_0 / Q4_1, uint8 for Q4_K's
+    two-level form (plus ``super_scales`` fp16 ``[N, K // 256, 2]``, ``int4.py``; folded into
+    fp32 at load where no kernel reads it, :meth:`_folds_kscales`), fp32 for a fused layer
+    mixing the two; ``keep_rows`` keeps the contract layout (no CPU repack) so rows can be
+    gathered (the embedding), computing with the dequantize path."""
 
     scheme = QuantScheme.NATIVE
 
@@ -123,17 +125,27 @@ class NativeInt4LinearMethod(Int4LinearMethod):
         for name in ("scales", "mins"):
             _set_buffer(layer, name, torch.empty(n, k // g, dtype=self.scale_dtype,
                                                  device=device))
+        if self.scale_dtype == torch.uint8:
+            _set_buffer(layer, "super_scales", torch.empty(n, k // 256, 2, dtype=torch.float16,
+                                                           device=device))
 
     def weight_bytes(self, out_features, in_features, dtype):
         # the int4pack repack keeps PyTorch's bf16 scales and zero points [K // G, N, 2];
-        # otherwise the contract layout in scale_dtype is all there is
+        # otherwise the contract layout in scale_dtype (two-level: kscale_weight_bytes, or
+        # folded to fp32 where no kernel reads it) is all there is
         if self._packed_cpu() and not self._own_cpu():
             return int4_weight_bytes(out_features, in_features, self.group_size, 2)
+        if self.scale_dtype == torch.uint8:
+            if self._folds_kscales():
+                return int4_weight_bytes(out_features, in_features, self.group_size, 4)
+            return kscale_weight_bytes(out_features, in_features)
         return int4_weight_bytes(out_features, in_features, self.group_size,
                                  self.scale_dtype.itemsize)
 
     def embed(self, layer, ids, dtype):
-        return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype)
+        sup = layer._buffers.get("super_scales")
+        return dequantize_int4(layer.qweight[ids], layer.scales[ids], layer.mins[ids], dtype,
+                               None if sup is None else sup[ids])
 
 
 def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -146,12 +158,14 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     """The method for one layer whose GGUF shards repack onto ``layouts`` (each ``(layout,
     group_size, has_mins, scale_dtype)``): int4 when all are int4; group-wise int8 at the
     smallest group (with mins when any shard has them) when all are quantized; else the float
-    method. Scales are fp16 only when every shard's are (fp16 widens to fp32 exactly)."""
+    method. Scales are fp16 only when every shard's are (fp16 widens to fp32 exactly), uint8
+    (two-level) only when every shard is Q4_K, else fp32 (two-level folds exactly)."""
     kinds = {lay[0] for lay in layouts}
     if "float" in kinds:
         return LinearMethod()
-    sdtype = torch.float16 if all(lay[3] == torch.float16 for lay in layouts) \
-        else torch.float32
+    dtypes = {lay[3] for lay in layouts}
+    sdtype = torch.float16 if dtypes == {torch.float16} else \
+        torch.uint8 if dtypes == {torch.uint8} and kinds == {"int4"} else torch.float32
     if kinds == {"int4"}:
         return NativeInt4LinearMethod(device, kernel, keep_rows, sdtype)
     group = min(lay[1] for lay in layouts)
@@ -193,8 +207,10 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     if not same:
         return False
     mins = layer.mins[start:end] if has_mins else None
+    sup = layer._buffers.get("super_scales")
     return repack_gguf_into(raw, ggml_type, shape, layer.qweight[start:end],
-                            layer.scales[start:end], mins, source_rows, tensor_name)
+                            layer.scales[start:end], mins, source_rows, tensor_name,
+                            None if sup is None else sup[start:end])
 
 
 def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:
@@ -210,17 +226,25 @@ def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:
     if n != end - start or k != layer.in_features:
         want = [end - start, layer.in_features]
         raise ValueError(f"shape mismatch: checkpoint {[n, k]}, model {want}")
-    if isinstance(method, NativeInt4LinearMethod):
+    sup = layer._buffers.get("super_scales")
+    if isinstance(method, NativeInt4LinearMethod) and sup is not None:
         layer.qweight[start:end].copy_(w.qweight)
         layer.scales[start:end].copy_(w.scales)
         layer.mins[start:end].copy_(w.mins)
+        sup[start:end].copy_(w.super_scales)
+        return
+    scales, mins = w.folded()
+    if isinstance(method, NativeInt4LinearMethod):
+        layer.qweight[start:end].copy_(w.qweight)
+        layer.scales[start:end].copy_(scales)
+        layer.mins[start:end].copy_(mins)
         return
     q = unpack_int4(w.qweight).to(torch.int8) if w.layout == "int4" else w.qweight
     rep = w.group_size // method.group_size
     layer.qweight[start:end].copy_(q)
-    layer.scales[start:end].copy_(w.scales.repeat_interleave(rep, dim=1))
+    layer.scales[start:end].copy_(scales.repeat_interleave(rep, dim=1))
     if method.has_mins:
-        if w.mins is None:
+        if mins is None:
             layer.mins[start:end].zero_()
         else:
-            layer.mins[start:end].copy_(w.mins.repeat_interleave(rep, dim=1))
+            layer.mins[start:end].copy_(mins.repeat_interleave(rep, dim=1))

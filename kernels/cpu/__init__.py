@@ -186,11 +186,15 @@ def _ops():
     return torch.ops.localchat_cpu
 
 
-def int4_matmul(x, qweight, scales, mins, group_size: int, isa: int | None = None):
+def int4_matmul(x, qweight, scales, mins, group_size: int, isa: int | None = None,
+                super_scales=None):
     """``x [M, K]`` fp32/bf16/fp16 @ int4 group-wise weights -> ``[M, N]`` in ``x.dtype``
-    (``reference.int4_matmul``'s contract; ``group_size`` a multiple of 32)."""
+    (``reference.int4_matmul``'s contract; ``group_size`` a multiple of 32; with
+    ``super_scales`` fp16 ``[N, K // 256, 2]``, uint8 ``scales`` / ``mins``: the two-level
+    form of ``reference.fold_kscales``, read in place, ``kernels/cpu/kscales.h``)."""
     return _ops().int4_matmul(
-        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa,
+        super_scales)
 
 
 def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
@@ -203,13 +207,14 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
 
 
-def int4_dequantize(qweight, scales, mins, group_size: int, out) -> None:
+def int4_dequantize(qweight, scales, mins, group_size: int, out, super_scales=None) -> None:
     """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- ``q * scales + mins`` of
-    int4 ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16):
-    the values the matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF
-    scales; rounded once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
+    int4 ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16,
+    or uint8 with two-level ``super_scales`` fp16 ``[N, K // 256, 2]``): the values the
+    matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF scales; rounded
+    once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
     Raises ``RuntimeError`` on a bad layout."""
-    _ops().int4_dequantize(qweight, scales, mins, group_size, out)
+    _ops().int4_dequantize(qweight, scales, mins, group_size, out, super_scales)
 
 
 def int8_dequantize(qweight, scales, mins, group_size: int, out, isa: int | None = None) -> None:
@@ -254,14 +259,17 @@ def a8_quantize(x, int4: bool, isa: int | None = None):
     return _ops().a8_quantize(x, int4, active_isa() if isa is None else isa)
 
 
-def int4_matmul_a8(x, qweight, scales, mins, group_size: int, isa: int | None = None):
+def int4_matmul_a8(x, qweight, scales, mins, group_size: int, isa: int | None = None,
+                   super_scales=None):
     """W4A8: ``x [M, K]`` (fp32/bf16/fp16, ``K % 32 == 0``) quantized per row and 32-column
     block to int8, integer dot products with int4 group-wise weights -> ``[M, N]`` in
     ``x.dtype`` (``reference.int4_matmul_a8``'s math; ``scales``/``mins`` fp32 or fp16
-    ``[N, K // G]``, G a multiple of 32). ISA level 2 = AVX-512 VNNI where present, else AVX2.
+    ``[N, K // G]``, G a multiple of 32, or uint8 with two-level ``super_scales`` fp16
+    ``[N, K // 256, 2]``, G = 32). ISA level 2 = AVX-512 VNNI where present, else AVX2.
     Raises ``RuntimeError`` on a bad layout."""
     return _ops().int4_matmul_a8(
-        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+        x, qweight, scales, mins, group_size, active_isa() if isa is None else isa,
+        super_scales)
 
 
 def int8_matmul_a8(x, qweight, scales, mins=None, group_size: int | None = None,
@@ -366,7 +374,8 @@ def float_matmul_t(x, weight_t, bias=None, isa: int | None = None):
 GGUF_REPACK_TYPES = frozenset({2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20})
 
 
-def gguf_repack(raw, ggml_type: int, qweight, scales, mins=None, rows=None) -> int:
+def gguf_repack(raw, ggml_type: int, qweight, scales, mins=None, rows=None,
+                super_scales=None) -> int:
     """Repack GGUF blocks onto the engine's int4 / int8 layout, in place (``repack_ops.cpp``).
 
     ``raw``: contiguous 1-D uint8, ``S`` source rows of ``K / block`` blocks of GGML type
@@ -376,10 +385,13 @@ def gguf_repack(raw, ggml_type: int, qweight, scales, mins=None, rows=None) -> i
     fp16 for the types with fp16 block scales, fp32 for the K-quants
     (``localchat.engine.quant.gguf_repack``'s module docstring has the layouts, G and the scale
     rules); ``rows`` (optional int64 ``[N]``): output row ``r`` takes source row ``rows[r]``
-    (without it ``S == N``). Threads over rows (``at::parallel_for``); portable scalar code
+    (without it ``S == N``); ``super_scales`` (Q4_K only, optional): fp16
+    ``[N, K // 256, 2]``, and then ``scales`` / ``mins`` uint8: the two-level form
+    (``reference.fold_kscales``). Threads over rows (``at::parallel_for``); portable scalar code
     (memory bound), no ISA paths. The values equal the numpy path of
     ``engine.quant.gguf_repack.repack_gguf_tensor`` bit for bit (its reference and oracle).
     Returns how many scale / min values an fp16 store changed (Q4_0's ``-8 d`` beyond the fp16
     range: the caller's corrupt-file error). Raises ``RuntimeError`` on an unsupported type or
     a bad shape, dtype or layout."""
-    return int(_ops().gguf_repack(raw, int(ggml_type), qweight, scales, mins, rows))
+    return int(_ops().gguf_repack(raw, int(ggml_type), qweight, scales, mins, rows,
+                                  super_scales))

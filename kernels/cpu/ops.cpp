@@ -14,6 +14,7 @@
 
 #include "dequant.h"
 #include "isa.h"
+#include "kscales.h"
 #include "quant.h"
 
 namespace localchat_cpu {
@@ -97,7 +98,10 @@ void narrow_cols(const float* src, T* dst, int64_t M, int64_t N, int64_t c0, int
 
 // Runs fn over column blocks on the torch thread pool; the result in out_like's dtype (a
 // bf16 / fp16 result is rounded from the fp32 sums by the thread that computed them).
-at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
+// With two-level scales (ks non-null, kscales.h) fn runs over chunks of rows whose scales
+// are widened first, as if each chunk were a whole weight.
+at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn,
+                    const KScales* ks = nullptr) {
   const auto dt = out_like.scalar_type();
   at::Tensor out32 = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
   at::Tensor out = dt == at::kFloat ? out32 : at::empty({args.M, args.N}, out_like.options());
@@ -108,7 +112,19 @@ at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 4 * args.K));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const int64_t c0 = b0 * 4, c1 = std::min(b1 * 4, args.N);
-    fn(args, c0, c1);
+    if (ks == nullptr) {
+      fn(args, c0, c1);
+    } else {
+      for_kscale_chunks(*ks, c0, c1, [&](int64_t r0, int64_t r1, float* s, float* m) {
+        QuantArgs c = args;
+        c.qweight = static_cast<const uint8_t*>(args.qweight) + r0 * (args.K / 2);
+        c.scales = s;
+        c.mins = m;
+        c.half = false;
+        c.out = args.out + r0;  // row stride stays N
+        fn(c, 0, r1 - r0);
+      });
+    }
     if (dt == at::kBFloat16)
       narrow_cols(args.out, out.data_ptr<at::BFloat16>(), args.M, args.N, c0, c1);
     else if (dt == at::kHalf)
@@ -118,7 +134,8 @@ at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
 }
 
 at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
-                       const at::Tensor& mins, int64_t group_size, int64_t isa) {
+                       const at::Tensor& mins, int64_t group_size, int64_t isa,
+                       const c10::optional<at::Tensor>& super_scales) {
   TORCH_CHECK(x.dim() == 2 && qweight.dim() == 2, "int4_matmul: x [M, K] and qweight [N, K/2]");
   const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
   TORCH_CHECK(qweight.scalar_type() == at::kByte && qweight.size(1) * 2 == K,
@@ -126,7 +143,10 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   TORCH_CHECK(group_size > 0 && group_size % 32 == 0 && K % group_size == 0,
               "int4_matmul: group_size ", group_size, " must be a multiple of 32 dividing K=", K);
   const int64_t ng = K / group_size;
-  const bool half = exact_scales("int4_matmul", scales, &mins, N, ng);
+  const bool two_level = super_scales.has_value() && super_scales->defined();
+  KScales ks{};
+  const bool half = two_level ? false : exact_scales("int4_matmul", scales, &mins, N, ng);
+  if (two_level) ks = check_kscales("int4_matmul", scales, mins, *super_scales, N, K, group_size);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int4_matmul: x must be fp32/bf16/fp16");
   at::Tensor xp = widen(x, true);
@@ -136,7 +156,7 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int4_rows_avx512 : use == kAvx2 ? int4_rows_avx2
                                                                : int4_rows_scalar;
-  return run_rows(x, a, fn);
+  return run_rows(x, a, fn, two_level ? &ks : nullptr);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -189,21 +209,44 @@ void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, OT* out, int64_t 
 }
 
 void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
-                     int64_t group_size, at::Tensor out) {
+                     int64_t group_size, at::Tensor out,
+                     const c10::optional<at::Tensor>& super_scales) {
   TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
               "int4_dequantize: qweight must be contiguous uint8 [N, K/2]");
   const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
   TORCH_CHECK(group_size > 0 && group_size % 2 == 0 && K % group_size == 0,
               "int4_dequantize: group_size ", group_size, " must divide K=", K);
   const int64_t ng = K / group_size;
-  const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
-  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
-              "int4_dequantize: scales and mins must be contiguous");
   TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
                   out.is_contiguous() && out.sizes() == at::IntArrayRef({N, K}),
               "int4_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "]");
   const uint8_t* q = qweight.data_ptr<uint8_t>();
   const bool bf16 = out.scalar_type() == at::kBFloat16;
+  if (super_scales.has_value() && super_scales->defined()) {
+    // two-level scales: chunks of rows with widened fp32 scales (kscales.h)
+    const KScales ks = check_kscales("int4_dequantize", scales, mins, *super_scales, N, K,
+                                     group_size);
+    const bool vec = clamp_isa(kAvx512) == kAvx512;
+    const size_t osz = bf16 ? 2 : 4;
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      for_kscale_chunks(ks, n0, n1, [&](int64_t r0, int64_t r1, float* s, float* m) {
+        const uint8_t* qc = q + r0 * (K / 2);
+        void* oc = static_cast<char*>(out.data_ptr()) + r0 * K * osz;
+        if (vec) {
+          const Int4DequantArgs a{qc, s, m, false, oc, bf16, K, group_size, ng};
+          int4_dequant_rows_avx512(a, 0, r1 - r0);
+        } else if (bf16) {
+          dequant4_rows(qc, s, m, static_cast<at::BFloat16*>(oc), 0, r1 - r0, K, group_size);
+        } else {
+          dequant4_rows(qc, s, m, static_cast<float*>(oc), 0, r1 - r0, K, group_size);
+        }
+      });
+    });
+    return;
+  }
+  const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
+  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
+              "int4_dequantize: scales and mins must be contiguous");
   if (clamp_isa(kAvx512) == kAvx512 && group_size % 32 == 0) {  // the vector path: same values
     const Int4DequantArgs a{q, scales.data_ptr(), mins.data_ptr(), half, out.data_ptr(), bf16,
                             K, group_size, ng};
@@ -234,11 +277,11 @@ TORCH_LIBRARY(localchat_cpu, m) {
   m.def("has_vnni() -> bool", &localchat_cpu::has_vnni);
   m.def("release_thread_pool() -> bool", &localchat_cpu::release_thread_pool);
   m.def("int4_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
-        "int isa) -> Tensor");
+        "int isa, Tensor? super_scales=None) -> Tensor");
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
         "int isa) -> Tensor");
   m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group_size, "
-        "Tensor(a!) out) -> ()");
+        "Tensor(a!) out, Tensor? super_scales=None) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "isa.h"
+#include "kscales.h"
 #include "qa8.h"
 #include "quant.h"  // enum Isa
 
@@ -64,7 +65,10 @@ A8Buffers a8_scratch(const A8Args& a, bool int4) {
 
 typedef void (*A8QuantFn)(const void*, bool, int64_t, const A8Args&, const A8Buffers&, bool);
 
-at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant) {
+// With two-level scales (ks non-null, kscales.h; int4 only) fn runs over chunks of output
+// rows whose scales are widened first, each as if it were a whole weight.
+at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant,
+                  const KScales* ks = nullptr) {
   // fp32 / bf16 rows are read in place (unit column stride); fp16 is widened once.
   const bool direct = (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
                       x.stride(1) == 1;
@@ -83,7 +87,22 @@ at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn q
   a.out_bf16 = bf16;
   // Threads split output columns; each output is computed by one thread in a fixed order.
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * a.M));
-  at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+  if (ks == nullptr) {
+    at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+  } else {
+    const size_t osz = bf16 ? 2 : 4;
+    at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) {
+      for_kscale_chunks(*ks, n0, n1, [&](int64_t r0, int64_t r1, float* s, float* m) {
+        A8Args c = a;
+        c.qweight = static_cast<const uint8_t*>(a.qweight) + r0 * (a.K / 2);
+        c.scales = s;
+        c.mins = m;
+        c.half = false;
+        c.out = static_cast<char*>(a.out) + r0 * osz;  // row stride stays N
+        fn(c, 0, r1 - r0);
+      });
+    });
+  }
   return x.scalar_type() == out.scalar_type() ? out : out.to(x.scalar_type());
 }
 
@@ -104,7 +123,7 @@ A8QuantFn pick_a8_quant(int64_t isa) {
 
 at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
                           const at::Tensor& scales, const at::Tensor& mins, int64_t group_size,
-                          int64_t isa) {
+                          int64_t isa, const c10::optional<at::Tensor>& super_scales) {
   TORCH_CHECK(x.dim() == 2 && qweight.dim() == 2, "int4_matmul_a8: x [M, K], qweight [N, K/2]");
   const int64_t M = x.size(0), K = x.size(1), N = qweight.size(0);
   TORCH_CHECK(qweight.scalar_type() == at::kByte && qweight.size(1) * 2 == K &&
@@ -117,12 +136,16 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int4_matmul_a8: x must be fp32/bf16/fp16");
   const int64_t ng = K / group_size;
-  const bool half = a8_scales("int4_matmul_a8", scales, &mins, N, ng);
+  const bool two_level = super_scales.has_value() && super_scales->defined();
+  KScales ks{};
+  const bool half = two_level ? false : a8_scales("int4_matmul_a8", scales, &mins, N, ng);
+  if (two_level)
+    ks = check_kscales("int4_matmul_a8", scales, mins, *super_scales, N, K, group_size);
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(),
            scales.data_ptr(), mins.data_ptr(), half, nullptr, false,
            M, N, K, (K + 127) / 128 * 128, group_size, ng};
   return run_a8(x, a, true, pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar),
-                pick_a8_quant(isa));
+                pick_a8_quant(isa), two_level ? &ks : nullptr);
 }
 
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
@@ -180,7 +203,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("a8_quantize(Tensor x, bool int4, int isa) -> (Tensor, Tensor)",
         &localchat_cpu::a8_quantize);
   m.def("int4_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
-        "int isa) -> Tensor");
+        "int isa, Tensor? super_scales=None) -> Tensor");
   m.def("int8_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, "
         "int group_size, int isa) -> Tensor");
 }

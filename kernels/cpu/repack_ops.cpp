@@ -4,7 +4,8 @@
 // ``_decode`` path is the reference and the oracle, tests/kernels/test_cpu_gguf_repack.py).
 //
 //   int4: qweight uint8 [N, K/2] (low nibble = even k), scales / mins [N, K/32]
-//         (Q4_0: min = -8 d; Q4_1: d, m; Q4_K: d * sc, -(dmin * m), the 6-bit sub-scales)
+//         (Q4_0: min = -8 d; Q4_1: d, m; Q4_K: d * sc, -(dmin * m), the 6-bit sub-scales,
+//         or with super_scales the two-level form of kscales.h: uint8 sc / m and (d, -dmin))
 //   int8: qweight int8 [N, K], scales [N, K/G], mins [N, K/G] or none
 //         (Q8_0, Q5_0 (q - 16), Q5_1, IQ4_NL (table values), G 32; Q5_K G 32 with mins;
 //          Q6_K (q - 32), Q3_K G 16; Q2_K G 16 with mins)
@@ -118,8 +119,8 @@ inline int64_t blk_q4_1(const uint8_t* b, uint8_t* q, uint16_t* s, uint16_t* m) 
   return 0;
 }
 
-inline int64_t blk_q4_k(const uint8_t* b, uint8_t* __restrict q, float* s, float* m) {
-  k_group_scales(b, s, m);
+// Q4_K's 128 bytes of 4-bit weights (b + 16) -> 128 bytes of the int4 layout.
+inline void q4_k_weights(const uint8_t* b, uint8_t* __restrict q) {
   const uint8_t* __restrict qs = b + 16;
   for (int c = 0; c < 4; ++c) {  // 32 bytes: sub-block 2c in the low nibbles, 2c + 1 high
     const uint8_t* __restrict x = qs + 32 * c;
@@ -129,7 +130,23 @@ inline int64_t blk_q4_k(const uint8_t* b, uint8_t* __restrict q, float* s, float
     for (int p = 0; p < 16; ++p)
       lo[16 + p] = static_cast<uint8_t>((x[2 * p] >> 4) | (x[2 * p + 1] & 0xF0));
   }
+}
+
+inline int64_t blk_q4_k(const uint8_t* b, uint8_t* __restrict q, float* s, float* m) {
+  k_group_scales(b, s, m);
+  q4_k_weights(b, q);
   return 0;
+}
+
+// Q4_K onto the two-level int4 form (kscales.h): the 6-bit sub-block scales / mins as
+// uint8 (sc, m: 8 each) and the superblock's (d, -dmin) fp16 bits (sup: 2), copied from the
+// file (-dmin by its sign bit).
+inline void blk_q4_k_two_level(const uint8_t* b, uint8_t* __restrict q, uint8_t* sc,
+                               uint8_t* mn, uint16_t* sup) {
+  sup[0] = ld16(b);
+  sup[1] = static_cast<uint16_t>(ld16(b + 2) ^ 0x8000u);
+  k_scale_min(b + 4, sc, mn);
+  q4_k_weights(b, q);
 }
 
 inline int64_t blk_iq4_nl(const uint8_t* b, int8_t* __restrict q, uint16_t* s, uint16_t*) {
@@ -263,16 +280,37 @@ int64_t repack_rows(const uint8_t* raw, const int64_t* rows, int64_t nblk, QT* q
   return bad;
 }
 
+// Q4_K rows [r0, r1) onto the two-level form: qweight [N, K/2], scales / mins uint8
+// [N, K/32], sup fp16 bits [N, K/256, 2].
+void repack_q4_k_two_level(const uint8_t* raw, const int64_t* rows, int64_t nblk, uint8_t* q,
+                           uint8_t* sc, uint8_t* mn, uint16_t* sup, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* src = raw + (rows ? rows[r] : r) * nblk * 144;
+    for (int64_t j = 0; j < nblk; ++j) {
+      const int64_t blk = r * nblk + j;
+      blk_q4_k_two_level(src + j * 144, q + blk * 128, sc + blk * 8, mn + blk * 8,
+                         sup + blk * 2);
+    }
+  }
+}
+
 // raw (uint8, contiguous: S source rows of K / block blocks) -> qweight / scales / mins
 // (contiguous, N rows; written in place). rows (int64 [N], optional): output row r takes
 // source row rows[r] (a row permutation, e.g. llama's Q/K unpermute); without it S == N.
 // Returns how many scale / min values an fp16 store changed (Q4_0's -8 d out of range; the
 // caller raises); raises on an unsupported type or mismatched shapes / dtypes.
+// super_scales (Q4_K only, optional): the two-level form (kscales.h) instead of folded fp32
+// scales: scales / mins uint8 [N, K/32], super_scales fp16 [N, K/256, 2].
 int64_t gguf_repack(const at::Tensor& raw, int64_t ggml_type, at::Tensor qweight,
                     at::Tensor scales, const c10::optional<at::Tensor>& mins,
-                    const c10::optional<at::Tensor>& rows) {
+                    const c10::optional<at::Tensor>& rows,
+                    const c10::optional<at::Tensor>& super_scales) {
   TypeInfo ti;
   TORCH_CHECK(type_info(ggml_type, &ti), "gguf_repack: unsupported GGML type ", ggml_type);
+  const bool two_level = super_scales.has_value() && super_scales->defined();
+  TORCH_CHECK(!two_level || ggml_type == 12,
+              "gguf_repack: super_scales (two-level scales) are for Q4_K only, got type ",
+              ggml_type);
   TORCH_CHECK(raw.scalar_type() == at::kByte && raw.dim() == 1 && raw.is_contiguous(),
               "gguf_repack: raw must be contiguous 1-D uint8, got ", raw.sizes(), " ",
               raw.scalar_type());
@@ -284,11 +322,16 @@ int64_t gguf_repack(const at::Tensor& raw, int64_t ggml_type, at::Tensor qweight
   TORCH_CHECK(K > 0 && K % ti.block == 0, "gguf_repack: K=", K, " is not a multiple of ",
               ti.block);
   const int64_t nblk = K / ti.block, ng = K / ti.group;
-  const auto sdt = ti.half ? at::kHalf : at::kFloat;
+  const auto sdt = two_level ? at::kByte : ti.half ? at::kHalf : at::kFloat;
   TORCH_CHECK(scales.scalar_type() == sdt && scales.dim() == 2 && scales.size(0) == N &&
                   scales.size(1) == ng && scales.is_contiguous(),
-              "gguf_repack: scales must be contiguous ", ti.half ? "fp16" : "fp32", " [", N,
+              "gguf_repack: scales must be contiguous ", c10::toString(sdt), " [", N,
               ", ", ng, "], got ", scales.sizes(), " ", scales.scalar_type());
+  if (two_level)
+    TORCH_CHECK(super_scales->scalar_type() == at::kHalf && super_scales->is_contiguous() &&
+                    super_scales->sizes() == at::IntArrayRef({N, nblk, 2}),
+                "gguf_repack: super_scales must be contiguous fp16 [", N, ", ", nblk,
+                ", 2], got ", super_scales->sizes(), " ", super_scales->scalar_type());
   const bool has_min = mins.has_value() && mins->defined();
   TORCH_CHECK(has_min == ti.mins, "gguf_repack: type ", ggml_type,
               ti.mins ? " needs mins" : " has no mins");
@@ -324,6 +367,12 @@ int64_t gguf_repack(const at::Tensor& raw, int64_t ggml_type, at::Tensor qweight
   const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
   at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) {
     int64_t n = 0;
+    if (two_level) {
+      repack_q4_k_two_level(src, rp, nblk, static_cast<uint8_t*>(q), static_cast<uint8_t*>(s),
+                            static_cast<uint8_t*>(m),
+                            static_cast<uint16_t*>(super_scales->data_ptr()), r0, r1);
+      return;
+    }
 #define LC_REPACK(QT, ST, B, TS, G, FN)                                                      \
   n = repack_rows<QT, ST, B, TS, G, FN>(src, rp, nblk, static_cast<QT*>(q),                  \
                                         static_cast<ST*>(s), static_cast<ST*>(m), r0, r1)
@@ -351,7 +400,7 @@ int64_t gguf_repack(const at::Tensor& raw, int64_t ggml_type, at::Tensor qweight
 
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("gguf_repack(Tensor raw, int ggml_type, Tensor(a!) qweight, Tensor(b!) scales, "
-        "Tensor(c!)? mins, Tensor? rows) -> int");
+        "Tensor(c!)? mins, Tensor? rows, Tensor(d!)? super_scales=None) -> int");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {

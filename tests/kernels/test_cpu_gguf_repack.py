@@ -56,7 +56,7 @@ def assert_same(got: gr.RepackedWeight, want: gr.RepackedWeight) -> None:
     assert (got.layout, got.group_size, got.ggml_type) == (want.layout, want.group_size,
                                                             want.ggml_type)
     for a, b in ((got.qweight, want.qweight), (got.scales, want.scales),
-                 (got.mins, want.mins)):
+                 (got.mins, want.mins), (got.super_scales, want.super_scales)):
         assert (a is None) == (b is None)
         if a is not None:
             assert a.dtype == b.dtype and a.shape == b.shape and a.is_contiguous()
@@ -72,8 +72,10 @@ def _op(raw: np.ndarray, ggml_type: int, n: int, k: int, rows=None) -> gr.Repack
         n, k, dtype=torch.int8)
     s = torch.empty(n, k // group, dtype=sd)
     m = torch.empty(n, k // group, dtype=sd) if has_mins else None
-    assert cpu.gguf_repack(torch.from_numpy(raw), ggml_type, q, s, m, rows) == 0
-    return gr.RepackedWeight(layout, q, s, m, group, name)
+    sup = torch.empty(n, k // 256, 2, dtype=torch.float16) if name in gr.TWO_LEVEL_TYPES \
+        else None
+    assert cpu.gguf_repack(torch.from_numpy(raw), ggml_type, q, s, m, rows, sup) == 0
+    return gr.RepackedWeight(layout, q, s, m, group, name, sup)
 
 
 def _shapes(ggml_type: int):
@@ -119,7 +121,8 @@ def test_row_permutation_is_the_unpermute(built, ggml_type):
     got = _op(raw, ggml_type, len(pick), k, pick)
     sel = gr.RepackedWeight(want.layout, want.qweight[pick], want.scales[pick],
                             None if want.mins is None else want.mins[pick], want.group_size,
-                            want.ggml_type)
+                            want.ggml_type,
+                            None if want.super_scales is None else want.super_scales[pick])
     assert_same(got, sel)
 
 

@@ -15,6 +15,7 @@ from localchat.engine.quant.gguf_repack import (
     dequantize_repacked,
     repack_gguf_tensor,
     scale_dtype,
+    tensor_nbytes,
     unpermute_rows,
 )
 
@@ -57,12 +58,20 @@ def test_random_blocks_repack_exactly(ggml_type):
     else:
         assert w.qweight.dtype == torch.int8 and w.qweight.shape == (n, k)
         assert w.group_size in (16, 32)
-    # fp16 block scales stay fp16 (exactly), the K-quants' products d * sc fp32
-    want_dtype = torch.float16 if GGML_TYPES[ggml_type][0] in (
-        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL") else torch.float32
+    # fp16 block scales stay fp16 (exactly), Q4_K keeps its file's two levels (uint8
+    # sub-block scales / mins, fp16 d and -dmin), the other K-quants' products d * sc fp32
+    name = GGML_TYPES[ggml_type][0]
+    want_dtype = torch.float16 if name in (
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL") else \
+        torch.uint8 if name == "Q4_K" else torch.float32
     assert scale_dtype(ggml_type) == want_dtype
     assert w.scales.dtype == want_dtype and w.scales.shape == (n, k // w.group_size)
     assert w.mins is None or w.mins.dtype == want_dtype
+    if name == "Q4_K":
+        assert w.super_scales.dtype == torch.float16 and w.super_scales.shape == (n, k // 256, 2)
+        assert w.nbytes() * 18 == tensor_nbytes(ggml_type, (n, k)) * 18.5
+    else:
+        assert w.super_scales is None
 
 
 def test_q4_0_min_out_of_fp16_range_is_refused():
