@@ -23,6 +23,7 @@ from torch import nn
 from localchat.engine.layers.linear import MergedLinear, QKVLinear
 from localchat.engine.quant.gguf_repack import GGML_TYPES, repack_gguf_tensor, repacked_group
 from localchat.engine.quant.gguf_repack import scale_dtype as gguf_scale_dtype
+from localchat.engine.quant.methods import LinearMethod
 from localchat.engine.quant.native import (
     Int8GroupLinearMethod,
     NativeInt4LinearMethod,
@@ -139,7 +140,7 @@ def test_direct_repack_equals_repack_then_copy(case):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_held_bytes_are_the_sum_of_the_shards_layouts(case):
-    kind, shards = CASES[case]
+    _, shards = CASES[case]
     layer, raws = _build(case, "dequant", split=True, direct=True)
     widened, _ = _build(case, "dequant", split=False, direct=True)
     n = layer.out_features
@@ -161,14 +162,13 @@ def test_same_layouts_keep_one_method():
     assert q50 == q80
     assert isinstance(native_method([q41] * 3, "cpu"), NativeInt4LinearMethod)
     assert isinstance(native_method([q50, q50, q80], "cpu"), Int8GroupLinearMethod)
-    assert type(native_method([q41, (("float", 0, False, None))], "cpu")).__name__ \
-        == "LinearMethod"
+    assert type(native_method([q41, ("float", 0, False, None)], "cpu")) is LinearMethod
     with pytest.raises(ValueError, match="shards"):
         native_method([q41, q50], "cpu")  # different layouts need the shards' rows
-    with pytest.raises(ValueError, match="span shards"):
-        layer, _ = _build("qkv-q4k-q6k", "dequant", split=True, direct=False)
-        copy_repacked_rows(layer, repack_gguf_tensor(_random_blocks(12, 64, K, 0), 12,
-                                                     (64, K)), 32, 96)
+    layer, _ = _build("qkv-q4k-q6k", "dequant", split=True, direct=False)
+    w = repack_gguf_tensor(_random_blocks(TYPE["Q4_K"], 64, K, 0), TYPE["Q4_K"], (64, K))
+    with pytest.raises(ValueError, match="span shards"):  # rows [32, 96) cross q | k
+        copy_repacked_rows(layer, w, 32, 96)
 
 
 def test_cache_round_trip_by_buffer_name(tmp_path):
