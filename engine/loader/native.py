@@ -110,7 +110,10 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
                                keep_rows=name == "model.embed_tokens", shards=rows)
         layer.quant_method = method
         if type(method) is not LinearMethod:
-            method.create_weights(layer, device)
+            try:
+                method.create_weights(layer, device)
+            except ValueError as exc:  # a sharded layer whose file lacks one of its shards
+                raise ModelLoadError(f"{path}: {name}: {exc}") from exc
             quantized[name] = layer
     materialize(model, device)
     init_buffers(model)

@@ -85,8 +85,9 @@ class ShardedLinearMethod(LinearMethod):
 
     def create_weights(self, layer, device):
         if self.offsets[-1] != layer.out_features:
-            raise ValueError(f"shards hold {self.offsets[-1]} rows, the layer "
-                             f"{layer.out_features}")
+            ids = [sid for sid, _, _ in self.shards]
+            raise ValueError(f"shards {ids} hold {self.offsets[-1]} rows, the layer "
+                             f"{layer.out_features}: a shard is missing")
         layer.weight = None
         for sid, rows, method in self.shards:
             child = ShardLayer(layer.in_features, rows, method)

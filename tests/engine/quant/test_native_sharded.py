@@ -165,6 +165,9 @@ def test_same_layouts_keep_one_method():
     assert type(native_method([q41, ("float", 0, False, None)], "cpu")) is LinearMethod
     with pytest.raises(ValueError, match="shards"):
         native_method([q41, q50], "cpu")  # different layouts need the shards' rows
+    partial = native_method([q41, q50], "cpu", shards=[("q", 64), ("v", 32)])
+    with pytest.raises(ValueError, match="shard is missing"):  # k absent from the file
+        partial.create_weights(QKVLinear(K, 64, 32), torch.device("cpu"))
     layer, _ = _build("qkv-q4k-q6k", "dequant", split=True, direct=False)
     w = repack_gguf_tensor(_random_blocks(TYPE["Q4_K"], 64, K, 0), TYPE["Q4_K"], (64, K))
     with pytest.raises(ValueError, match="span shards"):  # rows [32, 96) cross q | k
