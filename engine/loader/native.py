@@ -54,24 +54,32 @@ def _layout_of(t: dict) -> tuple[str, int, bool, torch.dtype | None]:
     return (layout, group, has_mins, scale_dtype(t["type"]))
 
 
+def _shard_order(shard: str | int | None) -> int:
+    """Position of shard ``shard`` in its fused layer's output (``q, k, v``; ``0, 1``)."""
+    return {"q": 0, "k": 1, "v": 2}[shard] if isinstance(shard, str) else int(shard or 0)
+
+
 def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
-                   ) -> dict[str, list[tuple[str, int, bool]]]:
-    """``module name -> [(layout, group_size, has_mins) per shard]`` for every ``Linear``
-    (and the embedding) that a GGUF tensor of ``path`` fills, from the tensor table alone.
+                   ) -> dict[str, list[tuple[str | int | None, tuple]]]:
+    """``module name -> [(shard id, (layout, group_size, has_mins, scale_dtype))]``, in the
+    layer's output order, for every ``Linear`` (and the embedding) that a GGUF tensor of
+    ``path`` fills, from the tensor table alone (shard id ``None`` for unfused layers).
 
     Raises ``ModelLoadError`` naming the tensor and type for an unsupported GGUF type.
     """
     index = _tensor_index(Path(path), cache_dir)
     modules = dict(model.named_modules())
-    out: dict[str, list[tuple[str, int, bool]]] = {}
+    out: dict[str, list] = {}
     for t in index["tensors"]:
         name = hf_name(t["name"])
         if name is None or not name.endswith(".weight"):
             continue
-        module, _, _ = model.weight_target(name)
+        module, _, shard = model.weight_target(name)
         if not isinstance(modules.get(module), Linear):
             continue
-        out.setdefault(module, []).append(_layout_of(t))
+        out.setdefault(module, []).append((shard, _layout_of(t)))
+    for items in out.values():
+        items.sort(key=lambda item: _shard_order(item[0]))
     return out
 
 
@@ -94,13 +102,18 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     layouts = native_layouts(path, model, cache_dir)
     modules = dict(model.named_modules())
     quantized: dict[str, Linear] = {}
-    for name, shards in layouts.items():
+    for name, items in layouts.items():
         layer = modules[name]
-        method = native_method(shards, device, kernel,
-                               keep_rows=name == "model.embed_tokens")
+        rows = [(sid, end - start) for sid, _ in items
+                for start, end in [layer.shard_range(sid)]]
+        method = native_method([lay for _, lay in items], device, kernel,
+                               keep_rows=name == "model.embed_tokens", shards=rows)
         layer.quant_method = method
         if type(method) is not LinearMethod:
-            method.create_weights(layer, device)
+            try:
+                method.create_weights(layer, device)
+            except ValueError as exc:  # a sharded layer whose file lacks one of its shards
+                raise ModelLoadError(f"{path}: {name}: {exc}") from exc
             quantized[name] = layer
     materialize(model, device)
     init_buffers(model)
@@ -108,10 +121,12 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     if cache_dir is not None and use_cache:
         cached = cache_path(cache_dir, path, "native", 32, dtype, NATIVE_FORMAT)
     model.quant_cache_hit = False
-    # int4 layers that PyTorch's CPU kernel repacks are copied (then repacked one at a time);
-    # everything else is a view of the mapped cache file
-    repacked = {n for n, m in quantized.items()
-                if isinstance(m.quant_method, NativeInt4LinearMethod)
+    # int4 layers (or shards of a sharded layer, ``shard_<id>`` modules) that PyTorch's CPU
+    # kernel repacks are copied (then repacked one at a time); everything else is a view of
+    # the mapped cache file
+    modules = dict(model.named_modules())
+    repacked = {n for n, m in modules.items()
+                if isinstance(getattr(m, "quant_method", None), NativeInt4LinearMethod)
                 and m.quant_method._packed_cpu()}
     finished: set[str] = set()
 
@@ -223,7 +238,7 @@ def native_weight_bytes(path: Path, model_config, device: torch.device | str = "
     dtype = dtype or default_float_dtype(device)
     cls = get_model_class(model_config)
     index = _tensor_index(Path(path), cache_dir)
-    shards: dict[str, list] = {}
+    shards: dict[str, list] = {}  # module -> [(shard id, layout, shape)]
     total = 0
     for t in index["tensors"]:
         name = hf_name(t["name"])
@@ -232,18 +247,20 @@ def native_weight_bytes(path: Path, model_config, device: torch.device | str = "
         if name == "lm_head.weight" and model_config.tie_word_embeddings:
             continue
         shape = tuple(reversed(t["dims"]))
-        module, pname, _ = cls.weight_target(name)
+        module, pname, shard = cls.weight_target(name)
         is_linear = pname == "weight" and len(shape) == 2 and (
             module.endswith("_proj") or module in ("lm_head", "model.embed_tokens"))
         if not is_linear:
             total += int(np.prod(shape)) * dtype.itemsize
             continue
-        shards.setdefault(module, []).append((_layout_of(t), shape))
+        shards.setdefault(module, []).append((shard, _layout_of(t), shape))
     for module, items in shards.items():
-        n = sum(shape[0] for _, shape in items)
-        k = items[0][1][1]
-        method = native_method([lay for lay, _ in items], device, kernel,
-                               keep_rows=module == "model.embed_tokens")
+        items.sort(key=lambda item: _shard_order(item[0]))
+        n = sum(shape[0] for _, _, shape in items)
+        k = items[0][2][1]
+        method = native_method([lay for _, lay, _ in items], device, kernel,
+                               keep_rows=module == "model.embed_tokens",
+                               shards=[(sid, shape[0]) for sid, _, shape in items])
         total += method.weight_bytes(n, k, dtype)
     return total
 

@@ -2,10 +2,10 @@
 
 Each linear layer (and the embedding / LM head) keeps the layout its GGUF type repacks onto
 (``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K), group-wise
-int8 (Q8_0, Q5_x, Q6_K, ...), or the float dtype. A fused layer whose shards have different
-types (``qkv_proj`` with a Q6_K ``v``) takes the widest layout that holds every shard exactly:
-int4 values are int8 values, a group of 32 is two groups of 16 with equal scales, and a
-missing min is 0. Reference design: llama.cpp keeps each tensor in its file type and
+int8 (Q8_0, Q5_x, Q6_K, ...), or the float dtype. A fused layer whose shards repack onto
+different layouts (``qkv_proj`` with Q4_K ``q``, ``k`` and a Q6_K ``v``) keeps each shard in
+its own layout and multiplies shard by shard (``sharded.py``); shards that agree share one
+layout and one matmul. Reference design: llama.cpp keeps each tensor in its file type and
 dispatches per type; vLLM's GGUF linear method does the same per layer.
 
 Compute paths: int4 reuses ``Int4LinearMethod`` (on CPU localchat's exact C++ kernels over
@@ -154,15 +154,37 @@ def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torc
 
 
 def native_method(layouts: list[tuple], device: torch.device | str,
-                  kernel: str = "packed", keep_rows: bool = False) -> LinearMethod:
+                  kernel: str = "packed", keep_rows: bool = False,
+                  shards: list[tuple[str | int, int]] | None = None,
+                  split: bool = True) -> LinearMethod:
     """The method for one layer whose GGUF shards repack onto ``layouts`` (each ``(layout,
-    group_size, has_mins, scale_dtype)``): int4 when all are int4; group-wise int8 at the
-    smallest group (with mins when any shard has them) when all are quantized; else the float
-    method. Scales are fp16 only when every shard's are (fp16 widens to fp32 exactly), uint8
-    (two-level) only when every shard is Q4_K, else fp32 (two-level folds exactly)."""
+    group_size, has_mins, scale_dtype)``, one per shard, in output order).
+
+    One layout for every shard (or a single shard): int4 when it is int4, group-wise int8 at
+    its group (with mins when it has them), the float method for float. Different quantized
+    layouts: with ``split`` (the default) a :class:`~.sharded.ShardedLinearMethod` holding
+    each shard in the method it would get alone, ``shards`` ``[(shard_id, rows)]`` (aligned
+    with ``layouts``) naming them; without, the widest layout that holds every shard exactly
+    (int4 values are int8 values, a group of 32 is two groups of 16 with equal scales, a
+    missing min is 0; scales fp16 only when every shard's are, uint8 two-level only when
+    every shard is Q4_K, else fp32: two-level scales fold exactly), what every mixed layer
+    held before per-shard layouts. Any float shard: the float method.
+
+    Raises ``ValueError`` when layouts differ, ``split`` is set and ``shards`` is missing or
+    not aligned with ``layouts``.
+    """
     kinds = {lay[0] for lay in layouts}
     if "float" in kinds:
         return LinearMethod()
+    if split and len(set(layouts)) > 1:
+        if shards is None or len(shards) != len(layouts):
+            raise ValueError(f"layouts {layouts} differ: the shards' ids and rows are needed, "
+                             f"got {shards}")
+        from .sharded import ShardedLinearMethod
+
+        return ShardedLinearMethod([
+            (sid, rows, native_method([lay], device, kernel, keep_rows))
+            for (sid, rows), lay in zip(shards, layouts)])
     dtypes = {lay[3] for lay in layouts}
     sdtype = torch.float16 if dtypes == {torch.float16} else \
         torch.uint8 if dtypes == {torch.uint8} and kinds == {"int4"} else torch.float32
@@ -173,6 +195,18 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     return Int8GroupLinearMethod(device, group, has_mins, kernel, sdtype)
 
 
+def _shard_target(layer: nn.Module, start: int, end: int) -> tuple[nn.Module, int, int]:
+    """The module whose stored layout holds ``layer``'s output rows ``[start, end)`` and the
+    rows relative to it: the shard's own module for a sharded layer (raises ``ValueError``
+    when the rows cross shards), else ``layer`` itself."""
+    from .sharded import ShardedLinearMethod
+
+    method = layer.quant_method
+    if isinstance(method, ShardedLinearMethod):
+        return method.locate(layer, start, end)
+    return layer, start, end
+
+
 def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, int],
                      start: int, end: int, source_rows: torch.Tensor | None = None,
                      tensor_name: str = "?") -> bool:
@@ -181,12 +215,14 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     repack_gguf_into``; ``source_rows`` an optional row permutation): no intermediate tensor.
     Only where the layer's layout is the tensor's own (same int4 / int8 layout, group size,
     scale dtype and mins); returns False, writing nothing, otherwise or without the C++
-    kernels (the caller then repacks and calls :func:`copy_repacked_rows`).
+    kernels (the caller then repacks and calls :func:`copy_repacked_rows`). For a sharded
+    layer (``sharded.py``) the rows go to the shard module holding them, relative to it.
 
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a corrupt tensor.
     """
     from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
 
+    layer, start, end = _shard_target(layer, start, end)
     method = layer.quant_method
     layout = GGML_TYPES[ggml_type][3] if ggml_type in GGML_TYPES else None
     if layout not in ("int4", "int8") or len(shape) != 2 or layer.qweight.device.type != "cpu":
@@ -215,12 +251,14 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
 
 def copy_repacked_rows(layer: nn.Module, w, start: int, end: int) -> None:
     """Copy ``RepackedWeight`` ``w`` (``[end - start, K]``) into rows ``[start, end)`` of
-    ``layer``'s stored layout, widening int4 -> int8 and groups 32 -> 16 exactly.
+    ``layer``'s stored layout (for a sharded layer, of the shard module holding them),
+    widening int4 -> int8 and groups 32 -> 16 exactly where that layout is wider.
 
-    Raises ``ValueError`` on a shape mismatch.
+    Raises ``ValueError`` on a shape mismatch or rows that cross shards.
     """
     from .int4 import unpack_int4
 
+    layer, start, end = _shard_target(layer, start, end)
     method = layer.quant_method
     n, k = w.shape
     if n != end - start or k != layer.in_features:
