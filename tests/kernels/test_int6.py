@@ -3,7 +3,8 @@ the dequantization, the integer-dot matmul ``int6_matmul_a8`` and the exact fp32
 ``int6_matmul``, against ``gguf.quants.dequantize`` and ``reference.*int6*``.
 
 - Repack / dequantize: random valid Q6_K blocks (random bytes, fp16 ``d`` finite of both signs
-  from subnormal-adjacent to large) and a real Q6_K tensor of Qwen2.5-Coder-0.5B: the numpy
+  from subnormal-adjacent to large) and a real Q6_K tensor of Qwen2.5-Coder-0.5B (``-m slow``,
+  skipped when the model is not downloaded): the numpy
   repack, the C++ repack (equal to it byte for byte, with and without a row permutation, over
   two threads' chunks), then the reference and every ISA's dequantization equal to
   ``gguf.quants.dequantize`` bit for bit in fp32, and that rounded to nearest even in bf16.
@@ -189,9 +190,11 @@ def _real_q6_k_tensor():
     pytest.fail("blk.0.ffn_down.weight not in the 0.5B file")
 
 
+@pytest.mark.slow  # the Qwen pair is for slow tests (DESIGN.md section 7); ~15 s on 2 cores
 def test_real_q6_k_tensor(built):
-    """Qwen2.5-Coder-0.5B's blk.0.ffn_down (896 x 4864, Q6_K): both repacks agree, and the
-    dequantization (numpy reference, every ISA) is gguf's bit for bit."""
+    """Qwen2.5-Coder-0.5B's blk.0.ffn_down (896 x 4864, Q6_K): both repacks agree, the
+    dequantization (numpy reference, every ISA) is gguf's bit for bit, and the integer-dot
+    matmul is within its bound of the reference."""
     raw, n, k = _real_q6_k_tensor()
     want = gguf_values(raw)
     w = cpp_int6(raw, n, k)
