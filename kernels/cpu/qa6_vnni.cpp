@@ -33,7 +33,7 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 template <int MT>
-inline void tile(const Int6Args& a, int64_t n, int64_t m0, __m512* acc) {
+inline void tile(const Int6Args& a, int64_t n, int64_t m0, __m512* out) {
   const int64_t K = a.K, nc = K / 128;
   const uint8_t* wl = a.qlow + n * (K / 2);
   const uint8_t* wh = a.qhigh + n * (K / 4);
@@ -42,6 +42,7 @@ inline void tile(const Int6Args& a, int64_t n, int64_t m0, __m512* acc) {
   const __m512i nib = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
   // 8 sub-block scales -> 16 lanes (lanes 2 j and 2 j + 1 <- scale j)
   const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m512 acc[MT];  // in registers (through `out` the compiler stored them every chunk)
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nc; ++c) {
     _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * c + kPrefetch), _MM_HINT_T0);
@@ -67,6 +68,7 @@ inline void tile(const Int6Args& a, int64_t n, int64_t m0, __m512* acc) {
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
     }
   }
+  for (int r = 0; r < MT; ++r) out[r] = acc[r];
 }
 
 template <int MT>
