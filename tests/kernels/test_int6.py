@@ -321,6 +321,7 @@ def test_isa_paths_are_distinct(built):
     if cpu.best_isa() == 2 and not cpu.has_vnni():
         levels.remove(2)  # the a8 op's level 2 is AVX2 without VNNI
     for fn in (cpu.int6_matmul_a8, cpu.int6_matmul):
+        assert torch.equal(fn(x, *w), fn(x, *w, isa=cpu.active_isa()))  # isa=None: the active
         outs = [fn(x, *w, isa=lv) for lv in levels]
         for i in range(len(outs)):
             for j in range(i + 1, len(outs)):
