@@ -398,3 +398,13 @@ from .reference_a8 import (  # noqa: E402
     int8_matmul_a8,
     quantize_activations_int8,
 )
+
+# The int6 (GGUF Q6_K) references live in reference_int6.py; re-exported here.
+from .reference_int6 import (  # noqa: E402
+    _int6_a8_terms,
+    dequantize_int6,
+    int6_matmul,
+    int6_matmul_a8,
+    int6_scales,
+    unpack_int6,
+)

@@ -22,7 +22,8 @@ int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VN
 ``int4_dequantize`` / ``int8_dequantize`` write blocks of dequantized weight rows (fp32 or bf16)
 for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``). ``gguf_repack`` moves a GGUF
 tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repack``, whose numpy
-path is its reference).
+path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
+``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
            "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
            "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp",
-           "repack_ops.cpp")
+           "repack_ops.cpp",
+           "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp")
 _NAME = "localchat_cpu_kernels"
 # at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
 # kernel runs on the calling thread whatever torch.set_num_threads says. The library then
@@ -284,6 +286,52 @@ def int8_matmul_a8(x, qweight, scales, mins=None, group_size: int | None = None,
         group_size = x.shape[-1] // scales.shape[1]
     return _ops().int8_matmul_a8(
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
+
+
+def int6_matmul_a8(x, qlow, qhigh, scales, super_scales, isa: int | None = None):
+    """W6A8 over the int6 layout (GGUF Q6_K held exactly; ``kernels/cpu/qa6.h``,
+    ``localchat.engine.quant.int6_layout``): ``x [M, K]`` fp32/bf16/fp16 (any M; meant for
+    decode, M <= 16) quantized per row and 32-column block to int8 (the int4 activation layout
+    of :func:`int4_matmul_a8`), exact integer dots with ``q = u - 32`` (the -32 folded into
+    each lane's start as -32 x the lane's activation sum), per 8 columns times
+    ``(d * sc) * dact`` and summed in fp32 -> ``[M, N]`` in ``x.dtype``
+    (``reference.int6_matmul_a8``'s math, another fixed fp32 order). Weights: ``qlow`` uint8
+    ``[N, K // 2]``, ``qhigh`` uint8 ``[N, K // 4]``, ``scales`` int8 ``[N, K // 16]``,
+    ``super_scales`` fp16 ``[N, K // 256]``, all contiguous, ``K % 256 == 0``. Batch invariant
+    (row i of an M-row call equals the 1-row call bit for bit) and thread invariant (threads
+    split output columns). ISA level 2 = AVX-512 VNNI where present, else the AVX2
+    ``maddubs`` path; 1 AVX2; 0 scalar. Design after llama.cpp's Q6_K x Q8_K dot product
+    (own code). Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int6_matmul_a8(x, qlow, qhigh, scales, super_scales, _isa(isa))
+
+
+def int6_matmul(x, qlow, qhigh, scales, super_scales, isa: int | None = None):
+    """``x [M, K]`` (fp32/bf16/fp16, widened to fp32) @ the int6 weights (as in
+    :func:`int6_matmul_a8`), exact fp32 activations: each weight dequantized to its exact fp32
+    value, one fma per weight into one vector accumulator per (row, column) in k order, a fixed
+    reduction -> ``[M, N]`` in ``x.dtype``; batch and thread invariant. For CPUs without bf16,
+    where activations stay fp32. Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int6_matmul(x, qlow, qhigh, scales, super_scales, _isa(isa))
+
+
+def int6_dequantize(qlow, qhigh, scales, super_scales, out, isa: int | None = None) -> None:
+    """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- the int6 weights'
+    values ``(u - 32) * (d * sc)``, one fp32 rounding (``reference.dequantize_int6``, equal to
+    ``gguf.quants.dequantize`` of the Q6_K source bit for bit), rounded once to nearest even
+    for a bf16 ``out``; for the row blocks of a prefill GEMM. AVX-512 / AVX2 / scalar paths,
+    threads over rows. Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    _ops().int6_dequantize(qlow, qhigh, scales, super_scales, out, _isa(isa))
+
+
+def gguf_repack_q6(raw, qlow, qhigh, scales, super_scales, rows=None) -> None:
+    """Repack a GGUF Q6_K tensor's blocks onto the int6 layout, in place (``qa6_ops.cpp``):
+    ``raw`` contiguous 1-D uint8 (``S`` source rows of ``K // 256`` blocks of 210 bytes),
+    ``qlow`` / ``qhigh`` / ``scales`` / ``super_scales`` as in :func:`int6_matmul_a8`
+    (contiguous, ``N`` rows), ``rows`` (optional int64 ``[N]``): output row ``r`` takes source
+    row ``rows[r]`` (without it ``S == N``), as :func:`gguf_repack`. Equal bit for bit to the
+    numpy ``localchat.engine.quant.int6_layout.repack_q6_k`` (its reference and the fallback
+    without a compiler). Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    _ops().gguf_repack_q6(raw, qlow, qhigh, scales, super_scales, rows)
 
 
 def _isa(isa: int | None) -> int:
