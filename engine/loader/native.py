@@ -46,10 +46,14 @@ logger = logging.getLogger(__name__)
 
 
 def _layout_of(t: dict) -> tuple[str, int, bool, torch.dtype | None]:
-    """``(layout, group_size, has_mins, scale_dtype)`` a tensor-table entry repacks onto."""
+    """``(layout, group_size, has_mins, scale_dtype)`` a tensor-table entry repacks onto;
+    Q6_K is ``("int6", 16, False, int8)``, which ``native_method`` holds as int6 where the CPU
+    kernels read it and as group-wise int8 (``INT6_AS_INT8``) elsewhere."""
     layout = ggml_layout(t["type"], t["name"])
     if layout == "float":
         return (layout, 0, False, None)
+    if t["type"] == 14:  # Q6_K
+        return ("int6", 16, False, torch.int8)
     group, has_mins = repacked_group(t["type"])
     return (layout, group, has_mins, scale_dtype(t["type"]))
 
@@ -300,7 +304,7 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
 
         if not own_kernels():
             return False
-    if "int8" in kinds:
+    if "int8" in kinds or "int6" in kinds:  # int6 falls back to int8 without the kernels
         from ..quant.native import _cpu_kernel_rows
 
         return _cpu_kernel_rows() > 0

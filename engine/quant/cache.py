@@ -29,10 +29,11 @@ FORMAT = "localchat-quant-2"
 # the native format's own version (its layouts change apart from int4/int8's): 3 stores fp16
 # scales/mins for the GGUF types whose block scales are fp16, 4 holds Q4_K in two levels
 # (uint8 scales / mins and fp16 super_scales), 5 keeps each shard of a fused layer whose
-# shards' layouts differ in its own layout (``shard_<id>.qweight`` ..., ``sharded.py``). It is
-# part of the file name, so builds of different versions sharing one cache do not overwrite
-# each other's entries.
-NATIVE_FORMAT = "localchat-native-5"
+# shards' layouts differ in its own layout (``shard_<id>.qweight`` ..., ``sharded.py``), 6
+# holds Q6_K in 6 bits (``native_int6.py``) where the CPU kernels read it. It is part of the
+# file name, so builds of different versions sharing one cache do not overwrite each other's
+# entries.
+NATIVE_FORMAT = "localchat-native-6"
 _MIB = 1 << 20
 
 

@@ -153,6 +153,11 @@ def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torc
     return F.embedding(ids, layer.weight).to(dtype)
 
 
+# Q6_K's layout where int6 is not read (no C++ kernels, CUDA, the dequant kernel, a fused
+# layer mixing it with other types unsplit): group-wise int8, groups of 16, fp32 scales
+INT6_AS_INT8 = ("int8", 16, False, torch.float32)
+
+
 def native_method(layouts: list[tuple], device: torch.device | str,
                   kernel: str = "packed", keep_rows: bool = False,
                   shards: list[tuple[str | int, int]] | None = None,
@@ -185,6 +190,13 @@ def native_method(layouts: list[tuple], device: torch.device | str,
         return ShardedLinearMethod([
             (sid, rows, native_method([lay], device, kernel, keep_rows))
             for (sid, rows), lay in zip(shards, layouts)])
+    if "int6" in kinds:  # GGUF Q6_K: its own 6-bit layout where the CPU kernels read it
+        from .native_int6 import Int6LinearMethod, int6_usable
+
+        if kinds == {"int6"} and kernel == "packed" and int6_usable(device):
+            return Int6LinearMethod(device)
+        layouts = [INT6_AS_INT8 if lay[0] == "int6" else lay for lay in layouts]
+        kinds = {lay[0] for lay in layouts}
     dtypes = {lay[3] for lay in layouts}
     sdtype = torch.float16 if dtypes == {torch.float16} else \
         torch.uint8 if dtypes == {torch.uint8} and kinds == {"int4"} else torch.float32
@@ -222,8 +234,13 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     """
     from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
 
+    from .native_int6 import Int6LinearMethod, repack_int6_rows
+
     layer, start, end = _shard_target(layer, start, end)
     method = layer.quant_method
+    if isinstance(method, Int6LinearMethod):  # chosen only where the C++ op is built
+        repack_int6_rows(layer, raw, shape, start, end, source_rows, tensor_name)
+        return True
     layout = GGML_TYPES[ggml_type][3] if ggml_type in GGML_TYPES else None
     if layout not in ("int4", "int8") or len(shape) != 2 or layer.qweight.device.type != "cpu":
         return False
