@@ -9,7 +9,10 @@ of ``--repeats`` calls (``time.perf_counter``) after a warm-up; GB/s = the layou
 / time (every call reads every weight byte once). Prints the load average first (a busy
 machine makes the figures noise), then a table and JSON.
 
-Usage: ``python scripts/bench_int6.py [--threads N] [--repeats N] [--model PATH]``
+``--fp32`` adds the exact fp32-activation ops (``int6_matmul`` vs ``int8_matmul``, fp32 rows) and
+the prefill dequantization (``int6_dequantize`` vs ``int8_dequantize`` into bf16).
+
+Usage: ``python scripts/bench_int6.py [--threads N] [--repeats N] [--model PATH] [--fp32]``
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=0, help="0: 60 (ffn_down) / 12 (LM head)")
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--fp32", action="store_true", help="also the fp32 matmuls and dequantize")
     args = ap.parse_args(argv)
 
     import gguf
@@ -94,6 +98,26 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"{name:22s} {n:>6d}x{k:<5d} M={m}  int6 {ms6:8.3f} ms {b6 / ms6 / 1e6:6.2f} "
                         f"GB/s ({b6 / 1e6:7.1f} MB) | int8g16 {ms8:8.3f} ms "
                         f"{b8 / ms8 / 1e6:6.2f} GB/s ({b8 / 1e6:7.1f} MB) | x{ms8 / ms6:.2f}")
+        if args.fp32:
+            for m in (1, 5):
+                x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+                ms6 = _median_ms(lambda: cpu.int6_matmul(x, *i6), repeats)
+                ms8 = _median_ms(lambda: cpu.int8_matmul(x, q8, s8, None, 16), repeats)
+                results.append({"tensor": name, "op": "fp32 matmul", "M": m, "int6_ms": round(ms6, 3),
+                                "int8g16_ms": round(ms8, 3)})
+                rows.append(f"{name:22s} fp32 matmul M={m}  int6 {ms6:8.3f} ms "
+                            f"{b6 / ms6 / 1e6:6.2f} GB/s | int8g16 {ms8:8.3f} ms "
+                            f"{b8 / ms8 / 1e6:6.2f} GB/s | x{ms8 / ms6:.2f}")
+            rb = min(n, 4096)  # a prefill block of rows
+            o6, o8 = torch.empty(rb, k, dtype=torch.bfloat16), torch.empty(rb, k, dtype=torch.bfloat16)
+            p6 = tuple(t[:rb] for t in i6)
+            ms6 = _median_ms(lambda: cpu.int6_dequantize(*p6, o6), repeats)
+            ms8 = _median_ms(lambda: cpu.int8_dequantize(q8[:rb], s8[:rb], None, 16, o8), repeats)
+            results.append({"tensor": name, "op": f"dequantize {rb} rows -> bf16",
+                            "int6_ms": round(ms6, 3), "int8g16_ms": round(ms8, 3)})
+            rows.append(f"{name:22s} dequantize {rb} rows -> bf16  int6 {ms6:8.3f} ms "
+                        f"({rb * k / ms6 / 1e6:6.2f} Gw/s) | int8g16 {ms8:8.3f} ms "
+                        f"({rb * k / ms8 / 1e6:6.2f} Gw/s)")
         del q8, s8, i6
     print("\n".join(rows))
     print(f"load average after {os.getloadavg()}")
