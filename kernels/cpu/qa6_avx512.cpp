@@ -117,8 +117,10 @@ void int6_dequant_rows_avx512(const Int6Args& a, void* out, bool bf16, int64_t r
 void int6_f32_avx512(const Int6Args& a, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-    for (; m + 4 <= a.M; m += 4) f32_tile<4>(a, n, m);
+    // tiles of four rows; five rows (the speculative verify shape) in one tile
+    for (; a.M - m >= 4 && a.M - m != 5; m += 4) f32_tile<4>(a, n, m);
     switch (a.M - m) {
+      case 5: f32_tile<5>(a, n, m); break;
       case 3: f32_tile<3>(a, n, m); break;
       case 2: f32_tile<2>(a, n, m); break;
       case 1: f32_tile<1>(a, n, m); break;
