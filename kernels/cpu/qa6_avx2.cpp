@@ -17,6 +17,16 @@
 namespace localchat_cpu {
 namespace {
 
+// Bytes ahead of the qlow stream prefetched (qhigh: half that), as qa8_vnni.cpp.
+constexpr int64_t kPrefetch = 1024;
+
+inline void prefetch_chunk(const Int6Args& a, int64_t n, int64_t c) {
+  _mm_prefetch(reinterpret_cast<const char*>(a.qlow + n * (a.K / 2) + 64 * c + kPrefetch),
+               _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(a.qhigh + n * (a.K / 4) + 32 * c + kPrefetch / 2),
+               _MM_HINT_T0);
+}
+
 inline float hsum(__m256 v) {
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   q = _mm_add_ps(q, _mm_movehl_ps(q, q));
@@ -53,6 +63,7 @@ inline void a8_tile(const Int6Args& a, int64_t n, int64_t m0) {
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t c = 0; c < K / 128; ++c) {
+    prefetch_chunk(a, n, c);
     const __m128i s8 = _mm_shuffle_epi8(
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + n * (K / 16) + 8 * c)), dup);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.ssc[n * (K / 256) + c / 2]));
@@ -109,7 +120,8 @@ inline void f32_tile(const Int6Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K;
   __m256 acc[MT][2];
   for (int r = 0; r < MT; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < K / 128; ++c)
+  for (int64_t c = 0; c < K / 128; ++c) {
+    prefetch_chunk(a, n, c);
     for (int bp = 0; bp < 2; ++bp) {
       __m256 w[8];
       decode_half(a, n, c, bp, w);
@@ -119,6 +131,7 @@ inline void f32_tile(const Int6Args& a, int64_t n, int64_t m0) {
           acc[r][j & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * j), w[j], acc[r][j & 1]);
       }
     }
+  }
   for (int r = 0; r < MT; ++r) int6_store(a, m0 + r, n, hsum(_mm256_add_ps(acc[r][0], acc[r][1])));
 }
 
