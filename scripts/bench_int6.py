@@ -9,7 +9,10 @@ of ``--repeats`` calls (``time.perf_counter``) after a warm-up; GB/s = the layou
 / time (every call reads every weight byte once). Prints the load average first (a busy
 machine makes the figures noise), then a table and JSON.
 
-Usage: ``python scripts/bench_int6.py [--threads N] [--repeats N] [--model PATH]``
+``--fp32`` adds the exact fp32-activation ops (``int6_matmul`` vs ``int8_matmul``, fp32 rows) and
+the prefill dequantization (``int6_dequantize`` vs ``int8_dequantize`` into bf16).
+
+Usage: ``python scripts/bench_int6.py [--threads N] [--repeats N] [--model PATH] [--fp32]``
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=0, help="0: 60 (ffn_down) / 12 (LM head)")
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--fp32", action="store_true", help="also the fp32 matmuls and dequantize")
     args = ap.parse_args(argv)
 
     import gguf
@@ -78,12 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         for m in (1, 5):
             x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).bfloat16()
             # the same values: the two outputs agree to the fp32 summation order
-            a, b = cpu.int6_matmul_a8(x, *i6).float(), cpu.int8_matmul_a8(x, q8, s8, None, 16).float()
+            a = cpu.int6_matmul_a8(x, *i6).float()
+            b = cpu.int8_matmul_a8(x, q8, s8, None, 16).float()
             rel = float((a - b).abs().max() / b.abs().max())
             t6, t8 = [], []
             for _ in range(3):  # interleaved rounds
-                t6.append(_median_ms(lambda: cpu.int6_matmul_a8(x, *i6), repeats))
-                t8.append(_median_ms(lambda: cpu.int8_matmul_a8(x, q8, s8, None, 16), repeats))
+                t6.append(_median_ms(lambda x=x, w=i6: cpu.int6_matmul_a8(x, *w), repeats))
+                t8.append(_median_ms(lambda x=x, q=q8, s=s8: cpu.int8_matmul_a8(x, q, s, None, 16),
+                                     repeats))
             ms6, ms8 = min(t6), min(t8)
             res = {"tensor": name, "N": n, "K": k, "M": m,
                    "int6_bytes": b6, "int8g16_bytes": b8,
@@ -91,9 +97,32 @@ def main(argv: list[str] | None = None) -> int:
                    "int6_GBps": round(b6 / ms6 / 1e6, 2), "int8g16_GBps": round(b8 / ms8 / 1e6, 2),
                    "speedup": round(ms8 / ms6, 3), "max_rel_diff": rel}
             results.append(res)
-            rows.append(f"{name:22s} {n:>6d}x{k:<5d} M={m}  int6 {ms6:8.3f} ms {b6 / ms6 / 1e6:6.2f} "
-                        f"GB/s ({b6 / 1e6:7.1f} MB) | int8g16 {ms8:8.3f} ms "
+            rows.append(f"{name:22s} {n:>6d}x{k:<5d} M={m}  int6 {ms6:8.3f} ms "
+                        f"{b6 / ms6 / 1e6:6.2f} GB/s ({b6 / 1e6:7.1f} MB) | int8g16 {ms8:8.3f} ms "
                         f"{b8 / ms8 / 1e6:6.2f} GB/s ({b8 / 1e6:7.1f} MB) | x{ms8 / ms6:.2f}")
+        if args.fp32:
+            for m in (1, 5):
+                x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+                ms6 = _median_ms(lambda x=x, w=i6: cpu.int6_matmul(x, *w), repeats)
+                ms8 = _median_ms(lambda x=x, q=q8, s=s8: cpu.int8_matmul(x, q, s, None, 16),
+                                 repeats)
+                results.append({"tensor": name, "op": "fp32 matmul", "M": m,
+                                "int6_ms": round(ms6, 3), "int8g16_ms": round(ms8, 3)})
+                rows.append(f"{name:22s} fp32 matmul M={m}  int6 {ms6:8.3f} ms "
+                            f"{b6 / ms6 / 1e6:6.2f} GB/s | int8g16 {ms8:8.3f} ms "
+                            f"{b8 / ms8 / 1e6:6.2f} GB/s | x{ms8 / ms6:.2f}")
+            rb = min(n, 4096)  # a prefill block of rows
+            o6 = torch.empty(rb, k, dtype=torch.bfloat16)
+            o8 = torch.empty(rb, k, dtype=torch.bfloat16)
+            p6 = tuple(t[:rb] for t in i6)
+            ms6 = _median_ms(lambda w=p6, o=o6: cpu.int6_dequantize(*w, o), repeats)
+            ms8 = _median_ms(
+                lambda q=q8[:rb], s=s8[:rb], o=o8: cpu.int8_dequantize(q, s, None, 16, o), repeats)
+            results.append({"tensor": name, "op": f"dequantize {rb} rows -> bf16",
+                            "int6_ms": round(ms6, 3), "int8g16_ms": round(ms8, 3)})
+            rows.append(f"{name:22s} dequantize {rb} rows -> bf16  int6 {ms6:8.3f} ms "
+                        f"({rb * k / ms6 / 1e6:6.2f} Gw/s) | int8g16 {ms8:8.3f} ms "
+                        f"({rb * k / ms8 / 1e6:6.2f} Gw/s)")
         del q8, s8, i6
     print("\n".join(rows))
     print(f"load average after {os.getloadavg()}")

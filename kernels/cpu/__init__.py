@@ -308,8 +308,9 @@ def int6_matmul_a8(x, qlow, qhigh, scales, super_scales, isa: int | None = None)
 def int6_matmul(x, qlow, qhigh, scales, super_scales, isa: int | None = None):
     """``x [M, K]`` (fp32/bf16/fp16, widened to fp32) @ the int6 weights (as in
     :func:`int6_matmul_a8`), exact fp32 activations: each weight dequantized to its exact fp32
-    value, one fma per weight into one vector accumulator per (row, column) in k order, a fixed
-    reduction -> ``[M, N]`` in ``x.dtype``; batch and thread invariant. For CPUs without bf16,
+    value, one fma per weight into a fixed set of vector accumulators per (row, column) in k
+    order (``qa6.h``), a fixed reduction -> ``[M, N]`` in ``x.dtype``; batch and thread
+    invariant. For CPUs without bf16,
     where activations stay fp32. Raises ``RuntimeError`` on a bad shape, dtype or layout."""
     return _ops().int6_matmul(x, qlow, qhigh, scales, super_scales, _isa(isa))
 

@@ -28,7 +28,9 @@
 // per 16-column sub-block in k order. Row m of an M-row call equals the 1-row call bit for bit.
 //
 // int6_matmul (exact fp32 activations): each weight dequantized exactly as above into fp32,
-// one fma per (n, m, k) into one vector accumulator per (n, m) in k order, one reduction.
+// one fma per (n, m, k) into a fixed set of vector accumulators per (n, m) (AVX-512: four of
+// 16 lanes, 16-column vector i of a chunk into i % 4; AVX2: two of 8 lanes, 8-column vector j
+// of a half chunk into j % 2; scalar: one, k order), then a fixed reduction.
 #pragma once
 #include <cstdint>
 #include <cstring>

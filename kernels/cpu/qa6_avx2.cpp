@@ -7,7 +7,7 @@
 //   (column, row), a fixed horizontal sum at the end.
 //   fp32 / dequant: the even / odd bytes interleaved back (unpacklo / unpackhi per 128-bit
 //   lane), minus 32, widened, times d * sc (one rounding); the fp32 matmul does one fma per
-//   weight into one 8-lane accumulator per (column, row), in k order.
+//   weight into two 8-lane accumulators per (column, row) (vector j into j % 2), in k order.
 // Design after llama.cpp's AVX2 Q6_K x Q8_K dot product (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -16,6 +16,16 @@
 
 namespace localchat_cpu {
 namespace {
+
+// Bytes ahead of the qlow stream prefetched (qhigh: half that), as qa8_vnni.cpp.
+constexpr int64_t kPrefetch = 1024;
+
+inline void prefetch_chunk(const Int6Args& a, int64_t n, int64_t c) {
+  _mm_prefetch(reinterpret_cast<const char*>(a.qlow + n * (a.K / 2) + 64 * c + kPrefetch),
+               _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(a.qhigh + n * (a.K / 4) + 32 * c + kPrefetch / 2),
+               _MM_HINT_T0);
+}
 
 inline float hsum(__m256 v) {
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -53,6 +63,7 @@ inline void a8_tile(const Int6Args& a, int64_t n, int64_t m0) {
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t c = 0; c < K / 128; ++c) {
+    prefetch_chunk(a, n, c);
     const __m128i s8 = _mm_shuffle_epi8(
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + n * (K / 16) + 8 * c)), dup);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.ssc[n * (K / 256) + c / 2]));
@@ -101,21 +112,27 @@ inline void decode_half(const Int6Args& a, int64_t n, int64_t c, int bp, __m256*
   }
 }
 
+// One output column x MT activation rows: two accumulators per row (the half chunk's
+// 8-column vectors j go to accumulator j % 2), summed once at the end: the order depends only
+// on k. The compiler keeps the weights in the registers the accumulators leave.
 template <int MT>
 inline void f32_tile(const Int6Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K;
-  __m256 acc[MT];
-  for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < K / 128; ++c)
+  __m256 acc[MT][2];
+  for (int r = 0; r < MT; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < K / 128; ++c) {
+    prefetch_chunk(a, n, c);
     for (int bp = 0; bp < 2; ++bp) {
       __m256 w[8];
       decode_half(a, n, c, bp, w);
       for (int r = 0; r < MT; ++r) {
         const float* x = a.x + (m0 + r) * K + 128 * c + 64 * bp;
-        for (int j = 0; j < 8; ++j) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * j), w[j], acc[r]);
+        for (int j = 0; j < 8; ++j)
+          acc[r][j & 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * j), w[j], acc[r][j & 1]);
       }
     }
-  for (int r = 0; r < MT; ++r) int6_store(a, m0 + r, n, hsum(acc[r]));
+  }
+  for (int r = 0; r < MT; ++r) int6_store(a, m0 + r, n, hsum(_mm256_add_ps(acc[r][0], acc[r][1])));
 }
 
 // 16 fp32 -> 16 bf16 bits (round to nearest even, NaN -> 0x7FC0).

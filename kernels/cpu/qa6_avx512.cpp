@@ -78,40 +78,33 @@ void dequant_rows(const Int6Args& a, void* out, int64_t r0, int64_t r1) {
   }
 }
 
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
-      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
+constexpr int64_t kPrefetch = 1024;  // bytes of qlow ahead (qhigh: half that)
 
-// Up to four output columns x MT activation rows, chunk by chunk: one accumulator per
-// (column, row) updated in k order (16 lanes), one transposed reduction at the end.
+// One output column x MT activation rows, chunk by chunk: four accumulators per row (the
+// chunk's 16-column vectors i go to accumulator i % 4, so the fma chains overlap), summed as
+// (a0 + a1) + (a2 + a3) and reduced once at the end: the order depends only on k.
 template <int MT>
-inline void f32_group(const Int6Args& a, int64_t n, int64_t cols, int64_t m0) {
+inline void f32_tile(const Int6Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K;
-  __m512 acc[4][MT];
-  for (int j = 0; j < 4; ++j)
-    for (int r = 0; r < MT; ++r) acc[j][r] = _mm512_setzero_ps();
+  const uint8_t* wl = a.qlow + n * (K / 2);
+  const uint8_t* wh = a.qhigh + n * (K / 4);
+  __m512 acc[MT][4];
+  for (int r = 0; r < MT; ++r)
+    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_ps();
   for (int64_t c = 0; c < K / 128; ++c) {
-    for (int j = 0; j < cols; ++j) {
-      __m512 w[8];
-      decode_chunk(a, n + j, c, w);
-      for (int r = 0; r < MT; ++r) {
-        const float* x = a.x + (m0 + r) * K + 128 * c;
-        for (int i = 0; i < 8; ++i)
-          acc[j][r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16 * i), w[i], acc[j][r]);
-      }
+    _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * c + kPrefetch), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wh + 32 * c + kPrefetch / 2), _MM_HINT_T0);
+    __m512 w[8];
+    decode_chunk(a, n, c, w);
+    for (int r = 0; r < MT; ++r) {
+      const float* x = a.x + (m0 + r) * K + 128 * c;
+      for (int i = 0; i < 8; ++i)
+        acc[r][i & 3] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16 * i), w[i], acc[r][i & 3]);
     }
   }
-  for (int r = 0; r < MT; ++r) {
-    alignas(16) float t[4];
-    _mm_store_ps(t, reduce4(acc[0][r], acc[1][r], acc[2][r], acc[3][r]));
-    for (int j = 0; j < cols; ++j) int6_store(a, m0 + r, n + j, t[j]);
-  }
+  for (int r = 0; r < MT; ++r)
+    int6_store(a, m0 + r, n, _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]))));
 }
 
 }  // namespace
@@ -122,14 +115,15 @@ void int6_dequant_rows_avx512(const Int6Args& a, void* out, bool bf16, int64_t r
 }
 
 void int6_f32_avx512(const Int6Args& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; n += 4) {
-    const int64_t cols = std::min<int64_t>(4, n1 - n);
+  for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-    for (; m + 4 <= a.M; m += 4) f32_group<4>(a, n, cols, m);
+    // tiles of four rows; five rows (the speculative verify shape) in one tile
+    for (; a.M - m >= 4 && a.M - m != 5; m += 4) f32_tile<4>(a, n, m);
     switch (a.M - m) {
-      case 3: f32_group<3>(a, n, cols, m); break;
-      case 2: f32_group<2>(a, n, cols, m); break;
-      case 1: f32_group<1>(a, n, cols, m); break;
+      case 5: f32_tile<5>(a, n, m); break;
+      case 3: f32_tile<3>(a, n, m); break;
+      case 2: f32_tile<2>(a, n, m); break;
+      case 1: f32_tile<1>(a, n, m); break;
       default: break;
     }
   }

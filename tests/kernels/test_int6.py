@@ -293,7 +293,8 @@ def test_16bit_activations(built, isa):
     assert got.dtype == torch.float16
     assert torch.equal(got, cpu.int6_matmul_a8(xh.float(), *w, isa=level).half())
     wide = torch.cat([xb, torch.zeros(5, 64, dtype=torch.bfloat16)], 1)[:, :k]  # row stride
-    assert torch.equal(cpu.int6_matmul_a8(wide, *w, isa=level), cpu.int6_matmul_a8(xb, *w, isa=level))
+    assert torch.equal(cpu.int6_matmul_a8(wide, *w, isa=level),
+                       cpu.int6_matmul_a8(xb, *w, isa=level))
     got = cpu.int6_matmul(xb, *w, isa=level)
     assert got.dtype == torch.bfloat16
     assert torch.equal(got, cpu.int6_matmul(xb.float(), *w, isa=level).bfloat16())
