@@ -98,10 +98,7 @@ void narrow_cols(const float* src, T* dst, int64_t M, int64_t N, int64_t c0, int
 
 // Runs fn over column blocks on the torch thread pool; the result in out_like's dtype (a
 // bf16 / fp16 result is rounded from the fp32 sums by the thread that computed them).
-// With two-level scales (ks non-null, kscales.h) fn runs over chunks of rows whose scales
-// are widened first, as if each chunk were a whole weight.
-at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn,
-                    const KScales* ks = nullptr) {
+at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn) {
   const auto dt = out_like.scalar_type();
   at::Tensor out32 = at::empty({args.M, args.N}, out_like.options().dtype(at::kFloat));
   at::Tensor out = dt == at::kFloat ? out32 : at::empty({args.M, args.N}, out_like.options());
@@ -112,19 +109,7 @@ at::Tensor run_rows(const at::Tensor& out_like, QuantArgs args, RowsFn fn,
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 4 * args.K));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const int64_t c0 = b0 * 4, c1 = std::min(b1 * 4, args.N);
-    if (ks == nullptr) {
-      fn(args, c0, c1);
-    } else {
-      for_kscale_chunks(*ks, c0, c1, [&](int64_t r0, int64_t r1, float* s, float* m) {
-        QuantArgs c = args;
-        c.qweight = static_cast<const uint8_t*>(args.qweight) + r0 * (args.K / 2);
-        c.scales = s;
-        c.mins = m;
-        c.half = false;
-        c.out = args.out + r0;  // row stride stays N
-        fn(c, 0, r1 - r0);
-      });
-    }
+    fn(args, c0, c1);
     if (dt == at::kBFloat16)
       narrow_cols(args.out, out.data_ptr<at::BFloat16>(), args.M, args.N, c0, c1);
     else if (dt == at::kHalf)
@@ -156,7 +141,8 @@ at::Tensor int4_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
   const int64_t use = clamp_isa(isa);
   RowsFn fn = use == kAvx512 ? int4_rows_avx512 : use == kAvx2 ? int4_rows_avx2
                                                                : int4_rows_scalar;
-  return run_rows(x, a, fn, two_level ? &ks : nullptr);
+  if (two_level) a.super = reinterpret_cast<const uint16_t*>(ks.sup);  // read in place
+  return run_rows(x, a, fn);
 }
 
 at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,

@@ -39,6 +39,10 @@ struct A8Args {
   void* out;             // [M, N] fp32, or bf16 when out_bf16
   bool out_bf16;
   int64_t M, N, K, Kp, group_size, ngroups;
+  // int4 with two-level scales (kscales.h, GGUF Q4_K): fp16 bits [N, ngroups / 8, 2] = (d,
+  // -dmin) per 256 columns, scales / mins then uint8 [N, ngroups] (sc, m; group_size 32,
+  // K % 256 == 0). The kernels form d * sc and -dmin * m in fp32 (exact), the folded values.
+  const uint16_t* super = nullptr;
 };
 
 // Writable views of the activation buffers a8_quantize_* fills (sizes as in A8Args).

@@ -46,13 +46,29 @@ inline float min_term(const ST* mn, const float* xs, int64_t ng) {
   return t;
 }
 
+// min_term for two-level scales (qa8.h's `super`): per super-block, 8 uint8 m times its
+// -dmin (exact products: the folded values), in min_term's order (ng % 8 == 0: no tail).
+inline float min_term_k(const uint8_t* mn, const uint16_t* sup, const float* xs, int64_t ng) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; g += 8) {
+    const __m256 mi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + g))));
+    const __m256 m = _mm256_mul_ps(mi, _mm256_set1_ps(_cvtsh_ss(sup[(g / 8) * 2 + 1])));
+    acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(xs + g), acc);
+  }
+  return hsum(acc);
+}
+
 template <int MT, class ST>
 inline void finish(const A8Args& a, int64_t n, int64_t m0, const __m256* acc) {
   const int64_t ng = a.ngroups;
   for (int r = 0; r < MT; ++r) {
     const int64_t m = m0 + r;
     float t = hsum(acc[r]);
-    if (a.mins)
+    if constexpr (sizeof(ST) == 1)
+      t += min_term_k(static_cast<const uint8_t*>(a.mins) + n * ng, a.super + n * (ng / 8) * 2,
+                      a.xs + m * ng, ng);
+    else if (a.mins)
       t += min_term(static_cast<const ST*>(a.mins) + n * ng, a.xs + m * ng, ng);
     a8_store(a, m, n, t);
   }
@@ -75,8 +91,15 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
                                   0);
     const __m256i lo = _mm256_and_si256(w, nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
-    const __m256 sv = _mm256_set_m128(_mm_set1_ps(ld1(s + a.blk2grp[bl + 1])),
-                                      _mm_set1_ps(ld1(s + a.blk2grp[bl])));
+    __m256 sv;
+    if constexpr (sizeof(ST) == 1) {  // two-level: sc times the super-block's d (bl even)
+      const float d = _cvtsh_ss(a.super[(n * (ng / 8) + bl / 8) * 2]);
+      sv = _mm256_set_m128(_mm_set1_ps(d * static_cast<float>(s[bl + 1])),
+                           _mm_set1_ps(d * static_cast<float>(s[bl])));
+    } else {
+      sv = _mm256_set_m128(_mm_set1_ps(ld1(s + a.blk2grp[bl + 1])),
+                           _mm_set1_ps(ld1(s + a.blk2grp[bl])));
+    }
     for (int r = 0; r < MT; ++r) {
       const int64_t m = m0 + r;
       const int8_t* xe = a.xq + m * Kp + (bl / 4) * 128 + (bl % 4) * 16;
@@ -124,7 +147,9 @@ template <bool INT4, class ST>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     int64_t m = 0;
-#define LC_TILE(MT) (INT4 ? tile4<MT, ST>(a, n, m) : tile8<MT, ST>(a, n, m))
+#define LC_TILE(MT)                  \
+  if constexpr (INT4) tile4<MT, ST>(a, n, m); \
+  else tile8<MT, ST>(a, n, m)
     for (; m + 4 <= a.M; m += 4) LC_TILE(4);
     switch (a.M - m) {
       case 3: LC_TILE(3); break;
@@ -180,6 +205,7 @@ void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args
 }
 
 void int4_a8_avx2(const A8Args& a, int64_t n0, int64_t n1) {
+  if (a.super) return rows<true, uint8_t>(a, n0, n1);
   if (a.half) rows<true, uint16_t>(a, n0, n1);
   else rows<true, float>(a, n0, n1);
 }

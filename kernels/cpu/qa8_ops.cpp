@@ -65,10 +65,7 @@ A8Buffers a8_scratch(const A8Args& a, bool int4) {
 
 typedef void (*A8QuantFn)(const void*, bool, int64_t, const A8Args&, const A8Buffers&, bool);
 
-// With two-level scales (ks non-null, kscales.h; int4 only) fn runs over chunks of output
-// rows whose scales are widened first, each as if it were a whole weight.
-at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant,
-                  const KScales* ks = nullptr) {
+at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant) {
   // fp32 / bf16 rows are read in place (unit column stride); fp16 is widened once.
   const bool direct = (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
                       x.stride(1) == 1;
@@ -87,22 +84,7 @@ at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn q
   a.out_bf16 = bf16;
   // Threads split output columns; each output is computed by one thread in a fixed order.
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * a.M));
-  if (ks == nullptr) {
-    at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
-  } else {
-    const size_t osz = bf16 ? 2 : 4;
-    at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) {
-      for_kscale_chunks(*ks, n0, n1, [&](int64_t r0, int64_t r1, float* s, float* m) {
-        A8Args c = a;
-        c.qweight = static_cast<const uint8_t*>(a.qweight) + r0 * (a.K / 2);
-        c.scales = s;
-        c.mins = m;
-        c.half = false;
-        c.out = static_cast<char*>(a.out) + r0 * osz;  // row stride stays N
-        fn(c, 0, r1 - r0);
-      });
-    });
-  }
+  at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
   return x.scalar_type() == out.scalar_type() ? out : out.to(x.scalar_type());
 }
 
@@ -144,8 +126,10 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qweight.data_ptr(),
            scales.data_ptr(), mins.data_ptr(), half, nullptr, false,
            M, N, K, (K + 127) / 128 * 128, group_size, ng};
+  // two-level scales are read in place (each kernel forms the exact products itself)
+  if (two_level) a.super = reinterpret_cast<const uint16_t*>(ks.sup);
   return run_a8(x, a, true, pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar),
-                pick_a8_quant(isa), two_level ? &ks : nullptr);
+                pick_a8_quant(isa));
 }
 
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,

@@ -34,6 +34,16 @@ inline float ld(const A8Args& a, const void* p, int64_t i) {
                 : static_cast<const float*>(p)[i];
 }
 
+// Scale (which = 0) or min (1) of group g of row n: read, or with two-level scales (qa8.h's
+// `super`) the exact product of the uint8 sc / m and the super-block's d / -dmin.
+inline float group_value(const A8Args& a, int which, int64_t n, int64_t g) {
+  const void* p = which ? a.mins : a.scales;
+  const int64_t ng = a.ngroups;
+  if (!a.super) return ld(a, p, n * ng + g);
+  return f16_to_f32(a.super[(n * (ng / 8) + g / 8) * 2 + which]) *
+         static_cast<float>(static_cast<const uint8_t*>(p)[n * ng + g]);
+}
+
 template <bool INT4>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, sub = a.group_size == 16 ? 16 : 32;
@@ -53,12 +63,12 @@ void rows(const A8Args& a, int64_t n0, int64_t n1) {
           const int8_t* w = static_cast<const int8_t*>(a.qweight) + n * K + k0;
           for (int j = 0; j < sub; ++j) dot += w[j] * xq[k0 + j];
         }
-        const float sd = ld(a, a.scales, n * ng + k0 / a.group_size) * d[k0 / 32];
+        const float sd = group_value(a, 0, n, k0 / a.group_size) * d[k0 / 32];
         acc += static_cast<float>(dot) * sd;
       }
       float accm = 0.0f;
       if (a.mins)
-        for (int64_t g = 0; g < ng; ++g) accm += ld(a, a.mins, n * ng + g) * a.xs[m * ng + g];
+        for (int64_t g = 0; g < ng; ++g) accm += group_value(a, 1, n, g) * a.xs[m * ng + g];
       a8_store(a, m, n, acc + accm);
     }
   }

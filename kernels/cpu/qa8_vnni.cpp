@@ -61,14 +61,36 @@ inline __m512 min_vec(const ST* mn, const float* xs, int64_t ng) {
   return acc;
 }
 
+// min_vec for two-level scales (ST uint8_t, qa8.h's `super`): the same lanes hold the same
+// values, -dmin (fp16, exact) times the uint8 m in one exact product.
+inline __m512 min_vec_k(const uint8_t* mn, const uint16_t* sup, const float* xs, int64_t ng) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; g += 16) {  // ng % 8 == 0: 16 or 8 groups (1 or 2 super-blocks)
+    const bool two = ng - g >= 16;
+    const __mmask16 k = two ? 0xFFFF : 0x00FF;
+    const __m512 mi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, mn + g)));
+    const __m512 dm = _mm512_insertf32x8(
+        _mm512_set1_ps(_cvtsh_ss(sup[(g / 8) * 2 + 1])),
+        _mm256_set1_ps(two ? _cvtsh_ss(sup[(g / 8) * 2 + 3]) : 0.0f), 1);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(mi, dm), _mm512_maskz_loadu_ps(k, xs + g), acc);
+  }
+  return acc;
+}
+
 // acc[r] += the weights' min term of row n for activation row m0 + r.
 template <int MT, class ST>
 inline void add_mins(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
   if (!a.mins) return;
   const int64_t ng = a.ngroups;
-  for (int r = 0; r < MT; ++r)
-    acc[r] = _mm512_add_ps(acc[r], min_vec(static_cast<const ST*>(a.mins) + n * ng,
-                                           a.xs + (m0 + r) * ng, ng));
+  for (int r = 0; r < MT; ++r) {
+    __m512 mv;
+    if constexpr (sizeof(ST) == 1)
+      mv = min_vec_k(static_cast<const uint8_t*>(a.mins) + n * ng, a.super + n * (ng / 8) * 2,
+                     a.xs + (m0 + r) * ng, ng);
+    else
+      mv = min_vec(static_cast<const ST*>(a.mins) + n * ng, a.xs + (m0 + r) * ng, ng);
+    acc[r] = _mm512_add_ps(acc[r], mv);
+  }
 }
 
 // The 16-lane sums of four accumulators (four output columns) in one transposed reduction:
@@ -100,7 +122,14 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
     const int64_t rem = K - 128 * c;
     __m512i w;
     __m128 s4;
-    if (rem >= 128) {
+    if constexpr (sizeof(ST) == 1) {  // two-level: 4 uint8 sc times the super-block's d
+      _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
+      w = _mm512_loadu_si512(wr + 64 * c);  // K % 256 == 0: whole chunks
+      int32_t sc4;
+      __builtin_memcpy(&sc4, s + 4 * c, 4);
+      s4 = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(sc4))),
+                      _mm_set1_ps(_cvtsh_ss(a.super[(n * (ng / 8) + c / 2) * 2])));
+    } else if (rem >= 128) {
       _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
       w = _mm512_loadu_si512(wr + 64 * c);
       s4 = g32 ? ld4(s + 4 * c) : _mm_setr_ps(ld1(s + a.blk2grp[4 * c]),
@@ -175,7 +204,7 @@ inline void group(const A8Args& a, int64_t n, int64_t cols, int64_t m0) {
   __m512 acc[4][MT];
   for (int j = 0; j < 4; ++j) {
     if (j < cols) {
-      if (INT4) tile4<MT, ST>(a, n + j, m0, acc[j]);
+      if constexpr (INT4) tile4<MT, ST>(a, n + j, m0, acc[j]);
       else tile8<MT, ST>(a, n + j, m0, acc[j]);
     } else {
       for (int r = 0; r < MT; ++r) acc[j][r] = _mm512_setzero_ps();
@@ -215,7 +244,8 @@ inline __m512 load16(const void* x, bool bf16, int64_t i) {
 }  // namespace
 
 void int4_a8_vnni(const A8Args& a, int64_t n0, int64_t n1) {
-  if (a.half) rows<true, uint16_t>(a, n0, n1);
+  if (a.super) rows<true, uint8_t>(a, n0, n1);
+  else if (a.half) rows<true, uint16_t>(a, n0, n1);
   else rows<true, float>(a, n0, n1);
 }
 void int8_a8_vnni(const A8Args& a, int64_t n0, int64_t n1) {

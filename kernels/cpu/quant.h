@@ -30,6 +30,10 @@ struct QuantArgs {
   bool half;
   float* out;           // [M, N]
   int64_t M, N, K, group_size, ngroups;
+  // int4 with two-level scales (kscales.h, GGUF Q4_K): fp16 bits [N, ngroups / 8, 2] = (d,
+  // -dmin), scales / mins then uint8 [N, ngroups] (group_size 32); the kernels form the exact
+  // fp32 products d * sc and -dmin * m (the folded values).
+  const uint16_t* super = nullptr;
 };
 
 // Column (within its 32-column block) whose activation sits at permuted position i (0..31).

@@ -47,7 +47,17 @@ void int4_rows_scalar(const QuantArgs& a, int64_t n0, int64_t n1) {
     // x is permuted per 32-column block (quant.h); lay w out the same way
     for (int64_t kb = 0; kb < a.K; kb += 32) {
       const int64_t g = kb / a.group_size;
-      const float s = ldsc(a, a.scales, n * a.ngroups + g), m = ldsc(a, a.mins, n * a.ngroups + g);
+      float s, m;
+      if (a.super) {  // two-level scales (quant.h): exact products of the two levels
+        const uint16_t* sup = a.super + (n * (a.ngroups / 8) + g / 8) * 2;
+        s = half_to_float(sup[0]) *
+            static_cast<float>(static_cast<const uint8_t*>(a.scales)[n * a.ngroups + g]);
+        m = half_to_float(sup[1]) *
+            static_cast<float>(static_cast<const uint8_t*>(a.mins)[n * a.ngroups + g]);
+      } else {
+        s = ldsc(a, a.scales, n * a.ngroups + g);
+        m = ldsc(a, a.mins, n * a.ngroups + g);
+      }
       const uint8_t* b = qw + n * (a.K / 2) + kb / 2;
       for (int i = 0; i < 32; ++i) {
         const int c = src[i];

@@ -35,6 +35,23 @@ inline void widen_half(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+// Two-level scales (quant.h's `super`): groups [g0, g0 + n) of one row, dst[i] = the
+// super-block's d (which = 0) or -dmin (1), fp16 widened exactly, times the uint8 v[i].
+inline void widen_k(const uint8_t* v, const uint16_t* sup, int64_t g0, int64_t n, int which,
+                    float* dst) {
+  int64_t i = 0;
+  for (; i < n && (g0 + i) % 8; ++i)  // up to the next super-block
+    dst[i] = _cvtsh_ss(sup[((g0 + i) / 8) * 2 + which]) * static_cast<float>(v[i]);
+  for (; i + 8 <= n; i += 8) {  // whole super-blocks: 8 products at once
+    const __m256 q = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + i))));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(
+        q, _mm256_set1_ps(_cvtsh_ss(sup[((g0 + i) / 8) * 2 + which]))));
+  }
+  for (; i < n; ++i)
+    dst[i] = _cvtsh_ss(sup[((g0 + i) / 8) * 2 + which]) * static_cast<float>(v[i]);
+}
+
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // The groups [g0, g1) of one tile. first: accumulators start at zero (else reload from
@@ -53,21 +70,32 @@ inline void span_begin(const Span& sp, int64_t m0, VF (&acc)[nt][mt]) {
     for (int r = 0; r < mt; ++r) acc[t][r] = sp.first ? vzero() : sp.save[t * sp.ld + m0 + r];
 }
 
-template <int nt, int mt, bool HALF>
+// SK: the scales' kind: 0 fp32, 1 fp16, 2 two-level (uint8 + super, quant.h).
+template <int nt, int mt, int SK>
 inline void int4_tile(const QuantArgs& a, int64_t n, int64_t m0, const Span& span) {
+  constexpr bool HALF = SK == 1, WIDEN = SK != 0;
   const uint8_t* qw = static_cast<const uint8_t*>(a.qweight);
   const int64_t K = a.K, ldq = a.K / 2, G = a.group_size, ng = a.ngroups;
-  const int64_t sz = HALF ? 2 : 4;
+  const int64_t sz = SK == 2 ? 1 : HALF ? 2 : 4;
   const bool more = n + 2 * nt <= a.N && m0 + mt >= a.M;  // prefetch the next tile
   VF acc[nt][mt];
   span_begin<nt, mt>(span, m0, acc);
   for (int64_t g0 = span.g0; g0 < span.g1; g0 += kScaleChunk) {
     const int64_t gn = span.g1 - g0 < kScaleChunk ? span.g1 - g0 : kScaleChunk;
-    float sbuf[HALF ? nt : 1][HALF ? kScaleChunk : 1], mbuf[HALF ? nt : 1][HALF ? kScaleChunk : 1];
+    float sbuf[WIDEN ? nt : 1][WIDEN ? kScaleChunk : 1];
+    float mbuf[WIDEN ? nt : 1][WIDEN ? kScaleChunk : 1];
     const float* sp[nt];
     const float* mp[nt];
     for (int t = 0; t < nt; ++t) {
-      if constexpr (HALF) {
+      if constexpr (SK == 2) {
+        const uint16_t* sup = a.super + (n + t) * (ng / 8) * 2;
+        widen_k(static_cast<const uint8_t*>(a.scales) + (n + t) * ng + g0, sup, g0, gn, 0,
+                sbuf[t]);
+        widen_k(static_cast<const uint8_t*>(a.mins) + (n + t) * ng + g0, sup, g0, gn, 1,
+                mbuf[t]);
+        sp[t] = sbuf[t];
+        mp[t] = mbuf[t];
+      } else if constexpr (HALF) {
         widen_half(static_cast<const uint16_t*>(a.scales) + (n + t) * ng + g0, sbuf[t], gn);
         widen_half(static_cast<const uint16_t*>(a.mins) + (n + t) * ng + g0, mbuf[t], gn);
         sp[t] = sbuf[t];
@@ -177,11 +205,11 @@ inline void rows_for(const QuantArgs& a, int64_t n, const Span& sp) {
   if (a.M > m0) rest_rows<nt, mt - 1, Tile>(a, n, m0, a.M - m0, sp);
 }
 
-template <bool HALF>
+template <int SK>
 struct Int4Tile {
   template <int nt, int mt>
   static void run(const QuantArgs& a, int64_t n, int64_t m0, const Span& sp) {
-    int4_tile<nt, mt, HALF>(a, n, m0, sp);
+    int4_tile<nt, mt, SK>(a, n, m0, sp);
   }
 };
 template <bool has_min, bool HALF>
@@ -252,7 +280,9 @@ inline void dispatch_half(const QuantArgs& a, int64_t n0, int64_t n1) {
 }
 
 inline void int4_all(const QuantArgs& a, int64_t n0, int64_t n1) {
-  dispatch_half<Int4Tile>(a, n0, n1);
+  if (a.super) all_rows<Int4Tile<2>>(a, n0, n1);
+  else if (a.half) all_rows<Int4Tile<1>>(a, n0, n1);
+  else all_rows<Int4Tile<0>>(a, n0, n1);
 }
 template <bool H> using Int8TileMin = Int8Tile<true, H>;
 template <bool H> using Int8TileNoMin = Int8Tile<false, H>;
