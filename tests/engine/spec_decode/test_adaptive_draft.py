@@ -47,3 +47,36 @@ def test_cheap_verification_picks_the_k_with_the_best_expected_speedup(verify):
     want = max(range(1, 7), key=lambda k: expected_speedup(a, k, 0.30, 0.03,
                                                              0.30 + per_token * k))
     assert ctl.num_spec_tokens("r") == want
+
+
+def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
+    """Each probe that finds drafting still unprofitable doubles the wait (32, 64, 128, ...,
+    at most max_probe_interval); over 1000 tokens that is 5 probes instead of 31, and a probe
+    that finds it paying again brings drafting back with the wait reset."""
+    ctl = AdaptiveDraftLength(4, probe_interval=32, max_probe_interval=256)
+    ctl.observe_times(plain=0.34, draft=0.12, verify=(4, 1.2))
+    ctl.observe_times(verify=(1, 0.9))  # verifying even one draft costs 2.6 plain steps
+    ctl.observe("r", 4, 2, 3)
+    assert ctl.num_spec_tokens("r") == 0  # drafting off at 3 tokens
+    waits, n = [], 3
+    while n < 1000:
+        st = ctl._requests["r"]
+        k = ctl.num_spec_tokens("r")  # decided with n tokens generated
+        n += 1
+        if k:
+            waits.append(st.generated - st.off_since)
+            ctl.observe("r", k, 1, n)  # accepted, yet drafting still does not pay
+        else:
+            ctl.note_generated("r", n)
+    assert waits == [32, 64, 128, 256, 256], waits
+    assert ctl.probe_wait("r") == 256
+    for _ in range(30):  # verification became cheap (the EMAs follow): the next probe pays
+        ctl.observe_times(verify=(1, 0.36))
+        ctl.observe_times(verify=(4, 0.45))
+    while not ctl.num_spec_tokens("r"):
+        n += 1
+        ctl.note_generated("r", n)
+    ctl.observe("r", 1, 1, n + 1)
+    assert ctl._requests["r"].failed_probes == 0 and ctl._requests["r"].off_since is None
+    assert ctl.num_spec_tokens("r") >= 1
+    assert ctl.probe_wait("r") == 32
