@@ -391,7 +391,7 @@ def int4_matmul(
 
 # The integer-dot (W4A8 / W8A8) references live in reference_a8.py; re-exported here so that
 # ``reference.int4_matmul_a8`` and friends keep working.
-from .reference_a8 import (  # noqa: E402
+from .reference_a8 import (  # noqa: F401 (re-exports)
     A8_BLOCK,
     _a8_terms,
     int4_matmul_a8,
@@ -400,7 +400,7 @@ from .reference_a8 import (  # noqa: E402
 )
 
 # The int6 (GGUF Q6_K) references live in reference_int6.py; re-exported here.
-from .reference_int6 import (  # noqa: E402
+from .reference_int6 import (  # noqa: F401 (re-exports)
     _int6_a8_terms,
     dequantize_int6,
     int6_matmul,

@@ -12,7 +12,6 @@ import torch
 
 from .reference import _group_size, fold_kscales, unpack_int4
 
-
 A8_BLOCK = 32  # activation columns per int8 block (Q8_0-style)
 
 

@@ -233,7 +233,6 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a corrupt tensor.
     """
     from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
-
     from .native_int6 import Int6LinearMethod, repack_int6_rows
 
     layer, start, end = _shard_target(layer, start, end)

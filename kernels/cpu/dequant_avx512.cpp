@@ -20,15 +20,7 @@ inline float ldsc(const void* p, int64_t i) {
   else return static_cast<const float*>(p)[i];
 }
 
-inline __m256i to_bf16(__m512 w) {
-  const __m512i u = _mm512_castps_si512(w);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  r = _mm512_srli_epi32(r, 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-  return _mm512_cvtepi32_epi16(r);
-}
+#include "avx512_common.h"  // to_bf16
 
 template <bool HALF, bool MINS, bool BF16>
 void rows(const Int8DequantArgs& a, int64_t r0, int64_t r1) {

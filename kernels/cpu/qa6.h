@@ -35,6 +35,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "half_bits.h"
+
 namespace localchat_cpu {
 
 struct Int6Args {
@@ -67,28 +69,6 @@ void int6_dequant_rows_scalar(const Int6Args& a, void* out, bool bf16, int64_t r
 void int6_dequant_rows_avx2(const Int6Args& a, void* out, bool bf16, int64_t r0, int64_t r1);
 void int6_dequant_rows_avx512(const Int6Args& a, void* out, bool bf16, int64_t r0, int64_t r1);
 
-// fp16 bits -> fp32, exact (portable).
-inline float int6_half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = man;
-      do { m <<= 1; ++e; } while (!(m & 0x400));
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // fp32 -> bf16 bits, round to nearest even (a NaN becomes a quiet NaN).
 inline uint16_t int6_bf16_bits(float v) {
@@ -115,7 +95,7 @@ inline int int6_u(const Int6Args& a, int64_t n, int64_t k) {
 
 // Q6_K's d * sc of 16-column sub-block g of row n (exact in fp32).
 inline float int6_scale(const Int6Args& a, int64_t n, int64_t g) {
-  return int6_half_to_float(a.ssc[n * (a.K / 256) + g / 16]) *
+  return f16_bits_to_f32(a.ssc[n * (a.K / 256) + g / 16]) *
          static_cast<float>(a.scales[n * (a.K / 16) + g]);
 }
 

@@ -17,15 +17,7 @@ namespace {
 
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-inline __m256i to_bf16(__m512 w) {
-  const __m512i u = _mm512_castps_si512(w);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  r = _mm512_srli_epi32(r, 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-  return _mm512_cvtepi32_epi16(r);
-}
+#include "avx512_common.h"  // to_bf16
 
 // Chunk c of row n -> w[j] = columns 128 c + 16 j .. 128 c + 16 j + 15 (fp32, exact values).
 inline void decode_chunk(const Int6Args& a, int64_t n, int64_t c, __m512* w) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "isa.h"
+#include "repack_rows.h"
 #include "qa6.h"
 #include "qa8.h"
 
@@ -209,20 +210,9 @@ void gguf_repack_q6(const at::Tensor& raw, at::Tensor qlow, at::Tensor qhigh, at
   TORCH_CHECK(raw.numel() % row_bytes == 0, "gguf_repack_q6: ", raw.numel(),
               " bytes are not whole rows of ", row_bytes);
   const int64_t S = raw.numel() / row_bytes;
-  const int64_t* rp = nullptr;
   at::Tensor rows_c;
-  if (rows.has_value() && rows->defined()) {
-    TORCH_CHECK(rows->scalar_type() == at::kLong && rows->dim() == 1 && rows->numel() == N,
-                "gguf_repack_q6: rows must be int64 [", N, "], got ", rows->sizes(), " ",
-                rows->scalar_type());
-    rows_c = rows->contiguous();
-    rp = rows_c.data_ptr<int64_t>();
-    for (int64_t r = 0; r < N; ++r)
-      TORCH_CHECK(rp[r] >= 0 && rp[r] < S, "gguf_repack_q6: rows[", r, "]=", rp[r],
-                  " outside the ", S, " source rows");
-  } else {
-    TORCH_CHECK(S == N, "gguf_repack_q6: ", raw.numel(), " bytes hold ", S, " rows, qlow ", N);
-  }
+  const int64_t* rp = checked_source_rows("gguf_repack_q6", rows, N, S, raw.numel(), rows_c);
+
   const uint8_t* src = raw.data_ptr<uint8_t>();
   uint8_t* lo = qlow.data_ptr<uint8_t>();
   uint8_t* hi = qhigh.data_ptr<uint8_t>();

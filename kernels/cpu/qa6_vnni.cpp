@@ -20,17 +20,7 @@ namespace {
 
 constexpr int64_t kPrefetch = 1024;  // bytes of qlow ahead (qhigh: half that)
 
-// The 16-lane sums of four accumulators (four output columns) in one transposed reduction
-// (qa8_vnni.cpp's): each column's sum takes the same additions whatever its neighbours are.
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
-      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
+#include "avx512_common.h"  // reduce4
 
 template <int MT>
 inline void tile(const Int6Args& a, int64_t n, int64_t m0, __m512* out) {

@@ -2,32 +2,13 @@
 // order in fp32, then the min term in group order.
 #include <cstring>
 
+#include "half_bits.h"
 #include "qa8.h"
 
 namespace localchat_cpu {
 namespace {
 
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = man;
-      do { m <<= 1; ++e; } while (!(m & 0x400));
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+inline float f16_to_f32(uint16_t h) { return f16_bits_to_f32(h); }
 
 inline float ld(const A8Args& a, const void* p, int64_t i) {
   return a.half ? f16_to_f32(static_cast<const uint16_t*>(p)[i])

@@ -93,20 +93,7 @@ inline void add_mins(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
   }
 }
 
-// The 16-lane sums of four accumulators (four output columns) in one transposed reduction:
-// each column's sum takes the same additions in the same order whatever its neighbours are
-// (zero vectors where a group has fewer than four columns).
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  // 128-bit lanes: [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d
-  __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  // 128-bit lanes: a, b, c, d (four partial sums each)
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
-  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
-      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
+#include "avx512_common.h"  // reduce4
 
 // int4, 128-column chunks: lanes 4b..4b+3 <- scale of block 4c + b's group.
 template <int MT, class ST>

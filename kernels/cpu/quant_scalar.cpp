@@ -3,33 +3,13 @@
 #include <cstring>
 #include <vector>
 
+#include "half_bits.h"
 #include "quant.h"
 
 namespace localchat_cpu {
 namespace {
 
-// IEEE fp16 bits -> fp32 (exact; no F16C here).
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    exp = 113;
-    while (!(man & 0x400)) {
-      man <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float half_to_float(uint16_t h) { return f16_bits_to_f32(h); }
 
 float ldsc(const QuantArgs& a, const void* p, int64_t i) {
   return a.half ? half_to_float(static_cast<const uint16_t*>(p)[i])

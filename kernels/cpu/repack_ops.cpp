@@ -29,6 +29,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "repack_rows.h"
+
 namespace localchat_cpu {
 namespace {
 
@@ -344,20 +346,9 @@ int64_t gguf_repack(const at::Tensor& raw, int64_t ggml_type, at::Tensor qweight
   TORCH_CHECK(raw.numel() % row_bytes == 0, "gguf_repack: ", raw.numel(),
               " bytes are not whole rows of ", row_bytes);
   const int64_t S = raw.numel() / row_bytes;
-  const int64_t* rp = nullptr;
   at::Tensor rows_c;
-  if (rows.has_value() && rows->defined()) {
-    TORCH_CHECK(rows->scalar_type() == at::kLong && rows->dim() == 1 && rows->numel() == N,
-                "gguf_repack: rows must be int64 [", N, "], got ", rows->sizes(), " ",
-                rows->scalar_type());
-    rows_c = rows->contiguous();
-    rp = rows_c.data_ptr<int64_t>();
-    for (int64_t r = 0; r < N; ++r)
-      TORCH_CHECK(rp[r] >= 0 && rp[r] < S, "gguf_repack: rows[", r, "]=", rp[r],
-                  " outside the ", S, " source rows");
-  } else {
-    TORCH_CHECK(S == N, "gguf_repack: ", raw.numel(), " bytes hold ", S, " rows, qweight ", N);
-  }
+  const int64_t* rp = checked_source_rows("gguf_repack", rows, N, S, raw.numel(), rows_c);
+
   const uint8_t* src = raw.data_ptr<uint8_t>();
   void* q = qweight.data_ptr();
   void* s = scales.data_ptr();

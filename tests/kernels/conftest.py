@@ -78,3 +78,20 @@ def _triton_interpreter(monkeypatch):
 def device() -> torch.device:
     """Where the kernel tests put their tensors: CUDA when present, else the CPU interpreter."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(scope="module")
+def built() -> bool:
+    """The C++ CPU kernels, built (skips the test without a compiler; fails when a compiler is
+    present but the build failed, unless ``LOCALCHAT_KERNELS=reference`` turns them off)."""
+    import shutil
+
+    from localchat.kernels import cpu
+
+    ok = cpu.available()
+    if os.environ.get("LOCALCHAT_KERNELS", "").lower() != "reference":
+        have_compiler = shutil.which(os.environ.get("CXX", "c++")) is not None
+        assert ok == have_compiler, "a C++ compiler is present but the CPU kernels did not build"
+    if not ok:
+        pytest.skip("no C++ compiler: the kernels under test are not built")  # CPU-only tool
+    return ok

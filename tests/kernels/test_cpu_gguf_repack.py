@@ -14,9 +14,6 @@ The op has no ISA-specific paths (portable code the compiler vectorizes), so the
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import numpy as np
 import pytest
 import torch
@@ -26,19 +23,7 @@ from localchat.engine.quant import gguf_repack as gr
 from localchat.kernels import cpu
 from tests.engine.quant.test_gguf_repack import _random_blocks
 
-HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 TYPES = sorted(cpu.GGUF_REPACK_TYPES)
-
-# byte offsets of the fp16 super-scales (d, dmin) inside one block, per type
-@pytest.fixture(scope="module")
-def built():
-    ok = cpu.available()
-    if os.environ.get("LOCALCHAT_KERNELS", "").lower() != "reference":
-        assert ok == HAVE_COMPILER, "a C++ compiler is present but the CPU kernels did not build"
-    if not ok:
-        pytest.skip("CPU kernels not built")
-    return ok
-
 
 def random_blocks(ggml_type: int, n: int, k: int, seed: int) -> np.ndarray:
     """``[n * k / block * type_size]`` uint8 of valid blocks (finite fp16 scale fields):
