@@ -1,8 +1,9 @@
 """The ``native`` weight format: a GGUF's own quantization, repacked exactly, computed as is.
 
 Each linear layer (and the embedding / LM head) keeps the layout its GGUF type repacks onto
-(``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K), group-wise
-int8 (Q8_0, Q5_x, Q6_K, ...), or the float dtype. A fused layer whose shards repack onto
+(``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K, the last
+with its two-level scales), int6 for Q6_K where the CPU kernels read it (``native_int6.py``),
+group-wise int8 (Q8_0, Q5_x, Q6_K elsewhere, ...), or the float dtype. A fused layer whose shards repack onto
 different layouts (``qkv_proj`` with Q4_K ``q``, ``k`` and a Q6_K ``v``) keeps each shard in
 its own layout and multiplies shard by shard (``sharded.py``); shards that agree share one
 layout and one matmul. Reference design: llama.cpp keeps each tensor in its file type and
