@@ -9,7 +9,11 @@ drafting probes again (with k = 1) after ``probe_interval`` generated tokens, so
 the draft starts agreeing gets speculation back; each probe that finds drafting still
 unprofitable doubles the wait (up to ``max_probe_interval``), as a retransmission timer backs
 off, because a probe is not free: the draft first catches up on every token since it last
-ran, then a verification step costs more than a plain one. With fixed 32-token probes the
+ran (a new request's whole prompt), then a verification step costs more than a plain one. A
+new request starts at the engine's current backoff level (at most ``inherit_levels``, so its
+first probe comes after ``probe_interval * 2**inherit_levels`` tokens at the latest), which a
+probe that pays resets for everyone: where drafting has stopped paying, new requests do not
+rediscover it one probe at a time. With fixed 32-token probes the
 Qwen2.5-Coder 1.5B / 0.5B pair ran at 0.87-0.92x plain decoding on a 2-core CPU where
 drafting never paid. The step times are EMAs measured by the
 engine: on a CPU, verifying k + 1 tokens costs visibly more than decoding one, and that,
@@ -46,19 +50,24 @@ class AdaptiveDraftLength:
         probe_interval: tokens before the first probe of a request whose drafting is off;
             doubled after each failed probe.
         max_probe_interval: the longest wait between probes (tokens).
+        inherit_levels: the most failed-probe doublings a new request inherits from the
+            engine's recent requests.
         prior_acceptance: acceptance assumed before a request has been observed.
         decay: EMA decay per observation.
     """
 
     def __init__(self, max_k: int, draft_cost_ratio: float = 0.3, *, adaptive: bool = True,
                  probe_interval: int = 32, max_probe_interval: int = 512,
-                 prior_acceptance: float = 0.7, decay: float = 0.8) -> None:
+                 inherit_levels: int = 3, prior_acceptance: float = 0.7,
+                 decay: float = 0.8) -> None:
         if max_k < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {max_k}")
         self.max_k = max_k
         self.adaptive = adaptive
         self.probe_interval = probe_interval
         self.max_probe_interval = max(max_probe_interval, probe_interval)
+        self.inherit_levels = inherit_levels
+        self._backoff_level = 0  # failed probes in a row, engine-wide
         self.prior_acceptance = prior_acceptance
         self.decay = decay
         self.draft_cost_ratio = draft_cost_ratio
@@ -71,7 +80,8 @@ class AdaptiveDraftLength:
         st = self._requests.get(rid)
         if st is None:
             # The prior counts as two observations, so real ones take over quickly.
-            st = _RequestState(2 * self.prior_acceptance, 2.0)
+            st = _RequestState(2 * self.prior_acceptance, 2.0,
+                               failed_probes=min(self._backoff_level, self.inherit_levels))
             self._requests[rid] = st
         return st
 
@@ -135,8 +145,10 @@ class AdaptiveDraftLength:
             best = max(self.speedup(st.acceptance, j) for j in range(1, self.max_k + 1))
             if best >= 1.0:
                 st.off_since, st.failed_probes = None, 0
+                self._backoff_level = 0
             else:
                 st.off_since, st.failed_probes = num_generated, st.failed_probes + 1
+                self._backoff_level = max(self._backoff_level, st.failed_probes)
 
     def note_generated(self, rid: str, num_generated: int) -> None:
         """A step without drafting for ``rid``: count its tokens toward the next probe."""

@@ -80,3 +80,31 @@ def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
     assert ctl._requests["r"].failed_probes == 0 and ctl._requests["r"].off_since is None
     assert ctl.num_spec_tokens("r") >= 1
     assert ctl.probe_wait("r") == 32
+
+
+def test_new_requests_inherit_the_engines_backoff_until_a_probe_pays():
+    """Where drafting stopped paying, a new request waits as long as the engine has learned
+    to (capped at inherit_levels doublings) before its first probe, instead of probing after
+    probe_interval tokens again; a probe that pays resets the level for later requests."""
+    ctl = AdaptiveDraftLength(4, probe_interval=32, max_probe_interval=512, inherit_levels=3)
+    ctl.observe_times(plain=0.34, draft=0.12, verify=(4, 1.2))
+    ctl.observe_times(verify=(1, 0.9))
+    ctl.observe("a", 4, 2, 3)
+    n = 3
+    for _ in range(5):  # five failed probes on request a
+        while not ctl.num_spec_tokens("a"):
+            n += 1
+            ctl.note_generated("a", n)
+        n += 1
+        ctl.observe("a", 1, 1, n)
+    assert ctl._requests["a"].failed_probes == 5
+    assert ctl.probe_wait("b") == 32 * 2**3  # inherited, capped at 3 doublings
+    assert ctl.num_spec_tokens("b") == 0
+    for _ in range(30):  # verification became cheap
+        ctl.observe_times(verify=(1, 0.36))
+        ctl.observe_times(verify=(4, 0.45))
+    while not ctl.num_spec_tokens("a"):
+        n += 1
+        ctl.note_generated("a", n)
+    ctl.observe("a", 1, 1, n + 1)  # a's probe pays: the engine's level resets
+    assert ctl.probe_wait("c") == 32
