@@ -32,6 +32,7 @@ the other (e.g. a branch against ``main``), never against a figure from another 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"overhead ms/step      {wall - aten_ms:8.3f}  (unprofiled wall - aten)")
     print(f"overhead (prof)       {prof_wall - aten_ms:8.3f}  (profiled wall {prof_wall:.3f} - aten)")
     if args.table:
-        print(prof.key_averages().table(sort_by="count", row_limit=30))
+        print(prof.key_averages().table(sort_by=os.environ.get("SORT","count"), row_limit=40))
     return 0
 
 
