@@ -38,6 +38,11 @@ inline float vsum(V v) {
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
 }
+// The sums of four vectors, stored to o[0..3] (one hadd tree).
+inline void vsum4(V a, V b, V c, V d, float* o) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  _mm_storeu_ps(o, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
 // exp(x), x clamped to [-87.3, 88.3] (Cephes expf's range reduction and polynomial; about
 // 2 ulp).
 inline V vexp(V x) {

@@ -39,6 +39,9 @@ inline float vsum(V v) {
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
 }
+#include "avx512_common.h"  // reduce4
+// The sums of four vectors, stored to o[0..3] (one transposed reduction).
+inline void vsum4(V a, V b, V c, V d, float* o) { _mm_storeu_ps(o, reduce4(a, b, c, d)); }
 // exp(x), x clamped to [-87.3, 88.3] (Cephes expf's range reduction and polynomial; about
 // 2 ulp; inputs below -87.3 give about 1e-38 rather than 0, which the softmax's padding
 // handles itself).

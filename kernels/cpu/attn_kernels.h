@@ -55,7 +55,7 @@ inline float dot_rows(const float* a, const float* b, int64_t n) {
 // One task per (sequence, kv head, partition of kDecodePart tokens); the partition size is
 // fixed, so how a sequence is split depends only on its own length (never on the batch or
 // the thread count). A task attends the GQA group's query heads to its tokens in chunks of
-// kChunk with an online softmax, in the TU's vectors (V, W lanes: vld_*, vfma, vsum, vexp),
+// kChunk with an online softmax, in the TU's vectors (V, W lanes: vld_*, vfma, vsum, vsum4, vexp),
 // and either normalizes into `out` (a single-partition sequence) or writes its running max,
 // denominator and unnormalized accumulator to `partials` for decode_combine_t.
 
@@ -67,10 +67,15 @@ inline V vld(const typename Elem<T>::type* p) {
 }
 
 // NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
+// Per chunk the K and V rows are widened to fp32 once (into L1-resident buffers) and then
+// swept per query head, so each head's query and accumulator stay in registers (with the
+// GQA group's heads all in registers at once the accumulators spilled: 6 heads x 128 dims
+// are 48 AVX-512 vectors); scores of four tokens are reduced together (vsum4).
 template <int T, int NV>
 void decode_task_t(const DecodeArgs& a, int64_t task) {
   typedef typename Elem<T>::type E;
-  const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
+  const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
+  constexpr int64_t kMaxNv = kMaxHeadDim / W;
   const int64_t nv = NV > 0 ? NV : D / W;
   const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
   const int64_t part = a.tasks[3 * task + 2];
@@ -80,53 +85,90 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
   const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
-  V q[kMaxGroup * kMaxHeadDim / W];
-  V acc[kMaxGroup * kMaxHeadDim / W];
+  alignas(64) float qs[kMaxGroup * kMaxHeadDim];   // scale * q, fp32
+  alignas(64) float accs[kMaxGroup * kMaxHeadDim]; // unnormalized outputs
+  alignas(64) float kf[kChunk * kMaxHeadDim];      // the chunk's K rows, fp32
+  alignas(64) float vf[kChunk * kMaxHeadDim];      // and V rows
   alignas(64) float s[kMaxGroup][kChunk];
   float mx[kMaxGroup], den[kMaxGroup];
   const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
   const V vscale = vset1(a.scale);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t v = 0; v < nv; ++v) {
-      q[g * nv + v] = vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale);
-      acc[g * nv + v] = vzero();
+      vst(qs + g * D + v * W, vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale));
+      vst(accs + g * D + v * W, vzero());
     }
     mx[g] = -__builtin_inff();
     den[g] = 0.f;
   }
-  for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
+  // The rows of a chunk through the block table (one division per chunk); the next chunk's
+  // rows are prefetched while this one is computed (in a model the cache is cold: the
+  // weights streamed since this layer's last step have evicted it).
+  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(E));
+  const E* krows[2][kChunk];
+  const E* vrows[2][kChunk];
+  auto chunk_rows = [&](int64_t c0, const E** kr, const E** vr) {
     const int64_t cn = t1 - c0 < kChunk ? t1 - c0 : kChunk;
-    // the chunk's K / V rows through the block table (one division per chunk)
-    const E* krow[kChunk];
-    const E* vrow[kChunk];
     for (int64_t t = 0, blk = c0 / a.block_size, off = c0 % a.block_size; t < cn; ++t) {
-      krow[t] = kc + bt[blk] * a.k_s0 + off * a.k_s1 + kvh * a.k_s2;
-      vrow[t] = vc + bt[blk] * a.v_s0 + off * a.v_s1 + kvh * a.v_s2;
+      kr[t] = kc + bt[blk] * a.k_s0 + off * a.k_s1 + kvh * a.k_s2;
+      vr[t] = vc + bt[blk] * a.v_s0 + off * a.v_s1 + kvh * a.v_s2;
       if (++off == a.block_size) {
         off = 0;
         ++blk;
       }
     }
-    // scores: s[g, t] = (scale * q_g) . k_t
-    for (int64_t t = 0; t < cn; ++t) {
-      const E* kp = krow[t];
-      V kr[kMaxHeadDim / W];
-      for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
-      for (int64_t g = 0; g < G; ++g) {
-        V d = vmul(q[g * nv], kr[0]);
-        for (int64_t v = 1; v < nv; ++v) d = vfma(q[g * nv + v], kr[v], d);
-        s[g][t] = vsum(d);
+    return cn;
+  };
+  auto prefetch_rows = [&](const E* const* kr, const E* const* vr, int64_t cn) {
+    for (int64_t t = 0; t < cn; ++t)
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(kr[t]) + b, 0, 3);
+        __builtin_prefetch(reinterpret_cast<const char*>(vr[t]) + b, 0, 3);
+      }
+  };
+  int cur = 0;
+  int64_t cn = t0 < t1 ? chunk_rows(t0, krows[0], vrows[0]) : 0;
+  for (int64_t c0 = t0; c0 < t1; c0 += kChunk, cur ^= 1) {
+    const int64_t next_cn = c0 + kChunk < t1 ? chunk_rows(c0 + kChunk, krows[cur ^ 1],
+                                                          vrows[cur ^ 1]) : 0;
+    prefetch_rows(krows[cur ^ 1], vrows[cur ^ 1], next_cn);
+    const int64_t cn4 = (cn + 3) / 4 * 4;  // scores are reduced four tokens at a time
+    for (int64_t t = 0; t < cn; ++t) {  // widened to fp32
+      const E* kp = krows[cur][t];
+      const E* vp = vrows[cur][t];
+      for (int64_t v = 0; v < nv; ++v) {
+        vst(kf + t * D + v * W, vld<T>(kp + v * W));
+        vst(vf + t * D + v * W, vld<T>(vp + v * W));
       }
     }
-    // online softmax over the chunk
+    for (int64_t t = cn; t < cn4; ++t)  // padding rows: finite scores, replaced below
+      for (int64_t v = 0; v < nv; ++v) vst(kf + t * D + v * W, vzero());
     for (int64_t g = 0; g < G; ++g) {
+      // scores: s[g, t] = (scale * q_g) . k_t
+      V q[kMaxNv];
+      for (int64_t v = 0; v < nv; ++v) q[v] = vld_f32(qs + g * D + v * W);
+      for (int64_t t = 0; t < cn4; t += 4) {
+        const float* k0 = kf + t * D;
+        V d0 = vmul(q[0], vld_f32(k0)), d1 = vmul(q[0], vld_f32(k0 + D));
+        V d2 = vmul(q[0], vld_f32(k0 + 2 * D)), d3 = vmul(q[0], vld_f32(k0 + 3 * D));
+        for (int64_t v = 1; v < nv; ++v) {
+          d0 = vfma(q[v], vld_f32(k0 + v * W), d0);
+          d1 = vfma(q[v], vld_f32(k0 + D + v * W), d1);
+          d2 = vfma(q[v], vld_f32(k0 + 2 * D + v * W), d2);
+          d3 = vfma(q[v], vld_f32(k0 + 3 * D + v * W), d3);
+        }
+        vsum4(d0, d1, d2, d3, &s[g][t]);
+      }
+      // online softmax over the chunk
       float m = mx[g];
       for (int64_t t = 0; t < cn; ++t) m = s[g][t] > m ? s[g][t] : m;
       const float alpha = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
+      V acc[kMaxNv];
+      for (int64_t v = 0; v < nv; ++v) acc[v] = vld_f32(accs + g * D + v * W);
       if (alpha != 1.f) {
         den[g] *= alpha;
         const V va = vset1(alpha);
-        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vmul(acc[g * nv + v], va);
+        for (int64_t v = 0; v < nv; ++v) acc[v] = vmul(acc[v], va);
       }
       for (int64_t t = cn; t < kChunk; ++t) s[g][t] = m;  // padding, zeroed below
       const V vm = vset1(m);
@@ -139,17 +181,14 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
       for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(&s[g][t]));
       den[g] += vsum(sum);
       mx[g] = m;
-    }
-    // acc[g] += p[g, t] * v_t
-    for (int64_t t = 0; t < cn; ++t) {
-      const E* vp = vrow[t];
-      V vr[kMaxHeadDim / W];
-      for (int64_t v = 0; v < nv; ++v) vr[v] = vld<T>(vp + v * W);
-      for (int64_t g = 0; g < G; ++g) {
+      // acc[g] += p[g, t] * v_t
+      for (int64_t t = 0; t < cn; ++t) {
         const V p = vset1(s[g][t]);
-        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vfma(p, vr[v], acc[g * nv + v]);
+        for (int64_t v = 0; v < nv; ++v) acc[v] = vfma(p, vld_f32(vf + t * D + v * W), acc[v]);
       }
+      for (int64_t v = 0; v < nv; ++v) vst(accs + g * D + v * W, acc[v]);
     }
+    cn = next_cn;
   }
   const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
   if (nparts == 1) {
@@ -157,7 +196,7 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
     alignas(64) float row[kMaxHeadDim];
     for (int64_t g = 0; g < G; ++g) {
       const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
-      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(acc[g * nv + v], inv));
+      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(vld_f32(accs + g * D + v * W), inv));
       E* o = out + (seq * a.num_heads + kvh * G + g) * D;
       for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
     }
@@ -165,7 +204,7 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
   }
   float* pt = a.partials + task * G * (D + 2);
   for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, acc[g * nv + v]);
+    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, vld_f32(accs + g * D + v * W));
     pt[G * D + g] = mx[g];
     pt[G * D + G + g] = den[g];
   }

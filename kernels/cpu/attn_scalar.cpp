@@ -26,6 +26,7 @@ inline V vmul(V a, V b) { return a * b; }
 inline V vdiv(V a, V b) { return a / b; }
 inline V vfma(V a, V b, V c) { return __builtin_fmaf(a, b, c); }
 inline float vsum(V v) { return v; }
+inline void vsum4(V a, V b, V c, V d, float* o) { o[0] = a; o[1] = b; o[2] = c; o[3] = d; }
 inline V vexp(V x) { return __builtin_expf(x); }
 inline V vround_bf16(V v) { return bf2f(f2bf(v)); }
 inline void vst_bf16(uint16_t* p, V v) { *p = f2bf(v); }
