@@ -109,14 +109,7 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
     const int64_t rem = K - 128 * c;
     __m512i w;
     __m128 s4;
-    if constexpr (sizeof(ST) == 1) {  // two-level: 4 uint8 sc times the super-block's d
-      _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
-      w = _mm512_loadu_si512(wr + 64 * c);  // K % 256 == 0: whole chunks
-      int32_t sc4;
-      __builtin_memcpy(&sc4, s + 4 * c, 4);
-      s4 = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(sc4))),
-                      _mm_set1_ps(_cvtsh_ss(a.super[(n * (ng / 8) + c / 2) * 2])));
-    } else if (rem >= 128) {
+    if (rem >= 128) {
       _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
       w = _mm512_loadu_si512(wr + 64 * c);
       s4 = g32 ? ld4(s + 4 * c) : _mm_setr_ps(ld1(s + a.blk2grp[4 * c]),
@@ -141,6 +134,45 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
     }
   }
   add_mins<MT, ST>(a, n, m0, acc);
+}
+
+// int4 with two-level scales (ST uint8_t, qa8.h's `super`; K % 256 == 0): per 256-column
+// super-block its 8 uint8 sub-block scales times d, formed once (8 exact fp32 products), then
+// its two 128-column chunks as in tile4 (lanes 4b..4b+3 <- sub-block 4h + b of half h).
+template <int MT>
+inline void tile4k(const A8Args& a, int64_t n, int64_t m0, __m512* acc) {
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nsb = K / 256;
+  const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
+  const uint8_t* s = static_cast<const uint8_t*>(a.scales) + n * ng;
+  const uint16_t* sup = a.super + n * (ng / 8) * 2;
+  const __m512i idx[2] = {
+      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4)};
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const __m256 s8 = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 8 * sb)))),
+        _mm256_set1_ps(_cvtsh_ss(sup[2 * sb])));
+    for (int h = 0; h < 2; ++h) {
+      const int64_t c = 2 * sb + h;
+      _mm_prefetch(reinterpret_cast<const char*>(wr + 64 * c + kPrefetch), _MM_HINT_T0);
+      const __m512i w = _mm512_loadu_si512(wr + 64 * c);
+      const __m512 sv = _mm512_permutexvar_ps(idx[h], _mm512_castps256_ps512(s8));
+      const __m512i lo = _mm512_and_si512(w, nib);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+      for (int r = 0; r < MT; ++r) {
+        const int64_t m = m0 + r;
+        const int8_t* xq = a.xq + m * Kp + 128 * c;
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xq + 64));
+        const __m512 dv = _mm512_loadu_ps(a.dv + (m * (Kp / 32) + 4 * c) * 4);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sv, dv), acc[r]);
+      }
+    }
+  }
+  add_mins<MT, uint8_t>(a, n, m0, acc);
 }
 
 // int8, 64-column chunks (or a trailing 32): weights XOR 0x80, dots from ncorr.
@@ -191,7 +223,8 @@ inline void group(const A8Args& a, int64_t n, int64_t cols, int64_t m0) {
   __m512 acc[4][MT];
   for (int j = 0; j < 4; ++j) {
     if (j < cols) {
-      if constexpr (INT4) tile4<MT, ST>(a, n + j, m0, acc[j]);
+      if constexpr (INT4 && sizeof(ST) == 1) tile4k<MT>(a, n + j, m0, acc[j]);
+      else if constexpr (INT4) tile4<MT, ST>(a, n + j, m0, acc[j]);
       else tile8<MT, ST>(a, n + j, m0, acc[j]);
     } else {
       for (int r = 0; r < MT; ++r) acc[j][r] = _mm512_setzero_ps();
