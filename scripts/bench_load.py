@@ -17,7 +17,10 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
 * held MB: bytes of the loaded model's tensors (parameters and buffers, RoPE table excluded)
   against the GGUF's tensor bytes (the file's tensor data).
 * top-1 (``--agreement``): agreement with transformers' model loaded from the same GGUF (fp32
-  oracle) over 256 teacher-forced positions of a fixed text.
+  oracle) over 256 teacher-forced positions of a fixed text, with fp32 activations (the
+  table's column); a line after the table adds each format with bf16 activations (the CPU
+  default: one prefill, and 16-token forwards through the decode kernels) and, with
+  ``--llama-peer``, llama.cpp's own agreement on the same ids.
 * llama.cpp peer row (``--llama-cli EXE``: llama.cpp's ``llama-completion`` / ``llama-cli``,
   run as ``-no-cnv -p PROMPT -n 16 --temp 0 -c 4096``; or ``--llama-peer EXE``: a binary built
   from ``scripts/llama_peer.cpp``, whose ``ask`` mode applies the chat template): the same file,
@@ -135,7 +138,13 @@ def _gguf_tensor_bytes(gguf: Path) -> int:
     return sum(t["n_bytes"] for t in _tensor_index(gguf, None)["tensors"])
 
 
-def _agreement(gguf: Path, formats: list[str], cache: Path) -> dict[str, float]:
+def _agreement(gguf: Path, formats: list[str], cache: Path, peer: Path | None = None,
+               threads: int = 2) -> dict[str, float]:
+    """Top-1 agreement with the fp32 oracle over 256 teacher-forced positions: per format
+    with fp32 activations (``fmt``), and with the CPU's default bf16 activations through one
+    prefill (``fmt@bf16``) and through successive 16-token forwards, the decode /
+    verification kernels (``fmt@bf16/16``); ``llama.cpp`` for the peer binary's ``top1``
+    mode (its own activation quantization) on the same ids."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -153,9 +162,25 @@ def _agreement(gguf: Path, formats: list[str], cache: Path) -> dict[str, float]:
     del oracle
     out = {}
     for fmt in formats:
-        model = load_model(gguf, config, dtype=torch.float32, device=torch.device("cpu"),
-                           max_position=512, cache_dir=cache, quant=QuantConfig(scheme=fmt))
-        out[fmt] = top1_agreement(teacher_forced_logits(model, ids)[:256], want[:256])
+        for dtype, tag in ((torch.float32, ""), (torch.bfloat16, "@bf16")):
+            model = load_model(gguf, config, dtype=dtype, device=torch.device("cpu"),
+                               max_position=512, cache_dir=cache,
+                               quant=QuantConfig(scheme=fmt))
+            with torch.no_grad():
+                out[fmt + tag] = top1_agreement(teacher_forced_logits(model, ids)[:256],
+                                                want[:256])
+                if tag:
+                    out[fmt + tag + "/16"] = top1_agreement(
+                        teacher_forced_logits(model, ids, chunk=16)[:256], want[:256])
+            del model
+    if peer is not None:
+        proc = subprocess.run([str(peer), "top1", str(gguf), str(threads),
+                               ",".join(map(str, ids))], capture_output=True, text=True)
+        if proc.returncode == 0:
+            got = torch.tensor([int(v) for v in proc.stdout.split(",")][:256])
+            out["llama.cpp"] = (got == want[:256].argmax(-1)).float().mean().item()
+        else:
+            print(f"llama.cpp top1 failed: {proc.stderr.strip()[:200]}", file=sys.stderr)
     return out
 
 
@@ -193,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                      "gguf_tensor_bytes": tensor_bytes})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
     if args.agreement:
-        agree = _agreement(gguf, [r["loaded_as"] for r in rows], cache_dir())
+        agree = _agreement(gguf, [r["loaded_as"] for r in rows], cache_dir(), args.llama_peer,
+                           args.threads)
         for r in rows:
             r["top1"] = agree[r["loaded_as"]]
     if exe is not None:
@@ -218,8 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         print("llama.cpp row: its CLI's whole process on the same file and threads, 16 tokens; "
               "cold/cached load = its own load time on the first/second run (no cache of its "
               "own; the file in the page cache both times)")
+    if args.agreement:
+        print("top-1 agreement with the fp32 oracle, 256 positions: "
+              + ", ".join(f"{k} {100 * v:.1f}%" for k, v in agree.items())
+              + " (@bf16: bf16 activations, one prefill; /16: 16-token forwards, the decode "
+                "kernels; llama.cpp: --llama-peer's top1 mode)")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps({"rows": rows, "agreement": agree} if args.agreement
+                                        else rows, indent=2))
     return 0
 
 

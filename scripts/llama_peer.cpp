@@ -21,6 +21,10 @@
 //       what a user's one-shot CLI run does: load, apply the model's chat template to PROMPT,
 //       tokenize, decode, N_GEN greedy tokens (stops at end of generation), print the reply;
 //       then one JSON line on stderr {"load_s", "n_prompt", "n_gen"}.
+//   llama_peer top1 MODEL THREADS ID,ID,...
+//       teacher-forced: the ids decoded as one batch with logits at every position; prints
+//       one line, the argmax token of each position, comma-separated (position i predicts
+//       token i + 1), for bench_load.py's top-1 agreement against the same oracle.
 // Errors: one line on stderr, exit 1.
 
 #include "llama.h"
@@ -195,10 +199,51 @@ static int ask(const char * path, int threads, int n_ctx, int n_gen, const char 
     return 0;
 }
 
+static int top1(const char * path, int threads, const char * ids) {
+    std::vector<llama_token> toks;
+    std::stringstream ss(ids);
+    std::string item;
+    while (std::getline(ss, item, ',')) toks.push_back(std::atoi(item.c_str()));
+    const int n = (int) toks.size();
+    if (n < 1 || n > 512) {
+        fprintf(stderr, "llama_peer: error: want 1 to 512 comma-separated token ids\n");
+        return 1;
+    }
+    llama_model * model = load(path);
+    llama_context * ctx = context(model, threads, 1024);
+    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    llama_batch batch = llama_batch_init(n, 0, 1);
+    for (int i = 0; i < n; i++) {
+        batch.token[i] = toks[i];
+        batch.pos[i] = i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = 1;
+    }
+    batch.n_tokens = n;
+    if (llama_decode(ctx, batch) != 0) {
+        fprintf(stderr, "llama_peer: error: decode failed\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const float * logits = llama_get_logits_ith(ctx, i);
+        int best = 0;
+        for (int v = 1; v < n_vocab; v++) {
+            if (logits[v] > logits[best]) best = v;
+        }
+        printf(i ? ",%d" : "%d", best);
+    }
+    printf("\n");
+    llama_batch_free(batch);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: llama_peer serve MODEL THREADS | "
-                        "ask MODEL THREADS N_CTX N_GEN PROMPT\n");
+                        "ask MODEL THREADS N_CTX N_GEN PROMPT | top1 MODEL THREADS IDS\n");
         return 2;
     }
     llama_log_set(quiet_log, nullptr);
@@ -209,6 +254,8 @@ int main(int argc, char ** argv) {
         rc = serve(argv[2], std::atoi(argv[3]));
     } else if (mode == "ask" && argc == 7) {
         rc = ask(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), argv[6]);
+    } else if (mode == "top1" && argc == 5) {
+        rc = top1(argv[2], std::atoi(argv[3]), argv[4]);
     } else {
         fprintf(stderr, "llama_peer: error: bad arguments (see the header of llama_peer.cpp)\n");
     }
