@@ -27,6 +27,7 @@ themselves (``engine/quant/methods.py``; reference ``reference.linear``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -249,7 +250,27 @@ def cpu_a8_enabled(dtype: torch.dtype = torch.bfloat16) -> bool:
     AVX-512 VNNI, one bf16 row, one run): the integer-dot int4 kernel took 0.38-0.66x PyTorch's
     int4pack kernel's time. The switch is read once (:func:`refresh_env`)."""
     mode = _a8_mode()
-    return mode == "always" or (mode == "auto" and dtype != torch.float32)
+    return mode == "always" or (mode == "auto" and (dtype != torch.float32 or _a8_fp32))
+
+
+_a8_fp32 = False  # inside a8_fp32(): fp32 activations take the integer-dot kernels too
+
+
+@contextlib.contextmanager
+def a8_fp32():
+    """Within this context (one thread: the engine's), CPU quantized matmuls given fp32
+    activations take the integer-dot kernels wherever they would for 16-bit ones
+    (:func:`cpu_a8_enabled` in ``auto`` mode). For the output layer of a bf16 model: the
+    kernels round activations to int8 either way, so the exactly widened fp32 input gives the
+    same integer products as the bf16 one, and the logits come out of the kernel in fp32
+    instead of rounded to bf16 (8 mantissa bits: logits near 20 in steps of 0.125, so
+    near-ties in greedy decoding collapsed and went to the lower token id) and widened again."""
+    global _a8_fp32
+    old, _a8_fp32 = _a8_fp32, True
+    try:
+        yield
+    finally:
+        _a8_fp32 = old
 
 
 def _a8_group_ok(k: int, g: int, int4: bool) -> bool:

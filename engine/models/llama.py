@@ -161,10 +161,16 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.lm_head is None:  # tied: the embedding matrix doubles as the output layer
-            logits = self.model.embed_tokens.logits(hidden_states)
+        # tied: the embedding matrix doubles as the output layer
+        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        if head.weight is None and hidden_states.is_cpu \
+                and hidden_states.dtype != torch.float32:
+            # a quantized CPU output layer: fp32 logits straight from its integer-dot kernel,
+            # never rounded to bf16 (kernels.a8_fp32)
+            with kernels.a8_fp32():
+                logits = head.quant_method.apply(head, hidden_states.float())
         else:
-            logits = self.lm_head(hidden_states)
+            logits = head.quant_method.apply(head, hidden_states)
         return logits if logits.dtype == torch.float32 else logits.float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -259,8 +259,8 @@ class Int4LinearMethod(LinearMethod):
         return ok
 
     def apply(self, layer, x):
-        if x.dim() == 2 and x.dtype is not torch.float32 and x.shape[0] <= _CPU_MAX_ROWS \
-                and self._a8_direct(layer) and _kernels.cpu_a8_enabled(x.dtype):
+        if x.dim() == 2 and x.shape[0] <= _CPU_MAX_ROWS and self._a8_direct(layer) \
+                and _kernels.cpu_a8_enabled(x.dtype):
             # the decode path: the op itself, no per-call dispatch (kernels.int4_matmul
             # would take the same kernel after re-checking the layout)
             y = torch.ops.localchat_cpu.int4_matmul_a8(
