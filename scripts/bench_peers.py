@@ -55,6 +55,20 @@ from llama_peers import pick_llama_peer
 from peer_probes import forward5_over_step, read_bandwidth_gbs
 
 
+def decode_read_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one decode step reads: every parameter and buffer (whatever a layout
+    names them: ``qweight``, ``qlow``, ``super_scales``, ...; ``weight_t`` too), less the
+    RoPE table and, where the output layer is its own (untied), the embedding table, of which
+    a step reads one row."""
+    skip = set()
+    if getattr(model, "lm_head", None) is not None:
+        skip = {id(t) for t in model.model.embed_tokens.state_dict(keep_vars=True).values()}
+    tensors = [t for n, t in list(model.named_parameters()) + list(model.named_buffers())
+               if not n.endswith("cos_sin_cache") and id(t) not in skip]
+    tensors += [m.weight_t for m in model.modules() if getattr(m, "weight_t", None) is not None]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 class Localchat:
     name = "localchat"
 
@@ -65,12 +79,7 @@ class Localchat:
         self.engine = LLMEngine.from_path(
             path, EngineConfig(device="cpu", quant=QuantConfig(scheme=quant)),
             cache_dir=cache_dir)
-        self.weight_bytes = bd.param_bytes(self.engine.runner.model)
-        for module in self.engine.runner.model.modules():  # quantized layers keep buffers
-            self.weight_bytes += sum(b.numel() * b.element_size() for n, b in
-                                     module.named_buffers(recurse=False)
-                                     if n in ("qweight", "scales", "zeros", "mins",
-                                              "qweight_cpu", "scales_and_zeros"))
+        self.weight_bytes = decode_read_bytes(self.engine.runner.model)
 
     def _gen(self, prompt, n):
         from localchat.engine.sampling_params import SamplingParams
