@@ -2,8 +2,9 @@
 
 Each linear layer (and the embedding / LM head) keeps the layout its GGUF type repacks onto
 (``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K, the last
-with its two-level scales), int6 for Q6_K where the CPU kernels read it (``native_int6.py``),
-group-wise int8 (Q8_0, Q5_x, Q6_K elsewhere, ...), or the float dtype. A fused layer whose shards repack onto
+with its two-level scales), int6 for Q6_K and int5 for Q5_0 where the CPU kernels read them
+(``native_int6.py``, ``native_int5.py``), group-wise int8 (Q8_0, Q5_1, Q5_K, Q5_0 / Q6_K
+elsewhere, ...), or the float dtype. A fused layer whose shards repack onto
 different layouts (``qkv_proj`` with Q4_K ``q``, ``k`` and a Q6_K ``v``) keeps each shard in
 its own layout and multiplies shard by shard (``sharded.py``); shards that agree share one
 layout and one matmul. Reference design: llama.cpp keeps each tensor in its file type and
@@ -157,6 +158,9 @@ def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torc
 # Q6_K's layout where int6 is not read (no C++ kernels, CUDA, the dequant kernel, a fused
 # layer mixing it with other types unsplit): group-wise int8, groups of 16, fp32 scales
 INT6_AS_INT8 = ("int8", 16, False, torch.float32)
+# Q5_0's layout where int5 is not read (as for int6): group-wise int8, groups of 32, fp16
+# scales (``gguf_repack``'s Q5_0 layout, what Q5_0 always held before int5)
+INT5_AS_INT8 = ("int8", 32, False, torch.float16)
 
 
 def native_method(layouts: list[tuple], device: torch.device | str,
@@ -198,6 +202,13 @@ def native_method(layouts: list[tuple], device: torch.device | str,
             return Int6LinearMethod(device)
         layouts = [INT6_AS_INT8 if lay[0] == "int6" else lay for lay in layouts]
         kinds = {lay[0] for lay in layouts}
+    if "int5" in kinds:  # GGUF Q5_0: its own 5-bit layout where the CPU kernels read it
+        from .native_int5 import Int5LinearMethod, int5_usable
+
+        if kinds == {"int5"} and kernel == "packed" and int5_usable(device):
+            return Int5LinearMethod(device)
+        layouts = [INT5_AS_INT8 if lay[0] == "int5" else lay for lay in layouts]
+        kinds = {lay[0] for lay in layouts}
     dtypes = {lay[3] for lay in layouts}
     sdtype = torch.float16 if dtypes == {torch.float16} else \
         torch.uint8 if dtypes == {torch.uint8} and kinds == {"int4"} else torch.float32
@@ -234,12 +245,16 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a corrupt tensor.
     """
     from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
+    from .native_int5 import Int5LinearMethod, repack_int5_rows
     from .native_int6 import Int6LinearMethod, repack_int6_rows
 
     layer, start, end = _shard_target(layer, start, end)
     method = layer.quant_method
     if isinstance(method, Int6LinearMethod):  # chosen only where the C++ op is built
         repack_int6_rows(layer, raw, shape, start, end, source_rows, tensor_name)
+        return True
+    if isinstance(method, Int5LinearMethod):  # likewise
+        repack_int5_rows(layer, raw, shape, start, end, source_rows, tensor_name)
         return True
     layout = GGML_TYPES[ggml_type][3] if ggml_type in GGML_TYPES else None
     if layout not in ("int4", "int8") or len(shape) != 2 or layer.qweight.device.type != "cpu":
