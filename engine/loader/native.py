@@ -291,10 +291,10 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
     own int4 kernels over the file's scales (``engine/quant/cpu_int4.py``; PyTorch's int4pack
     kernel, what runs without them, rounds scales and mins to bf16, which turned SmolLM2's
     greedy answer to "What is the capital of France?" from Paris into a French list), and
-    group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) through the C++ int8 kernels (decode) and
-    the C++ dequantize + bf16 GEMM (prefill; the PyTorch fallback's fp32 row blocks prefilled
-    at 0.03-0.3x the bf16 format's speed). Without a compiler the planner's float choice
-    stays."""
+    group-wise int8 layers (Q8_0, Q5_x, ...; Q6_K / Q5_0 as int6 / int5) through the C++
+    kernels (decode) and the C++ dequantize + bf16 GEMM (prefill; the PyTorch fallback's fp32
+    row blocks prefilled at 0.03-0.3x the bf16 format's speed). Without a compiler the
+    planner's float choice stays."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
