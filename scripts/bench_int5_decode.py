@@ -10,10 +10,11 @@ RoPE table excluded, as ``bench_load.py``; and against the GGUF's tensor bytes),
 wall ms per step and its tok/s, the best round's median, and the main thread's CPU ms per step
 (``time.thread_time``: less sensitive to other processes than wall time). Both load without
 the quantized-weight cache (they share its key). A busy machine makes wall figures noise:
-the load average is printed before and after.
+the load average is printed before and after. ``--prefills N`` (default 3) also times N
+interleaved prefills of the prompt per engine (prefix cache reset, one ``step()``; the median).
 
 Usage: ``python scripts/bench_int5_decode.py [--model PATH] [--dtype bfloat16] [--threads 2]
-[--steps 16] [--rounds 6] [--prompt-len 512]``
+[--steps 16] [--rounds 6] [--prompt-len 512] [--prefills 3]``
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--prefills", type=int, default=3)
     args = ap.parse_args(argv)
 
     from localchat.engine.loader.gguf import _tensor_index
@@ -76,11 +78,24 @@ def main(argv: list[str] | None = None) -> int:
         n5 = sum(isinstance(getattr(m, "quant_method", None), Int5LinearMethod)
                  for m in eng.runner.model.modules())
         assert (n5 > 0) == int5, (name, n5)
+        engines[name] = (eng, _held(eng.runner.model))
+    prefill = {name: [] for name in engines}
+    for r in range(args.prefills):  # one request alone: the prompt's prefill, one step
+        for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+            eng = engines[name][0]
+            eng.reset_prefix_cache()
+            eng.add_request(f"prefill{r}", ids, SamplingParams(temperature=0.0, max_tokens=1))
+            t0 = time.perf_counter()
+            eng.step()
+            prefill[name].append(time.perf_counter() - t0)
+            eng.abort_request(f"prefill{r}")
+            assert not eng.has_unfinished_requests()
+    for eng, _ in engines.values():
+        eng.reset_prefix_cache()
         eng.add_request("bench", ids, params)
         eng.step()  # prefill
         for _ in range(8):
             eng.step()
-        engines[name] = (eng, _held(eng.runner.model))
     print(f"{args.model.name}: dtype {args.dtype}, threads {args.threads}, {args.rounds} rounds "
           f"x {args.steps} steps, load average {os.getloadavg()}")
     walls = {name: [] for name in engines}
@@ -106,10 +121,13 @@ def main(argv: list[str] | None = None) -> int:
                          "ms_per_step": round(ms, 2), "tok_per_s": round(1e3 / ms, 2),
                          "best_round_ms": round(best, 2), "best_round_tok_per_s": round(1e3 / best, 2),
                          "main_thread_cpu_ms": round(statistics.median(cpus[name]) * 1e3, 2)}
+        if prefill[name]:
+            results[name]["prefill_ms"] = round(statistics.median(prefill[name]) * 1e3, 1)
         print(f"{name}: held {held / 1e6:7.1f} MB ({held / gguf_bytes:.2f}x GGUF tensor bytes "
               f"{gguf_bytes / 1e6:.1f} MB) | {ms:7.2f} ms/step = {1e3 / ms:6.2f} tok/s (median) | "
               f"best round {best:7.2f} ms = {1e3 / best:6.2f} tok/s | main-thread cpu "
-              f"{results[name]['main_thread_cpu_ms']:.2f} ms")
+              f"{results[name]['main_thread_cpu_ms']:.2f} ms | prefill "
+              f"{results[name].get('prefill_ms', '-')} ms")
     print(f"load average after {os.getloadavg()}")
     print(json.dumps(results))
     return 0
