@@ -186,6 +186,14 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     kinds = {lay[0] for lay in layouts}
     if "float" in kinds:
         return LinearMethod()
+    if "int5" in kinds:
+        from .native_int5 import int5_usable
+
+        if not (kernel == "packed" and int5_usable(device)):
+            # int5's fallback before the split: Q5_0 shards beside Q8_0 ones (the 0.5B's
+            # qkv_proj) then share one int8 layout and one matmul, as before int5
+            layouts = [INT5_AS_INT8 if lay[0] == "int5" else lay for lay in layouts]
+            kinds = {lay[0] for lay in layouts}
     if split and len(set(layouts)) > 1:
         if shards is None or len(shards) != len(layouts):
             raise ValueError(f"layouts {layouts} differ: the shards' ids and rows are needed, "
@@ -202,10 +210,10 @@ def native_method(layouts: list[tuple], device: torch.device | str,
             return Int6LinearMethod(device)
         layouts = [INT6_AS_INT8 if lay[0] == "int6" else lay for lay in layouts]
         kinds = {lay[0] for lay in layouts}
-    if "int5" in kinds:  # GGUF Q5_0: its own 5-bit layout where the CPU kernels read it
-        from .native_int5 import Int5LinearMethod, int5_usable
+    if "int5" in kinds:  # GGUF Q5_0: its own 5-bit layout (readable here, checked above)
+        from .native_int5 import Int5LinearMethod
 
-        if kinds == {"int5"} and kernel == "packed" and int5_usable(device):
+        if kinds == {"int5"}:
             return Int5LinearMethod(device)
         layouts = [INT5_AS_INT8 if lay[0] == "int5" else lay for lay in layouts]
         kinds = {lay[0] for lay in layouts}

@@ -14,7 +14,8 @@ dequantization of the same blocks (the kernels themselves are tested in
   ``LOCALCHAT_CPU_INT4=int4pack``, ``LOCALCHAT_CPU_INT5=0``, for the dequant kernel or a CUDA
   device, Q5_0 stays group-wise int8 (groups of 32, fp16 scales); the loader maps Q5_0 to int5
   only for K % 128 == 0; a fused ``qkv_proj`` with Q5_0 q, k and a Q8_0 v (Qwen2.5-Coder-0.5B)
-  splits per shard and computes gguf's values.
+  splits per shard and computes gguf's values where int5 is read, and stays one int8 layer
+  where it is not.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ def test_q5_0_stays_int8_where_no_kernel_reads_int5(monkeypatch):
             monkeypatch.delenv(env)
             cpu_int4.own_kernels.cache_clear()
     assert isinstance(native_method([INT5], "cpu"), Int5LinearMethod)
+    # the 0.5B's qkv_proj (Q5_0 q, k; Q8_0 v): where int5 is not read, one int8 layer as
+    # before int5 (not three equal shards); where it is, shards
+    qkv = [INT5, INT5, INT5_AS_INT8]
+    rows = [("q", 64), ("k", 32), ("v", 32)]
+    assert is_int8(native_method(qkv, "cuda", shards=rows))
+    assert is_int8(native_method(qkv, "cpu", kernel="dequant", shards=rows))
+    assert isinstance(native_method(qkv, "cpu", shards=rows), ShardedLinearMethod)
 
 
 def test_loader_maps_q5_0_to_int5_only_for_whole_chunks():
