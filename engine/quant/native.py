@@ -171,7 +171,11 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     group_size, has_mins, scale_dtype)``, one per shard, in output order).
 
     One layout for every shard (or a single shard): int4 when it is int4, group-wise int8 at
-    its group (with mins when it has them), the float method for float. Different quantized
+    its group (with mins when it has them), the float method for float; int6 (Q6_K) and int5
+    (Q5_0) where the CPU kernels read them (``kernel == "packed"``, :func:`~.native_int6.
+    int6_usable`, :func:`~.native_int5.int5_usable`), else their int8 layouts
+    (:data:`INT6_AS_INT8`, :data:`INT5_AS_INT8`; int5's is taken before the shards' layouts are
+    compared, so a Q5_0 shard beside a Q8_0 one shares its layer). Different quantized
     layouts: with ``split`` (the default) a :class:`~.sharded.ShardedLinearMethod` holding
     each shard in the method it would get alone, ``shards`` ``[(shard_id, rows)]`` (aligned
     with ``layouts``) naming them; without, the widest layout that holds every shard exactly
