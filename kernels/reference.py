@@ -408,3 +408,12 @@ from .reference_int6 import (  # noqa: F401 (re-exports)
     int6_scales,
     unpack_int6,
 )
+
+# The int5 (GGUF Q5_0) references live in reference_int5.py; re-exported here.
+from .reference_int5 import (  # noqa: F401 (re-exports)
+    _int5_a8_terms,
+    dequantize_int5,
+    int5_matmul,
+    int5_matmul_a8,
+    unpack_int5,
+)

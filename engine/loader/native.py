@@ -48,12 +48,15 @@ logger = logging.getLogger(__name__)
 def _layout_of(t: dict) -> tuple[str, int, bool, torch.dtype | None]:
     """``(layout, group_size, has_mins, scale_dtype)`` a tensor-table entry repacks onto;
     Q6_K is ``("int6", 16, False, int8)``, which ``native_method`` holds as int6 where the CPU
-    kernels read it and as group-wise int8 (``INT6_AS_INT8``) elsewhere."""
+    kernels read it and as group-wise int8 (``INT6_AS_INT8``) elsewhere; Q5_0 with rows of a
+    multiple of 128 columns is ``("int5", 32, False, fp16)`` (int5 or ``INT5_AS_INT8``)."""
     layout = ggml_layout(t["type"], t["name"])
     if layout == "float":
         return (layout, 0, False, None)
     if t["type"] == 14:  # Q6_K
         return ("int6", 16, False, torch.int8)
+    if t["type"] == 6 and len(t["dims"]) == 2 and t["dims"][0] % 128 == 0:  # Q5_0, K = dims[0]
+        return ("int5", 32, False, torch.float16)
     group, has_mins = repacked_group(t["type"])
     return (layout, group, has_mins, scale_dtype(t["type"]))
 
@@ -288,10 +291,10 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
     own int4 kernels over the file's scales (``engine/quant/cpu_int4.py``; PyTorch's int4pack
     kernel, what runs without them, rounds scales and mins to bf16, which turned SmolLM2's
     greedy answer to "What is the capital of France?" from Paris into a French list), and
-    group-wise int8 layers (Q8_0, Q5_x, Q6_K, ...) through the C++ int8 kernels (decode) and
-    the C++ dequantize + bf16 GEMM (prefill; the PyTorch fallback's fp32 row blocks prefilled
-    at 0.03-0.3x the bf16 format's speed). Without a compiler the planner's float choice
-    stays."""
+    group-wise int8 layers (Q8_0, Q5_x, ...; Q6_K / Q5_0 as int6 / int5) through the C++
+    kernels (decode) and the C++ dequantize + bf16 GEMM (prefill; the PyTorch fallback's fp32
+    row blocks prefilled at 0.03-0.3x the bf16 format's speed). Without a compiler the
+    planner's float choice stays."""
     if torch.device(device).type == "cuda":
         return True
     index = _tensor_index(Path(path), cache_dir)
@@ -304,7 +307,7 @@ def native_is_fast(path, device, cache_dir=None) -> bool:
 
         if not own_kernels():
             return False
-    if "int8" in kinds or "int6" in kinds:  # int6 falls back to int8 without the kernels
+    if kinds & {"int8", "int6", "int5"}:  # int6 / int5 fall back to int8 without the kernels
         from ..quant.native import _cpu_kernel_rows
 
         return _cpu_kernel_rows() > 0

@@ -30,10 +30,11 @@ FORMAT = "localchat-quant-2"
 # scales/mins for the GGUF types whose block scales are fp16, 4 holds Q4_K in two levels
 # (uint8 scales / mins and fp16 super_scales), 5 keeps each shard of a fused layer whose
 # shards' layouts differ in its own layout (``shard_<id>.qweight`` ..., ``sharded.py``), 6
-# holds Q6_K in 6 bits (``native_int6.py``) where the CPU kernels read it. It is part of the
+# holds Q6_K in 6 bits (``native_int6.py``) where the CPU kernels read it, 7 Q5_0 in 5 bits
+# (``native_int5.py``) likewise. It is part of the
 # file name, so builds of different versions sharing one cache do not overwrite each other's
 # entries.
-NATIVE_FORMAT = "localchat-native-6"
+NATIVE_FORMAT = "localchat-native-7"
 _MIB = 1 << 20
 
 

@@ -2,8 +2,9 @@
 
 Each linear layer (and the embedding / LM head) keeps the layout its GGUF type repacks onto
 (``gguf_repack.py``): int4 groups of 32 with a scale and a min (Q4_0 / Q4_1 / Q4_K, the last
-with its two-level scales), int6 for Q6_K where the CPU kernels read it (``native_int6.py``),
-group-wise int8 (Q8_0, Q5_x, Q6_K elsewhere, ...), or the float dtype. A fused layer whose shards repack onto
+with its two-level scales), int6 for Q6_K and int5 for Q5_0 where the CPU kernels read them
+(``native_int6.py``, ``native_int5.py``), group-wise int8 (Q8_0, Q5_1, Q5_K, Q5_0 / Q6_K
+elsewhere, ...), or the float dtype. A fused layer whose shards repack onto
 different layouts (``qkv_proj`` with Q4_K ``q``, ``k`` and a Q6_K ``v``) keeps each shard in
 its own layout and multiplies shard by shard (``sharded.py``); shards that agree share one
 layout and one matmul. Reference design: llama.cpp keeps each tensor in its file type and
@@ -157,6 +158,9 @@ def float_embed(layer: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> torc
 # Q6_K's layout where int6 is not read (no C++ kernels, CUDA, the dequant kernel, a fused
 # layer mixing it with other types unsplit): group-wise int8, groups of 16, fp32 scales
 INT6_AS_INT8 = ("int8", 16, False, torch.float32)
+# Q5_0's layout where int5 is not read (as for int6): group-wise int8, groups of 32, fp16
+# scales (``gguf_repack``'s Q5_0 layout, what Q5_0 always held before int5)
+INT5_AS_INT8 = ("int8", 32, False, torch.float16)
 
 
 def native_method(layouts: list[tuple], device: torch.device | str,
@@ -167,7 +171,11 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     group_size, has_mins, scale_dtype)``, one per shard, in output order).
 
     One layout for every shard (or a single shard): int4 when it is int4, group-wise int8 at
-    its group (with mins when it has them), the float method for float. Different quantized
+    its group (with mins when it has them), the float method for float; int6 (Q6_K) and int5
+    (Q5_0) where the CPU kernels read them (``kernel == "packed"``, :func:`~.native_int6.
+    int6_usable`, :func:`~.native_int5.int5_usable`), else their int8 layouts
+    (:data:`INT6_AS_INT8`, :data:`INT5_AS_INT8`; int5's is taken before the shards' layouts are
+    compared, so a Q5_0 shard beside a Q8_0 one shares its layer). Different quantized
     layouts: with ``split`` (the default) a :class:`~.sharded.ShardedLinearMethod` holding
     each shard in the method it would get alone, ``shards`` ``[(shard_id, rows)]`` (aligned
     with ``layouts``) naming them; without, the widest layout that holds every shard exactly
@@ -182,6 +190,14 @@ def native_method(layouts: list[tuple], device: torch.device | str,
     kinds = {lay[0] for lay in layouts}
     if "float" in kinds:
         return LinearMethod()
+    if "int5" in kinds:
+        from .native_int5 import int5_usable
+
+        if not (kernel == "packed" and int5_usable(device)):
+            # int5's fallback before the split: Q5_0 shards beside Q8_0 ones (the 0.5B's
+            # qkv_proj) then share one int8 layout and one matmul, as before int5
+            layouts = [INT5_AS_INT8 if lay[0] == "int5" else lay for lay in layouts]
+            kinds = {lay[0] for lay in layouts}
     if split and len(set(layouts)) > 1:
         if shards is None or len(shards) != len(layouts):
             raise ValueError(f"layouts {layouts} differ: the shards' ids and rows are needed, "
@@ -197,6 +213,13 @@ def native_method(layouts: list[tuple], device: torch.device | str,
         if kinds == {"int6"} and kernel == "packed" and int6_usable(device):
             return Int6LinearMethod(device)
         layouts = [INT6_AS_INT8 if lay[0] == "int6" else lay for lay in layouts]
+        kinds = {lay[0] for lay in layouts}
+    if "int5" in kinds:  # GGUF Q5_0: its own 5-bit layout (readable here, checked above)
+        from .native_int5 import Int5LinearMethod
+
+        if kinds == {"int5"}:
+            return Int5LinearMethod(device)
+        layouts = [INT5_AS_INT8 if lay[0] == "int5" else lay for lay in layouts]
         kinds = {lay[0] for lay in layouts}
     dtypes = {lay[3] for lay in layouts}
     sdtype = torch.float16 if dtypes == {torch.float16} else \
@@ -234,12 +257,16 @@ def repack_into_rows(layer: nn.Module, raw, ggml_type: int, shape: tuple[int, in
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a corrupt tensor.
     """
     from .gguf_repack import GGML_TYPES, repack_gguf_into, repacked_group, scale_dtype
+    from .native_int5 import Int5LinearMethod, repack_int5_rows
     from .native_int6 import Int6LinearMethod, repack_int6_rows
 
     layer, start, end = _shard_target(layer, start, end)
     method = layer.quant_method
     if isinstance(method, Int6LinearMethod):  # chosen only where the C++ op is built
         repack_int6_rows(layer, raw, shape, start, end, source_rows, tensor_name)
+        return True
+    if isinstance(method, Int5LinearMethod):  # likewise
+        repack_int5_rows(layer, raw, shape, start, end, source_rows, tensor_name)
         return True
     layout = GGML_TYPES[ggml_type][3] if ggml_type in GGML_TYPES else None
     if layout not in ("int4", "int8") or len(shape) != 2 or layer.qweight.device.type != "cpu":

@@ -23,7 +23,9 @@ int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VN
 for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``). ``gguf_repack`` moves a GGUF
 tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repack``, whose numpy
 path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
-``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``.
+``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``;
+the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_matmul`` /
+``int5_dequantize`` and ``gguf_repack_q5``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
            "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp",
            "repack_ops.cpp",
-           "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp")
+           "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp",
+           "qa5_ops.cpp", "qa5_scalar.cpp", "qa5_avx2.cpp", "qa5_avx512.cpp", "qa5_vnni.cpp")
 _NAME = "localchat_cpu_kernels"
 # at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
 # kernel runs on the calling thread whatever torch.set_num_threads says. The library then
@@ -333,6 +336,51 @@ def gguf_repack_q6(raw, qlow, qhigh, scales, super_scales, rows=None) -> None:
     numpy ``localchat.engine.quant.int6_layout.repack_q6_k`` (its reference and the fallback
     without a compiler). Raises ``RuntimeError`` on a bad shape, dtype or layout."""
     _ops().gguf_repack_q6(raw, qlow, qhigh, scales, super_scales, rows)
+
+
+def int5_matmul_a8(x, qlow, qhigh, scales, isa: int | None = None):
+    """W5A8 over the int5 layout (GGUF Q5_0 held exactly; ``kernels/cpu/qa5.h``,
+    ``localchat.engine.quant.int5_layout``): ``x [M, K]`` fp32/bf16/fp16 (any M; meant for
+    decode, M <= 16) quantized per row and 32-column block to int8 (the int4 activation layout
+    of :func:`int4_matmul_a8`), exact integer dots with ``q = u - 16`` (the -16 folded into
+    each lane's start as -16 x the lane's activation sum), per 8 columns times ``d * dact`` and
+    summed in fp32 -> ``[M, N]`` in ``x.dtype`` (``reference.int5_matmul_a8``'s math, another
+    fixed fp32 order). Weights: ``qlow`` uint8 ``[N, K // 2]``, ``qhigh`` uint8 ``[N, K // 8]``,
+    ``scales`` fp16 ``[N, K // 32]``, all contiguous, ``K % 128 == 0``. Batch invariant (row i
+    of an M-row call equals the 1-row call bit for bit) and thread invariant (threads split
+    output columns). ISA level 2 = AVX-512 VNNI where present, else the AVX2 ``maddubs``
+    path; 1 AVX2; 0 scalar. Design after llama.cpp's Q5_0 x Q8_0 dot product (own code).
+    Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int5_matmul_a8(x, qlow, qhigh, scales, _isa(isa))
+
+
+def int5_matmul(x, qlow, qhigh, scales, isa: int | None = None):
+    """``x [M, K]`` (fp32/bf16/fp16, widened to fp32) @ the int5 weights (as in
+    :func:`int5_matmul_a8`), exact fp32 activations: each weight dequantized to its exact fp32
+    value, one fma per weight into a fixed set of vector accumulators per (row, column) in k
+    order (``qa5.h``), a fixed reduction -> ``[M, N]`` in ``x.dtype``; batch and thread
+    invariant. Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int5_matmul(x, qlow, qhigh, scales, _isa(isa))
+
+
+def int5_dequantize(qlow, qhigh, scales, out, isa: int | None = None) -> None:
+    """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- the int5 weights' values
+    ``(u - 16) * d`` (exact; ``reference.dequantize_int5``, equal to ``gguf.quants.dequantize``
+    of the Q5_0 source bit for bit), rounded once to nearest even for a bf16 ``out``; for the
+    row blocks of a prefill GEMM. AVX-512 / AVX2 / scalar paths, threads over rows.
+    Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    _ops().int5_dequantize(qlow, qhigh, scales, out, _isa(isa))
+
+
+def gguf_repack_q5(raw, qlow, qhigh, scales, rows=None) -> None:
+    """Repack a GGUF Q5_0 tensor's blocks onto the int5 layout, in place (``qa5_ops.cpp``):
+    ``raw`` contiguous 1-D uint8 (``S`` source rows of ``K // 32`` blocks of 22 bytes),
+    ``qlow`` / ``qhigh`` / ``scales`` as in :func:`int5_matmul_a8` (contiguous, ``N`` rows),
+    ``rows`` (optional int64 ``[N]``): output row ``r`` takes source row ``rows[r]`` (without
+    it ``S == N``). Equal byte for byte to the numpy
+    ``localchat.engine.quant.int5_layout.repack_q5_0`` (its reference). Raises
+    ``RuntimeError`` on a bad shape, dtype or layout."""
+    _ops().gguf_repack_q5(raw, qlow, qhigh, scales, rows)
 
 
 def _isa(isa: int | None) -> int:

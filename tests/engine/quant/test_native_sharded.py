@@ -156,8 +156,10 @@ def test_held_bytes_are_the_sum_of_the_shards_layouts(case):
 
 
 def test_same_layouts_keep_one_method():
-    """Shards that repack onto one layout (SmolLM2's Q4_1 q, k, v; the 0.5B's Q5_0 / Q8_0,
-    both int8 groups of 32 with fp16 scales) keep one method and one matmul."""
+    """Shards that repack onto one layout (SmolLM2's Q4_1 q, k, v; Q5_0 / Q8_0 under
+    ``gguf_repack``'s layouts, both int8 groups of 32 with fp16 scales: what the 0.5B's
+    ``qkv_proj`` held before the loader mapped Q5_0 to int5, ``test_int5_layer.py``) keep one
+    method and one matmul."""
     q41, q50, q80 = (_layout(TYPE[t]) for t in ("Q4_1", "Q5_0", "Q8_0"))
     assert q50 == q80
     assert isinstance(native_method([q41] * 3, "cpu"), NativeInt4LinearMethod)
