@@ -66,13 +66,121 @@ inline V vld(const typename Elem<T>::type* p) {
   else return vld_f16(p);
 }
 
+// The GQA group's queries and accumulators all in registers (2 * G * head_dim / W vectors
+// within kRegBudget: SmolLM2's 3 heads x 64 dims are 24 AVX-512 vectors): each K / V row is
+// loaded and widened once and meets every head of the group.
 // NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
+template <int T, int NV>
+void decode_task_regs(const DecodeArgs& a, int64_t task) {
+  typedef typename Elem<T>::type E;
+  const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
+  const int64_t nv = NV > 0 ? NV : D / W;
+  const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
+  const int64_t part = a.tasks[3 * task + 2];
+  const int64_t n_tok = a.seq_lens[seq];
+  const int64_t t0 = part * kDecodePart;
+  const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
+  const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
+  const E* kc = static_cast<const E*>(a.key_cache);
+  const E* vc = static_cast<const E*>(a.value_cache);
+  V q[kMaxGroup * kMaxHeadDim / W];
+  V acc[kMaxGroup * kMaxHeadDim / W];
+  alignas(64) float s[kMaxGroup][kChunk];
+  float mx[kMaxGroup], den[kMaxGroup];
+  const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
+  const V vscale = vset1(a.scale);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) {
+      q[g * nv + v] = vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale);
+      acc[g * nv + v] = vzero();
+    }
+    mx[g] = -__builtin_inff();
+    den[g] = 0.f;
+  }
+  for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
+    const int64_t cn = t1 - c0 < kChunk ? t1 - c0 : kChunk;
+    // the chunk's K / V rows through the block table (one division per chunk)
+    const E* krow[kChunk];
+    const E* vrow[kChunk];
+    for (int64_t t = 0, blk = c0 / a.block_size, off = c0 % a.block_size; t < cn; ++t) {
+      krow[t] = kc + bt[blk] * a.k_s0 + off * a.k_s1 + kvh * a.k_s2;
+      vrow[t] = vc + bt[blk] * a.v_s0 + off * a.v_s1 + kvh * a.v_s2;
+      if (++off == a.block_size) {
+        off = 0;
+        ++blk;
+      }
+    }
+    // scores: s[g, t] = (scale * q_g) . k_t
+    for (int64_t t = 0; t < cn; ++t) {
+      const E* kp = krow[t];
+      V kr[kMaxHeadDim / W];
+      for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
+      for (int64_t g = 0; g < G; ++g) {
+        V d = vmul(q[g * nv], kr[0]);
+        for (int64_t v = 1; v < nv; ++v) d = vfma(q[g * nv + v], kr[v], d);
+        s[g][t] = vsum(d);
+      }
+    }
+    // online softmax over the chunk
+    for (int64_t g = 0; g < G; ++g) {
+      float m = mx[g];
+      for (int64_t t = 0; t < cn; ++t) m = s[g][t] > m ? s[g][t] : m;
+      const float alpha = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
+      if (alpha != 1.f) {
+        den[g] *= alpha;
+        const V va = vset1(alpha);
+        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vmul(acc[g * nv + v], va);
+      }
+      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = m;  // padding, zeroed below
+      const V vm = vset1(m);
+      V sum = vzero();
+      for (int64_t t = 0; t < kChunk; t += W) {
+        const V p = vexp(vsub(vld_f32(&s[g][t]), vm));
+        vst(&s[g][t], p);
+      }
+      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = 0.f;
+      for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(&s[g][t]));
+      den[g] += vsum(sum);
+      mx[g] = m;
+    }
+    // acc[g] += p[g, t] * v_t
+    for (int64_t t = 0; t < cn; ++t) {
+      const E* vp = vrow[t];
+      V vr[kMaxHeadDim / W];
+      for (int64_t v = 0; v < nv; ++v) vr[v] = vld<T>(vp + v * W);
+      for (int64_t g = 0; g < G; ++g) {
+        const V p = vset1(s[g][t]);
+        for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vfma(p, vr[v], acc[g * nv + v]);
+      }
+    }
+  }
+  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
+  if (nparts == 1) {
+    E* out = static_cast<E*>(a.out);
+    alignas(64) float row[kMaxHeadDim];
+    for (int64_t g = 0; g < G; ++g) {
+      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
+      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(acc[g * nv + v], inv));
+      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
+    }
+    return;
+  }
+  float* pt = a.partials + task * G * (D + 2);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, acc[g * nv + v]);
+    pt[G * D + g] = mx[g];
+    pt[G * D + G + g] = den[g];
+  }
+}
+
 // Per chunk the K and V rows are widened to fp32 once (into L1-resident buffers) and then
 // swept per query head, so each head's query and accumulator stay in registers (with the
 // GQA group's heads all in registers at once the accumulators spilled: 6 heads x 128 dims
 // are 48 AVX-512 vectors); scores of four tokens are reduced together (vsum4).
+// NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
 template <int T, int NV>
-void decode_task_t(const DecodeArgs& a, int64_t task) {
+void decode_task_sweep(const DecodeArgs& a, int64_t task) {
   typedef typename Elem<T>::type E;
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   constexpr int64_t kMaxNv = kMaxHeadDim / W;
@@ -208,6 +316,18 @@ void decode_task_t(const DecodeArgs& a, int64_t task) {
     pt[G * D + g] = mx[g];
     pt[G * D + G + g] = den[g];
   }
+}
+
+// Vectors of queries and accumulators the register-resident task may hold (AVX-512: 32
+// registers; AVX2: 16); beyond it they spill and the sweep is faster (Qwen2.5-Coder-1.5B's
+// 6 heads x 128 dims: 96 vectors). The choice depends only on the model's shapes.
+constexpr int64_t kRegBudget = W == 16 ? 24 : W == 8 ? 10 : 0;
+
+template <int T, int NV>
+inline void decode_task_t(const DecodeArgs& a, int64_t task) {
+  const int64_t nv = NV > 0 ? NV : a.head_dim / W;
+  if (2 * (a.num_heads / a.num_kv_heads) * nv <= kRegBudget) decode_task_regs<T, NV>(a, task);
+  else decode_task_sweep<T, NV>(a, task);
 }
 
 template <int T>

@@ -11,7 +11,7 @@ the widest it has, so each case runs on every CPU kind). Bounds, per op:
   ``|out - ref| <= 4 (n + D) 2**-24 (1 + max|score|) max|v|``; a 16-bit output adds one
   rounding, the unit roundoff ``2**-8`` (bf16) / ``2**-11`` (fp16) of ``|ref|``. The kernel's polynomial
   ``exp`` (about 2 ulp) is far inside that. Odd lengths, block boundaries, the 128-token
-  partitions' edges, ``seq_lens`` 1..2000, GQA ratios 1/3/4/5/8, head_dim 64/80/128/256 (the
+  partitions' edges, ``seq_lens`` 1..2000, GQA ratios 1/3/4/5/8, head_dim 32/64/80/128/256 (the
   unrolled and the runtime-width paths), fp32/bf16/fp16 caches.
 - Batch invariance: a sequence's output alone equals its output in a batch bit for bit, and
   one thread equals two.
@@ -92,8 +92,11 @@ def assert_decode_close(out, query, key_cache, value_cache, block_tables, seq_le
             f"seq {i} (len {n}): max err {err.max():.3g}, bound {bound:.3g}")
 
 
+# Both decode task kinds (attn_kernels.h): queries and accumulators in registers where
+# 2 * G * head_dim / lanes fits kRegBudget (AVX-512: (9, 3, 64), (8, 8, 64), (4, 4, 32);
+# AVX2: (4, 4, 32)), the per-head sweep elsewhere.
 DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128), (10, 2, 80),
-                 (4, 1, 256)]
+                 (4, 1, 256), (4, 4, 32)]
 
 
 @pytest.mark.parametrize("isa", ISAS)
