@@ -28,6 +28,12 @@ def gguf_cache_key(path: Path) -> str:
     return f"{path.stem}-{digest.hexdigest()[:16]}"
 
 
+def meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
+    """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file (config,
+    tensor table), or ``None`` without a cache folder."""
+    return Path(cache_dir) / "gguf-meta" / gguf_cache_key(Path(path)) if cache_dir else None
+
+
 def transformers_version() -> str:
     """The installed transformers version, read from its package metadata: importing
     transformers itself costs seconds, and a cached load must not pay that."""

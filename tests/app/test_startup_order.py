@@ -31,9 +31,11 @@ try:
     print("NO-ERROR")
 except ContextLengthError as err:
     print("ERROR", err)
-# no engine was built (the loader package may be imported for the config, no weight read)
+# no engine was built (the loader package may be imported for the config, no weight read),
+# and the check imported no torch (a cached config and tokenizer need none of it)
 loaded = [m for m in ("localchat.engine.llm_engine", "localchat.engine.async_engine",
-                      "localchat.app.engine_loader") if m in sys.modules]
+                      "localchat.app.engine_loader", "torch", "numpy", "transformers")
+          if m in sys.modules]
 print("LOADED", loaded)
 """
 
@@ -46,7 +48,12 @@ def test_help_does_not_import_torch():
         assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", args
 
 
-def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf):
+def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf, cache_dir):
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.tokenizer import Tokenizer
+
+    load_model_config(smollm2_gguf, cache_dir)  # the cached config and tokenizer the check
+    Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache_dir)  # reads (as after a load)
     out = subprocess.run([sys.executable, "-c", _TOO_LONG], capture_output=True, text=True,
                          timeout=300, check=False)
     lines = out.stdout.strip().splitlines()
