@@ -141,3 +141,19 @@ def test_ask_through_a_warm_local_server_imports_only_the_client(tmp_path, monke
     assert body["model"] == "fake-model" and body["messages"][-1]["content"] == "Hi"
     assert body["max_tokens"] == 4 and body["temperature"] == 0 and body["stop"] == ["zz"]
     assert out.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY []", out.stderr[-2000:]
+
+
+def test_resolving_a_model_imports_no_tqdm(smollm2_gguf):
+    """The Hub download module (tqdm, ~20 ms) is imported only for a Hub snapshot: resolving
+    an alias or a local file, what a too-long prompt or a server-backed ``ask`` pays before
+    it answers, leaves it out."""
+    code = (
+        "import sys\nfrom localchat.app.settings import cache_dir\n"
+        "from localchat.engine.hub.resolve import resolve_model\n"
+        "resolve_model('smollm2-135m', cache_dir=cache_dir(), download=False)\n"
+        f"resolve_model({str(smollm2_gguf)!r}, cache_dir=cache_dir(), download=False)\n"
+        "print([m for m in ('tqdm', 'localchat.engine.hub.download') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
