@@ -268,5 +268,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "ModelInfo", "ModelSource", "RepoSpec",
+__all__ = ["ModelInfo", "ModelSource", "RepoSpec",
            "bundle_path", "is_cached", "list_models", "parse_repo_spec", "resolve_model"]

@@ -22,7 +22,7 @@ import torch
 
 from ..cache_keys import gguf_cache_key, meta_dir, transformers_version  # noqa: F401 (re-exported)
 from ..errors import ModelLoadError
-from .gguf_header import check_gguf_header  # noqa: F401 (re-exported)
+from .gguf_header import check_gguf_header
 
 logger = logging.getLogger(__name__)
 
