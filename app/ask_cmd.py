@@ -154,10 +154,13 @@ def remote_backend(args: Any, settings: Any, model: str) -> Any:
 
 def load_engine(options: LoadOptions) -> LLMEngine:
     """Resolve the model and load an ``LLMEngine`` (notice on stderr when a terminal); a
-    second Ctrl+C while loading ends the process at once (``interrupts.loading_interrupts``)."""
+    second Ctrl+C while loading ends the process at once (``interrupts.loading_interrupts``);
+    no automatic garbage collection during the load, what it built frozen after it
+    (``startup_gc``: a one-shot process)."""
     from localchat.app import engine_loader
+    from localchat.app.startup_gc import collected_after_load
 
-    with interrupts.loading_interrupts():
+    with interrupts.loading_interrupts(), collected_after_load():
         return engine_loader.load(options)
 
 

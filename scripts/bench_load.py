@@ -13,7 +13,8 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
 * cached load s: the same again, now reading the cache entry.
 * ask s: wall time of the whole ``localchat ask --quant F --max-tokens 16`` process
   (imports, tokenizer, load from cache, prefill, 16 tokens, exit), greedy.
-* peak RSS: ``VmHWM`` of the cached-load process (weights + KV pool + runtime).
+* peak RSS: ``VmHWM`` of the cached-load process after one greedy token (weights + KV pool +
+  runtime; the token makes a forward read every weight, so a memory-mapped cache's pages count).
 * held MB: bytes of the loaded model's tensors (parameters and buffers, RoPE table excluded)
   against the GGUF's tensor bytes (the file's tensor data).
 * top-1 (``--agreement``): agreement with transformers' model loaded from the same GGUF (fp32
@@ -60,6 +61,11 @@ model = engine.runner.model
 held = sum(t.nbytes for n, t in list(model.named_parameters()) + list(model.named_buffers())
            if not n.endswith("cos_sin_cache"))
 held += sum(m.weight_t.nbytes for m in model.modules() if getattr(m, "weight_t", None) is not None)
+# one greedy token first: a mapped cache's pages count in RSS only once a forward reads them
+from localchat.engine.sampling_params import SamplingParams
+ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
+for _ in engine.generate(ids, SamplingParams(temperature=0, max_tokens=1)):
+    pass
 status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
 print(json.dumps(dict(load_s=t2 - t1, held=held, scheme=engine.config.quant.scheme,
                       peak=int(status["VmHWM"].split()[0]) * 1024)))

@@ -22,7 +22,6 @@ from typing import Literal
 from ..errors import ModelDownloadError, ModelLoadError, ModelNotFoundError
 from .bundle import Progress, fetch_bundle
 from .catalog import CATALOG, CatalogEntry, find_by_repo_id, resolve_alias
-from .download import HUB_ALLOW_PATTERNS, HUB_IGNORE_PATTERNS, hub_snapshot
 
 _REPO_RE = re.compile(
     r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?$"
@@ -252,9 +251,22 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, download: bool, progress) -> Path:
-    """The snapshot folder of ``repo_id`` (see ``download.hub_snapshot``)."""
+    """The snapshot folder of ``repo_id`` (see ``download.hub_snapshot``; imported here, not
+    at the top: it imports tqdm, ~20 ms that an alias or a local file never needs)."""
+    from .download import hub_snapshot
+
     return hub_snapshot(repo_id, revision, download=download, progress=progress)
 
 
-__all__ = ["HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "ModelInfo", "ModelSource", "RepoSpec",
+def __getattr__(name: str):
+    """``HUB_ALLOW_PATTERNS``, ``HUB_IGNORE_PATTERNS`` and ``hub_snapshot``, still importable
+    from here, from ``download.py`` on first access."""
+    if name in ("HUB_ALLOW_PATTERNS", "HUB_IGNORE_PATTERNS", "hub_snapshot"):
+        from . import download
+
+        return getattr(download, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ModelInfo", "ModelSource", "RepoSpec",
            "bundle_path", "is_cached", "list_models", "parse_repo_spec", "resolve_model"]

@@ -2,25 +2,46 @@
 
 ``load_model`` turns a resolved model path into a ready ``nn.Module`` on the target device,
 building the architecture from the registry and streaming weights tensor by tensor.
+
+Importing this package imports no torch: ``load_model_config`` on a cached GGUF reads one JSON
+file, so ``ask``'s pre-load prompt check (``app/prompt_check.py``) refuses a prompt no
+context holds without paying for the torch import. The weight loaders import torch when
+called; their names (``iter_safetensors``, ``load_native_gguf``, ...) stay importable from
+here, each module loaded on first access (``__getattr__``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig, QuantConfig
 from ..errors import ModelLoadError
-from ..models import get_model_class
-from ..quant.schemes import QuantScheme, resolve_scheme
-from .checks import checked
-from .gguf import gguf_tensor_names, iter_gguf_tensors, load_gguf_hf_config
-from .native import load_native_gguf
-from .quantized import load_quantized_model, materialize
-from .safetensors import iter_safetensors
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# names this package re-exported from its torch-bound modules, imported on first access
+_LAZY = {
+    "checked": ".checks",
+    "gguf_tensor_names": ".gguf",
+    "iter_gguf_tensors": ".gguf",
+    "load_gguf_hf_config": ".gguf",
+    "load_native_gguf": ".native",
+    "load_quantized_model": ".quantized",
+    "materialize": ".quantized",
+    "iter_safetensors": ".safetensors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
 
 
 def is_gguf(path: Path) -> bool:
@@ -34,6 +55,8 @@ def load_hf_config(path: Path, cache_dir: Path | None = None):
     """
     path = Path(path)
     if is_gguf(path):
+        from .gguf import load_gguf_hf_config
+
         return load_gguf_hf_config(path, cache_dir)
     from transformers import AutoConfig
 
@@ -55,8 +78,9 @@ def load_model_config(path: Path, cache_dir: Path | None = None) -> ModelConfig:
     path = Path(path)
     if not (is_gguf(path) and cache_dir is not None):
         return _model_config_from_hf(path, cache_dir)
+    from ..cache_keys import meta_dir, transformers_version
     from .config_cache import read_cached_model_config, write_cached_model_config
-    from .gguf import check_gguf_header, meta_dir, transformers_version
+    from .gguf_header import check_gguf_header
 
     check_gguf_header(path)
     try:
@@ -88,6 +112,8 @@ def _model_config_from_hf(path: Path, cache_dir: Path | None) -> ModelConfig:
     if is_gguf(path):
         # A GGUF without an output matrix ties the LM head to the embedding, whatever the
         # converted config says.
+        from .gguf import gguf_tensor_names
+
         tied = "output.weight" not in gguf_tensor_names(path, cache_dir)
         config = dataclasses.replace(config, tie_word_embeddings=tied)
     return config
@@ -121,6 +147,13 @@ def load_model(
     (unreadable, truncated, or missing tensors: the message names up to three missing ones),
     or ``ValueError`` for a scheme the device does not offer.
     """
+    import torch
+
+    from ..models import get_model_class
+    from ..quant.schemes import QuantScheme, resolve_scheme
+    from .native import load_native_gguf
+    from .quantized import load_quantized_model, materialize
+
     path = Path(path)
     scheme = resolve_scheme(quant.scheme if quant else "none", device)
     if scheme is QuantScheme.NATIVE and not is_gguf(path):
@@ -181,10 +214,16 @@ def default_group_size(path: Path, requested: int | None = None) -> int:
 def _iter_weights(path: Path, config: ModelConfig, dtype: torch.dtype, cache_dir: Path | None):
     """``(hf_name, tensor in dtype)`` pairs of a GGUF file or an HF folder, one at a time,
     each checked for NaN/Inf (``checks.check_finite``: ``ModelLoadError`` names the tensor)."""
+    from .checks import checked
+
     if is_gguf(path):
+        from .gguf import iter_gguf_tensors
+
         weights = iter_gguf_tensors(path, config.num_heads, config.num_kv_heads, dtype,
                                     cache_dir)
     else:
+        from .safetensors import iter_safetensors
+
         weights = iter_safetensors(path, dtype)
     return checked(weights, path)
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cache_keys import gguf_cache_key, transformers_version  # noqa: F401 (re-exported)
+from ..cache_keys import gguf_cache_key, meta_dir, transformers_version  # noqa: F401 (re-exported)
 from ..errors import ModelLoadError
+from .gguf_header import check_gguf_header
 
 logger = logging.getLogger(__name__)
-_GGUF_MAGIC = b"GGUF"
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
 _LAYER_NAMES = {
@@ -65,17 +65,6 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
-def check_gguf_header(path: Path) -> None:
-    """Raise ``ModelLoadError`` unless ``path`` starts with the GGUF magic."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if magic != _GGUF_MAGIC:
-        raise ModelLoadError(f"{path} is not a GGUF file (bad magic {magic!r})")
-
-
 def open_gguf(path: Path):
     """A ``gguf.GGUFReader`` over ``path`` (memory-mapped).
 
@@ -93,15 +82,9 @@ def open_gguf(path: Path):
         ) from exc
 
 
-def meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
-    """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file, or
-    ``None`` without a cache folder."""
-    return _meta_dir(Path(path), cache_dir)
-
-
 def _meta_dir(path: Path, cache_dir: Path | None) -> Path | None:
     """``cache_dir/gguf-meta/<gguf_cache_key>``: converted metadata of one GGUF file."""
-    return Path(cache_dir) / "gguf-meta" / gguf_cache_key(path) if cache_dir else None
+    return meta_dir(path, cache_dir)
 
 
 def _write_atomically(target: Path, name: str, text: str) -> None:

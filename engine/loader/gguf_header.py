@@ -28,8 +28,20 @@ from ..errors import ModelLoadError
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
            11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_GGUF_MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
 _DEFAULT_ALIGNMENT = 32
+
+
+def check_gguf_header(path: Path) -> None:
+    """Raise ``ModelLoadError`` unless ``path`` starts with the GGUF magic."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if magic != _GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (bad magic {magic!r})")
 
 
 @dataclass(frozen=True)

@@ -129,12 +129,12 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
         cached = cache_path(cache_dir, path, "native", 32, dtype, NATIVE_FORMAT)
     model.quant_cache_hit = False
     # int4 layers (or shards of a sharded layer, ``shard_<id>`` modules) that PyTorch's CPU
-    # kernel repacks are copied (then repacked one at a time); everything else is a view of
-    # the mapped cache file
+    # kernel repacks are copied (then repacked one at a time); everything else, int4 layers
+    # that localchat's C++ kernels read in place included, is a view of the mapped cache file
     modules = dict(model.named_modules())
     repacked = {n for n, m in modules.items()
                 if isinstance(getattr(m, "quant_method", None), NativeInt4LinearMethod)
-                and m.quant_method._packed_cpu()}
+                and m.quant_method.replaces_weights_on_load()}
     finished: set[str] = set()
 
     def finish(name):

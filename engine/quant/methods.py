@@ -227,6 +227,14 @@ class Int4LinearMethod(LinearMethod):
 
         return self._packed_cpu() and own_kernels()
 
+    def replaces_weights_on_load(self) -> bool:
+        """Whether :meth:`process_weights_after_loading` swaps this CPU layer's loaded tensors
+        for new ones (PyTorch's int4pack repack, with two-level scales folded first): only
+        where PyTorch's kernel computes (``_packed_cpu`` without ``_own_cpu``). A cached load
+        copies such a layer's tensors rather than mapping them; every other layer computes
+        over the loaded tensors as they are, so a view of the mapped cache serves it."""
+        return self._packed_cpu() and not self._own_cpu()
+
     def _folds_kscales(self) -> bool:
         """Whether two-level (GGUF Q4_K) scales are folded into fp32 at load: only localchat's
         CPU kernels and the CPU dequantize path read them in place."""

@@ -31,9 +31,11 @@ try:
     print("NO-ERROR")
 except ContextLengthError as err:
     print("ERROR", err)
-# no engine was built (the loader package may be imported for the config, no weight read)
+# no engine was built (the loader package may be imported for the config, no weight read),
+# and the check imported no torch (a cached config and tokenizer need none of it)
 loaded = [m for m in ("localchat.engine.llm_engine", "localchat.engine.async_engine",
-                      "localchat.app.engine_loader") if m in sys.modules]
+                      "localchat.app.engine_loader", "torch", "numpy", "transformers")
+          if m in sys.modules]
 print("LOADED", loaded)
 """
 
@@ -46,7 +48,12 @@ def test_help_does_not_import_torch():
         assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", args
 
 
-def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf):
+def test_too_long_prompt_fails_before_the_model_loads(smollm2_gguf, cache_dir):
+    from localchat.engine.loader import load_model_config
+    from localchat.engine.tokenizer import Tokenizer
+
+    load_model_config(smollm2_gguf, cache_dir)  # the cached config and tokenizer the check
+    Tokenizer.from_pretrained(smollm2_gguf, cache_dir=cache_dir)  # reads (as after a load)
     out = subprocess.run([sys.executable, "-c", _TOO_LONG], capture_output=True, text=True,
                          timeout=300, check=False)
     lines = out.stdout.strip().splitlines()
@@ -134,3 +141,19 @@ def test_ask_through_a_warm_local_server_imports_only_the_client(tmp_path, monke
     assert body["model"] == "fake-model" and body["messages"][-1]["content"] == "Hi"
     assert body["max_tokens"] == 4 and body["temperature"] == 0 and body["stop"] == ["zz"]
     assert out.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY []", out.stderr[-2000:]
+
+
+def test_resolving_a_model_imports_no_tqdm(smollm2_gguf):
+    """The Hub download module (tqdm, ~20 ms) is imported only for a Hub snapshot: resolving
+    an alias or a local file, what a too-long prompt or a server-backed ``ask`` pays before
+    it answers, leaves it out."""
+    code = (
+        "import sys\nfrom localchat.app.settings import cache_dir\n"
+        "from localchat.engine.hub.resolve import resolve_model\n"
+        "resolve_model('smollm2-135m', cache_dir=cache_dir(), download=False)\n"
+        f"resolve_model({str(smollm2_gguf)!r}, cache_dir=cache_dir(), download=False)\n"
+        "print([m for m in ('tqdm', 'localchat.engine.hub.download') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
