@@ -24,6 +24,9 @@ import os
 
 import torch
 
+from localchat import kernels
+from localchat.kernels import cpu
+
 from .methods import LinearMethod, _add_bias, _flat, _set_buffer
 from .schemes import QuantScheme
 
@@ -75,14 +78,13 @@ class Int5LinearMethod(LinearMethod):
         return layer.qlow, layer.qhigh, layer.scales
 
     def apply(self, layer, x):
-        from localchat import kernels
-        from localchat.kernels import cpu
-
         x2 = _flat(x)
         w = self._weights(layer)
         if x2.shape[0] <= kernels.CPU_MAX_ROWS:
             op = cpu.int5_matmul_a8 if kernels.cpu_a8_enabled(x2.dtype) else cpu.int5_matmul
-            y = op(x2, *w)
+            y = op(x2, *w)  # in x's dtype
+            if x.dim() == 2:  # decode rows: no no-op casts / reshapes (an ATen call each)
+                return y if layer.bias is None else y.add_(layer.bias)
         else:
             from .cpu_prefill import blockwise_mm
 
@@ -108,8 +110,6 @@ def repack_int5_rows(layer, raw, shape: tuple[int, int], start: int, end: int,
     of an int5 ``layer`` with the C++ op (``source_rows``: optional row permutation).
 
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a wrong byte count."""
-    from localchat.kernels import cpu
-
     from .gguf_repack import _checked_bytes, _raw_tensor
 
     n, k = shape

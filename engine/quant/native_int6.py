@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from localchat import kernels
+from localchat.kernels import cpu
+
 from .methods import LinearMethod, _add_bias, _flat, _set_buffer
 from .schemes import QuantScheme
 
@@ -66,14 +69,13 @@ class Int6LinearMethod(LinearMethod):
         return layer.qlow, layer.qhigh, layer.scales, layer.super_scales
 
     def apply(self, layer, x):
-        from localchat import kernels
-        from localchat.kernels import cpu
-
         x2 = _flat(x)
         w = self._weights(layer)
         if x2.shape[0] <= kernels.CPU_MAX_ROWS:
             op = cpu.int6_matmul_a8 if kernels.cpu_a8_enabled(x2.dtype) else cpu.int6_matmul
-            y = op(x2, *w)
+            y = op(x2, *w)  # in x's dtype
+            if x.dim() == 2:  # decode rows: no no-op casts / reshapes (an ATen call each)
+                return y if layer.bias is None else y.add_(layer.bias)
         else:
             from .cpu_prefill import blockwise_mm
 
@@ -99,8 +101,6 @@ def repack_int6_rows(layer, raw, shape: tuple[int, int], start: int, end: int,
     of an int6 ``layer`` with the C++ op (``source_rows``: optional row permutation).
 
     Raises ``ValueError`` on a shape mismatch, ``ModelLoadError`` on a wrong byte count."""
-    from localchat.kernels import cpu
-
     from .gguf_repack import _checked_bytes, _raw_tensor
 
     n, k = shape
