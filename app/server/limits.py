@@ -2,9 +2,11 @@
 
 ``BodyLimitMiddleware`` (pure ASGI) is the gate every HTTP request passes before any of its
 body is read: first the API key (401 unless the path is public, ``/health``), then the
-declared ``Content-Length`` (413 at once when it is over ``max_body_bytes``, so neither an
-unauthenticated client nor an oversized upload makes the server read a byte of body; a
-client waiting on ``Expect: 100-continue`` is never told to send it). Then it reads the body
+declared ``Content-Length`` (413 when it is over ``max_body_bytes``: at once, reading no byte
+of body, when it is over the drain cap or the client waits on ``Expect: 100-continue``,
+which is then never told to send it; else after reading and dropping the body the client
+sends anyway, so that closing the connection does not reset it and lose the 413; an
+unauthenticated client's body is never read). Then it reads the body
 up to ``max_body_bytes`` and answers 413 in OpenAI's error shape beyond it (a chunked body
 has no declared length), without keeping the excess in memory (it is read and dropped, up
 to a hard cap, so the client sees the 413 instead of a reset socket).
@@ -59,6 +61,13 @@ class BodyLimitMiddleware:
                                  extra=[(b"www-authenticate", b"Bearer")])
                 return
         if declared is not None and declared > self.max_body_bytes:
+            if declared <= _DRAIN_CAP_BYTES and b"100-continue" not in \
+                    headers.get(b"expect", b"").lower():
+                # The client is sending it regardless: read and drop it first, since a socket
+                # closed with unread data in it is reset, and the reset can destroy the 413
+                # before the client reads it (seen as "peer closed connection without sending
+                # complete message body" in httpx, under load).
+                await _drain(receive, declared)
             await _send_json(send, 413, error_body(
                 413, f"request body is {declared} bytes (Content-Length); the limit is "
                 f"{self.max_body_bytes}", code="body_too_large"))
@@ -92,6 +101,19 @@ class BodyLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _drain(receive: Any, limit: int) -> None:
+    """Receive and drop request body messages until the body ends, the client disconnects or
+    more than ``limit`` bytes have arrived."""
+    total = 0
+    while total <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        total += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _headers(scope: dict) -> dict[bytes, bytes]:
