@@ -24,11 +24,10 @@ import os
 
 import torch
 
-from localchat import kernels
 from localchat.kernels import cpu
 
-from .methods import LinearMethod, _add_bias, _flat, _set_buffer
-from .schemes import QuantScheme
+from .methods import _set_buffer
+from .planar import PlanarLinearMethod
 
 INT5_ENV = "LOCALCHAT_CPU_INT5"
 
@@ -51,15 +50,10 @@ def int5_weight_bytes(out_features: int, in_features: int) -> int:
     return n * (k // 2 + k // 8 + 2 * (k // 32))
 
 
-class Int5LinearMethod(LinearMethod):
+class Int5LinearMethod(PlanarLinearMethod):
     """GGUF Q5_0 weights in the int5 layout (module docstring); ``apply(layer, x [..., K])``
     -> ``[..., N]`` in ``x.dtype`` (fp32 accumulation); ``embed`` dequantizes the rows read.
     ``create_weights`` raises ``ValueError`` unless ``in_features % 128 == 0``."""
-
-    scheme = QuantScheme.NATIVE
-
-    def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
 
     def create_weights(self, layer, device):
         n, k = layer.out_features, layer.in_features
@@ -71,34 +65,18 @@ class Int5LinearMethod(LinearMethod):
         _set_buffer(layer, "scales", torch.empty(n, k // 32, dtype=torch.float16,
                                                  device=device))
 
-    def process_weights_after_loading(self, layer):
-        pass
-
     def _weights(self, layer):
         return layer.qlow, layer.qhigh, layer.scales
 
-    def apply(self, layer, x):
-        x2 = _flat(x)
-        w = self._weights(layer)
-        if x2.shape[0] <= kernels.CPU_MAX_ROWS:
-            op = cpu.int5_matmul_a8 if kernels.cpu_a8_enabled(x2.dtype) else cpu.int5_matmul
-            y = op(x2, *w)  # in x's dtype
-            if x.dim() == 2:  # decode rows: no no-op casts / reshapes (an ATen call each)
-                return y if layer.bias is None else y.add_(layer.bias)
-        else:
-            from .cpu_prefill import blockwise_mm
+    _matmul_a8 = staticmethod(cpu.int5_matmul_a8)
+    _matmul = staticmethod(cpu.int5_matmul)
+    _dequantize = staticmethod(cpu.int5_dequantize)
 
-            def fill(a: int, b: int, out: torch.Tensor) -> None:
-                cpu.int5_dequantize(*(t[a:a + b] for t in w), out)
-
-            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill)
-        return _add_bias(y.to(x.dtype), layer.bias).reshape(*x.shape[:-1], -1)
-
-    def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Rows ``ids [n]`` of the weight, dequantized: ``[n, K]`` in ``dtype``."""
+    @staticmethod
+    def _dequantize_ref(*w):
         from localchat.kernels.reference_int5 import dequantize_int5
 
-        return dequantize_int5(*(t[ids] for t in self._weights(layer))).to(dtype)
+        return dequantize_int5(*w)
 
     def weight_bytes(self, out_features, in_features, dtype):
         return int5_weight_bytes(out_features, in_features)

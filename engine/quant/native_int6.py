@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from localchat import kernels
 from localchat.kernels import cpu
 
-from .methods import LinearMethod, _add_bias, _flat, _set_buffer
-from .schemes import QuantScheme
+from .methods import _set_buffer
+from .planar import PlanarLinearMethod
 
 
 def int6_usable(device: torch.device | str) -> bool:
@@ -42,14 +41,9 @@ def int6_weight_bytes(out_features: int, in_features: int) -> int:
     return n * (k // 2 + k // 4 + k // 16 + 2 * (k // 256))
 
 
-class Int6LinearMethod(LinearMethod):
+class Int6LinearMethod(PlanarLinearMethod):
     """GGUF Q6_K weights in the int6 layout (module docstring); ``apply(layer, x [..., K])``
     -> ``[..., N]`` in ``x.dtype`` (fp32 accumulation); ``embed`` dequantizes the rows read."""
-
-    scheme = QuantScheme.NATIVE
-
-    def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
 
     def create_weights(self, layer, device):
         n, k = layer.out_features, layer.in_features
@@ -62,34 +56,18 @@ class Int6LinearMethod(LinearMethod):
         _set_buffer(layer, "super_scales", torch.empty(n, k // 256, dtype=torch.float16,
                                                        device=device))
 
-    def process_weights_after_loading(self, layer):
-        pass
-
     def _weights(self, layer):
         return layer.qlow, layer.qhigh, layer.scales, layer.super_scales
 
-    def apply(self, layer, x):
-        x2 = _flat(x)
-        w = self._weights(layer)
-        if x2.shape[0] <= kernels.CPU_MAX_ROWS:
-            op = cpu.int6_matmul_a8 if kernels.cpu_a8_enabled(x2.dtype) else cpu.int6_matmul
-            y = op(x2, *w)  # in x's dtype
-            if x.dim() == 2:  # decode rows: no no-op casts / reshapes (an ATen call each)
-                return y if layer.bias is None else y.add_(layer.bias)
-        else:
-            from .cpu_prefill import blockwise_mm
+    _matmul_a8 = staticmethod(cpu.int6_matmul_a8)
+    _matmul = staticmethod(cpu.int6_matmul)
+    _dequantize = staticmethod(cpu.int6_dequantize)
 
-            def fill(a: int, b: int, out: torch.Tensor) -> None:
-                cpu.int6_dequantize(*(t[a:a + b] for t in w), out)
-
-            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill)
-        return _add_bias(y.to(x.dtype), layer.bias).reshape(*x.shape[:-1], -1)
-
-    def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Rows ``ids [n]`` of the weight, dequantized: ``[n, K]`` in ``dtype``."""
+    @staticmethod
+    def _dequantize_ref(*w):
         from localchat.kernels.reference_int6 import dequantize_int6
 
-        return dequantize_int6(*(t[ids] for t in self._weights(layer))).to(dtype)
+        return dequantize_int6(*w)
 
     def weight_bytes(self, out_features, in_features, dtype):
         return int6_weight_bytes(out_features, in_features)

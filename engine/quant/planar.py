@@ -1,0 +1,72 @@
+"""The shared shape of the low-bit GGUF layouts held in bit planes (int6 for Q6_K,
+``native_int6.py``; int5 for Q5_0, ``native_int5.py``): one linear method whose CPU kernels
+come as a set of three (integer-dot decode, exact fp32-activation decode, row dequantization
+for prefill) over the layer's planes.
+
+``apply(layer, x [..., K]) -> [..., N]`` in ``x.dtype``: up to ``kernels.CPU_MAX_ROWS`` rows
+through the integer-dot kernel where ``kernels.cpu_a8_enabled`` (16-bit activations, or the
+output layer under ``kernels.a8_fp32``) else the exact one; more rows (prefill) through row
+blocks dequantized into a shared scratch for ``torch.mm`` (``cpu_prefill.blockwise_mm``).
+``embed(layer, ids [n], dtype) -> [n, K]`` dequantizes only the rows read, with the layout's
+PyTorch reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from localchat import kernels
+
+from .methods import LinearMethod, _add_bias, _flat
+from .schemes import QuantScheme
+
+
+class PlanarLinearMethod(LinearMethod):
+    """Base of the bit-plane layouts: a subclass names its buffers (``_weights``) and its
+    kernels (``_matmul_a8``, ``_matmul``, ``_dequantize``: ``localchat.kernels.cpu``
+    functions taking the weights in ``_weights`` order) and the reference ``_dequantize_ref``
+    (weights -> fp32 ``[rows, K]``), and creates the buffers itself."""
+
+    scheme = QuantScheme.NATIVE
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+
+    def _weights(self, layer) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def _matmul_a8(self, x, *w):
+        raise NotImplementedError
+
+    def _matmul(self, x, *w):
+        raise NotImplementedError
+
+    def _dequantize(self, *w_and_out) -> None:
+        raise NotImplementedError
+
+    def _dequantize_ref(self, *w) -> torch.Tensor:
+        raise NotImplementedError
+
+    def process_weights_after_loading(self, layer):
+        pass
+
+    def apply(self, layer, x):
+        x2 = _flat(x)
+        w = self._weights(layer)
+        if x2.shape[0] <= kernels.CPU_MAX_ROWS:
+            op = self._matmul_a8 if kernels.cpu_a8_enabled(x2.dtype) else self._matmul
+            y = op(x2, *w)  # in x's dtype
+            if x.dim() == 2:  # decode rows: no no-op casts / reshapes (an ATen call each)
+                return y if layer.bias is None else y.add_(layer.bias)
+        else:
+            from .cpu_prefill import blockwise_mm
+
+            def fill(a: int, b: int, out: torch.Tensor) -> None:
+                self._dequantize(*(t[a:a + b] for t in w), out)
+
+            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill)
+        return _add_bias(y.to(x.dtype), layer.bias).reshape(*x.shape[:-1], -1)
+
+    def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``ids [n]`` of the weight, dequantized: ``[n, K]`` in ``dtype``."""
+        return self._dequantize_ref(*(t[ids] for t in self._weights(layer))).to(dtype)
