@@ -21,7 +21,8 @@ from torch import nn
 
 from ..kv_cache import KVCacheManager
 from ..request import Request
-from ..sampler import apply_penalties_after_drafts, exponential_race, sampling_probs
+from ..sampler import (apply_penalties_after_drafts, exponential_race, row_argmax,
+                       sampling_probs)
 from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 
@@ -149,7 +150,7 @@ class DraftModelProposer:
                                            req.output_token_ids, host_drafts)
         p = None
         if params.greedy:
-            token = row.argmax(dim=-1)[0]
+            token = row_argmax(row)[0]
         else:
             p = sampling_probs(row, [params])
             token = exponential_race(p, generator)[0]

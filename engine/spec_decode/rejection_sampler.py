@@ -21,6 +21,7 @@ from ..request import Request
 from ..sampler import (
     apply_penalties_after_drafts,
     exponential_race,
+    row_argmax,
     row_values,
     sampling_probs,
 )
@@ -83,7 +84,7 @@ class RejectionSampler:
                                               request.prompt_token_ids,
                                               request.output_token_ids, draft_token_ids)
         if params.greedy or draft_probs is None:
-            target = logits.argmax(dim=-1).tolist()
+            target = row_argmax(logits).tolist()
             accepted = 0
             while accepted < k and draft_token_ids[accepted] == target[accepted]:
                 accepted += 1

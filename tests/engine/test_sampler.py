@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localchat.engine.sampler import Sampler, SamplingMetadata, _filter_top_k_top_p
+from localchat.engine.sampler import Sampler, SamplingMetadata, _filter_top_k_top_p, row_argmax
 from localchat.engine.sampling_params import SamplingParams
 
 # Tiny tensors: one thread avoids OpenMP barrier stalls on a busy 2-core machine.
@@ -57,6 +57,19 @@ def reference_probs(logits_row: list[float], temperature: float, top_k: int,
     w = [math.exp(scaled[i] - m) if i in keep else 0.0 for i in range(len(scaled))]
     s = sum(w)
     return [x / s for x in w]
+
+
+@pytest.mark.parametrize("vocab", [1, 17, 49152, 151936])
+def test_row_argmax_equals_torch_argmax_with_ties_and_nans(vocab):
+    g = torch.Generator().manual_seed(vocab)
+    # integers in a small range: many ties per row, so "first maximum" is exercised
+    x = torch.randint(-4, 5, (6, vocab), generator=g).float()
+    x[1] = 2.0                                   # a row of one value: index 0
+    x[2, vocab // 2] = float("nan")              # a NaN counts as the maximum
+    x[3, -1] = float("inf")
+    x[4, :] = float("-inf")
+    assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    assert torch.equal(row_argmax(x.bfloat16()), x.bfloat16().argmax(dim=-1))
 
 
 def test_temperature_zero_is_argmax():
