@@ -19,21 +19,12 @@
 namespace localchat_cpu {
 namespace {
 
-typedef void (*Int6Fn)(const Int6Args&, int64_t, int64_t);
+#include "plane_ops.h"
 
-// Checks the four weight tensors against K; returns N.
+// Checks the weight tensors against K; returns N.
 int64_t check_int6(const char* op, const at::Tensor& qlow, const at::Tensor& qhigh,
                    const at::Tensor& scales, const at::Tensor& super_scales, int64_t K) {
-  TORCH_CHECK(K > 0 && K % 256 == 0, op, ": K=", K, " must be a positive multiple of 256");
-  TORCH_CHECK(qlow.dim() == 2 && qlow.scalar_type() == at::kByte && qlow.is_contiguous() &&
-                  qlow.size(1) * 2 == K,
-              op, ": qlow must be contiguous uint8 [N, ", K / 2, "], got ", qlow.sizes(), " ",
-              qlow.scalar_type());
-  const int64_t N = qlow.size(0);
-  TORCH_CHECK(qhigh.dim() == 2 && qhigh.scalar_type() == at::kByte && qhigh.is_contiguous() &&
-                  qhigh.size(0) == N && qhigh.size(1) * 4 == K,
-              op, ": qhigh must be contiguous uint8 [", N, ", ", K / 4, "], got ", qhigh.sizes(),
-              " ", qhigh.scalar_type());
+  const int64_t N = check_planes(op, qlow, qhigh, K, 256, 4);
   TORCH_CHECK(scales.dim() == 2 && scales.scalar_type() == at::kChar && scales.is_contiguous() &&
                   scales.size(0) == N && scales.size(1) * 16 == K,
               op, ": scales must be contiguous int8 [", N, ", ", K / 16, "], got ",
@@ -58,91 +49,22 @@ Int6Args weight_args(const at::Tensor& qlow, const at::Tensor& qhigh, const at::
   return a;
 }
 
-void check_x(const char* op, const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2, op, ": x must be 2-D [M, K], got ", x.sizes());
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
-                  x.scalar_type() == at::kHalf,
-              op, ": x must be fp32/bf16/fp16, got ", x.scalar_type());
-}
-
-// Threads split output columns; each output is computed by one thread in a fixed order.
-void run_cols(const Int6Args& a, Int6Fn fn) {
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * a.M));
-  at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
-}
-
 at::Tensor int6_matmul_a8(const at::Tensor& x, const at::Tensor& qlow, const at::Tensor& qhigh,
                           const at::Tensor& scales, const at::Tensor& super_scales, int64_t isa) {
-  check_x("int6_matmul_a8", x);
-  const int64_t M = x.size(0), K = x.size(1);
+  check_plane_x("int6_matmul_a8", x);
+  const int64_t K = x.size(1);
   const int64_t N = check_int6("int6_matmul_a8", qlow, qhigh, scales, super_scales, K);
-  Int6Args a = weight_args(qlow, qhigh, scales, super_scales, N, K);
-  a.M = M;
-  // fp32 / bf16 rows are read in place (unit column stride); fp16 is widened once.
-  const bool direct = (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
-                      x.stride(1) == 1;
-  const at::Tensor xs = direct ? x : x.to(at::kFloat).contiguous();
-  const bool bf16 = xs.scalar_type() == at::kBFloat16;
-  // per-thread scratch that only grows (a decode step makes many calls)
-  thread_local std::vector<char> buf;
-  const auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
-  const int64_t n_xq = up(M * K), n_d = up(M * (K / 32) * 4), n_dv = up(M * (K / 32) * 16),
-                n_c = up(M * (K / 8) * 4);
-  const size_t total = n_xq + n_d + n_dv + n_c + 64;
-  if (buf.size() < total) buf.resize(total);
-  char* p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
-  int8_t* xq = reinterpret_cast<int8_t*>(p);
-  float* d = reinterpret_cast<float*>(p + n_xq);
-  float* dv = reinterpret_cast<float*>(p + n_xq + n_d);
-  int32_t* corr = reinterpret_cast<int32_t*>(p + n_xq + n_d + n_dv);
-  A8Args qa{};
-  qa.M = M;
-  qa.K = K;
-  qa.Kp = K;
-  qa.group_size = 32;
-  qa.ngroups = K / 32;
-  const A8Buffers b{xq, nullptr, d, dv, nullptr, nullptr};
-  const int64_t use = cpu_clamp_isa(isa);
-  static const bool vnni_ok = cpu_has_vnni();
-  const bool vnni = use == 2 && vnni_ok;
-  (vnni ? a8_quantize_avx512 : use >= 1 ? a8_quantize_avx2 : a8_quantize_scalar)(
-      xs.data_ptr(), bf16, xs.stride(0), qa, b, true);
-  // corr[m, 16 c + L] = -32 * (the 8 activations lane L of chunk c meets)
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < K / 128; ++c) {
-      const int8_t* q = xq + m * K + 128 * c;
-      for (int L = 0; L < 16; ++L) {
-        int32_t s = 0;
-        for (int t = 0; t < 4; ++t) s += q[4 * L + t] + q[64 + 4 * L + t];
-        corr[m * (K / 8) + 16 * c + L] = -32 * s;
-      }
-    }
-  a.xq = xq;
-  a.corr = corr;
-  a.dact = d;
-  a.dv = dv;
-  at::Tensor out = at::empty({M, N}, x.options().dtype(bf16 ? at::kBFloat16 : at::kFloat));
-  a.out = out.data_ptr();
-  a.out_bf16 = bf16;
-  run_cols(a, vnni ? int6_a8_vnni : use >= 1 ? int6_a8_avx2 : int6_a8_scalar);
-  return x.scalar_type() == out.scalar_type() ? out : out.to(x.scalar_type());
+  return plane_matmul_a8(x, weight_args(qlow, qhigh, scales, super_scales, N, K), 32, isa,
+                         int6_a8_vnni, int6_a8_avx2, int6_a8_scalar);
 }
 
 at::Tensor int6_matmul(const at::Tensor& x, const at::Tensor& qlow, const at::Tensor& qhigh,
                        const at::Tensor& scales, const at::Tensor& super_scales, int64_t isa) {
-  check_x("int6_matmul", x);
-  const int64_t M = x.size(0), K = x.size(1);
+  check_plane_x("int6_matmul", x);
+  const int64_t K = x.size(1);
   const int64_t N = check_int6("int6_matmul", qlow, qhigh, scales, super_scales, K);
-  Int6Args a = weight_args(qlow, qhigh, scales, super_scales, N, K);
-  a.M = M;
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  a.x = xf.data_ptr<float>();
-  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kFloat));
-  a.out = out.data_ptr();
-  a.out_bf16 = false;
-  const int64_t use = cpu_clamp_isa(isa);
-  run_cols(a, use == 2 ? int6_f32_avx512 : use == 1 ? int6_f32_avx2 : int6_f32_scalar);
-  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
+  return plane_matmul_f32(x, weight_args(qlow, qhigh, scales, super_scales, N, K), isa,
+                          int6_f32_avx512, int6_f32_avx2, int6_f32_scalar);
 }
 
 void int6_dequantize(const at::Tensor& qlow, const at::Tensor& qhigh, const at::Tensor& scales,
@@ -151,19 +73,9 @@ void int6_dequantize(const at::Tensor& qlow, const at::Tensor& qhigh, const at::
               qlow.sizes());
   const int64_t K = qlow.size(1) * 2;
   const int64_t N = check_int6("int6_dequantize", qlow, qhigh, scales, super_scales, K);
-  TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
-                  out.dim() == 2 && out.size(0) == N && out.size(1) == K && out.is_contiguous(),
-              "int6_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "], got ",
-              out.sizes(), " ", out.scalar_type());
-  const Int6Args a = weight_args(qlow, qhigh, scales, super_scales, N, K);
-  const bool bf16 = out.scalar_type() == at::kBFloat16;
-  void* o = out.data_ptr();
-  const int64_t use = cpu_clamp_isa(isa);
-  void (*fn)(const Int6Args&, void*, bool, int64_t, int64_t) =
-      use == 2 ? int6_dequant_rows_avx512 : use == 1 ? int6_dequant_rows_avx2
-                                                    : int6_dequant_rows_scalar;
-  const int64_t grain = std::max<int64_t>(1, 16384 / K);
-  at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) { fn(a, o, bf16, r0, r1); });
+  plane_dequantize("int6_dequantize", weight_args(qlow, qhigh, scales, super_scales, N, K),
+                   out, isa, int6_dequant_rows_avx512, int6_dequant_rows_avx2,
+                   int6_dequant_rows_scalar);
 }
 
 // One Q6_K block (210 bytes: ql[128], qh[64], sc[16] int8, d fp16) -> two chunks of the int6
