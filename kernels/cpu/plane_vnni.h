@@ -8,14 +8,7 @@
 // Output columns in groups of four (one transposed reduction), activation rows in tiles of up
 // to four sharing each unpacked chunk, so row m of an M-row call equals the 1-row call bit for
 // bit. Included inside the anonymous namespace of each TU, after immintrin.h, <algorithm>,
-// avx512_common.h (reduce4) and the layout's Row:
-//   struct Row {                                   // one weight row n
-//     Row(const Args& a, int64_t n);
-//     void prefetch(int64_t c) const;              // chunk c + kPrefetch bytes ahead
-//     void unpack(int64_t c, __m512i w, __m512i* lo, __m512i* hi) const;  // w: qlow bytes
-//     __m512 scales(int64_t c) const;              // lane L's weight scale
-//   };
-// with Row::Args the layout's argument struct (qa5.h / qa6.h) and `store(a, m, n, v)`.
+// avx512_common.h (reduce4) and the layout's Row and store (qa5_row.h, qa6_row.h).
 
 constexpr int64_t kPrefetch = 1024;  // bytes of qlow ahead (qhigh: in proportion)
 
@@ -28,10 +21,10 @@ inline void plane_tile(const typename Row::Args& a, int64_t n, int64_t m0, __m51
   for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nc; ++c) {
     _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * c + kPrefetch), _MM_HINT_T0);
-    row.prefetch(c);
+    row.prefetch(c, kPrefetch);
     __m512i lo, hi;
     row.unpack(c, _mm512_loadu_si512(wl + 64 * c), &lo, &hi);
-    const __m512 sv = row.scales(c);
+    const __m512 sv = row.lane_scales(c);
     for (int r = 0; r < MT; ++r) {
       const int64_t m = m0 + r;
       const int8_t* xq = a.xq + m * K + 128 * c;

@@ -1,10 +1,5 @@
-// AVX-512 (F/BW/VL/DQ) kernels of the int6 layout (qa6.h) that need no VNNI: the row
-// dequantization and the exact fp32-activation matmul. A 128-column chunk decodes into eight
-// 16-column fp32 vectors in column order: u bytes as in qa6_vnni.cpp, the even / odd columns
-// interleaved back by unpacklo / unpackhi (per 128-bit lane l: columns 32 l .. 32 l + 15 and
-// 32 l + 16 .. 32 l + 31), minus 32, widened, times the sub-block's d * sc (one rounding,
-// explicit rounding intrinsic so no contraction). bf16 out rounds to nearest even by integer
-// arithmetic (dequant_avx512.cpp's to_bf16).
+// AVX-512 (F/BW/VL/DQ) kernels of the int6 layout (qa6.h) that need no VNNI (the row
+// dequantization, the exact fp32-activation matmul): plane_avx512.h over qa6_row.h.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #include <immintrin.h>
 
@@ -15,110 +10,19 @@
 namespace localchat_cpu {
 namespace {
 
-constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
 #include "avx512_common.h"  // to_bf16
 
-// Chunk c of row n -> w[j] = columns 128 c + 16 j .. 128 c + 16 j + 15 (fp32, exact values).
-inline void decode_chunk(const Int6Args& a, int64_t n, int64_t c, __m512* w) {
-  const int64_t K = a.K;
-  const __m512i nib = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30),
-                off = _mm512_set1_epi8(32);
-  const __m512i q = _mm512_loadu_si512(a.qlow + n * (K / 2) + 64 * c);
-  const __m256i h = _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(a.qhigh + n * (K / 4) + 32 * c));
-  const __m512i H = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
-  const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, nib),
-                                     _mm512_and_si512(_mm512_slli_epi16(H, 4), top));
-  const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), nib),
-                                     _mm512_and_si512(H, top));
-  const __m512i e0 = _mm512_sub_epi8(_mm512_unpacklo_epi8(lo, hi), off);
-  const __m512i e1 = _mm512_sub_epi8(_mm512_unpackhi_epi8(lo, hi), off);
-  const __m256 s8 = _mm256_mul_ps(
-      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales + n * (K / 16) + 8 * c)))),
-      _mm256_set1_ps(_cvtsh_ss(a.ssc[n * (K / 256) + c / 2])));
-  alignas(32) float s[8];
-  _mm256_store_ps(s, s8);
-#define LC_LANE(L)                                                                              \
-  w[2 * L] = _mm512_mul_round_ps(                                                               \
-      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(e0, L))),               \
-      _mm512_set1_ps(s[2 * L]), kRound);                                                        \
-  w[2 * L + 1] = _mm512_mul_round_ps(                                                           \
-      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(e1, L))),               \
-      _mm512_set1_ps(s[2 * L + 1]), kRound);
-  LC_LANE(0) LC_LANE(1) LC_LANE(2) LC_LANE(3)
-#undef LC_LANE
-}
-
-template <bool BF16>
-void dequant_rows(const Int6Args& a, void* out, int64_t r0, int64_t r1) {
-  const int64_t K = a.K;
-  for (int64_t n = r0; n < r1; ++n) {
-    for (int64_t c = 0; c < K / 128; ++c) {
-      __m512 w[8];
-      decode_chunk(a, n, c, w);
-      for (int j = 0; j < 8; ++j) {
-        const int64_t at = n * K + 128 * c + 16 * j;
-        if constexpr (BF16)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + at),
-                              to_bf16(w[j]));
-        else
-          _mm512_storeu_ps(static_cast<float*>(out) + at, w[j]);
-      }
-    }
-  }
-}
-
-constexpr int64_t kPrefetch = 1024;  // bytes of qlow ahead (qhigh: half that)
-
-// One output column x MT activation rows, chunk by chunk: four accumulators per row (the
-// chunk's 16-column vectors i go to accumulator i % 4, so the fma chains overlap), summed as
-// (a0 + a1) + (a2 + a3) and reduced once at the end: the order depends only on k.
-template <int MT>
-inline void f32_tile(const Int6Args& a, int64_t n, int64_t m0) {
-  const int64_t K = a.K;
-  const uint8_t* wl = a.qlow + n * (K / 2);
-  const uint8_t* wh = a.qhigh + n * (K / 4);
-  __m512 acc[MT][4];
-  for (int r = 0; r < MT; ++r)
-    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < K / 128; ++c) {
-    _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * c + kPrefetch), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(wh + 32 * c + kPrefetch / 2), _MM_HINT_T0);
-    __m512 w[8];
-    decode_chunk(a, n, c, w);
-    for (int r = 0; r < MT; ++r) {
-      const float* x = a.x + (m0 + r) * K + 128 * c;
-      for (int i = 0; i < 8; ++i)
-        acc[r][i & 3] = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16 * i), w[i], acc[r][i & 3]);
-    }
-  }
-  for (int r = 0; r < MT; ++r)
-    int6_store(a, m0 + r, n, _mm512_reduce_add_ps(_mm512_add_ps(
-        _mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]))));
-}
+#include "qa6_row.h"
+#include "plane_avx512.h"
 
 }  // namespace
 
 void int6_dequant_rows_avx512(const Int6Args& a, void* out, bool bf16, int64_t r0, int64_t r1) {
-  if (bf16) dequant_rows<true>(a, out, r0, r1);
-  else dequant_rows<false>(a, out, r0, r1);
+  plane_dequant_avx512<Row>(a, out, bf16, r0, r1);
 }
 
 void int6_f32_avx512(const Int6Args& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    int64_t m = 0;
-    // tiles of four rows; five rows (the speculative verify shape) in one tile
-    for (; a.M - m >= 4 && a.M - m != 5; m += 4) f32_tile<4>(a, n, m);
-    switch (a.M - m) {
-      case 5: f32_tile<5>(a, n, m); break;
-      case 3: f32_tile<3>(a, n, m); break;
-      case 2: f32_tile<2>(a, n, m); break;
-      case 1: f32_tile<1>(a, n, m); break;
-      default: break;
-    }
-  }
+  plane_f32_avx512<Row>(a, n0, n1);
 }
 
 }  // namespace localchat_cpu
