@@ -1,8 +1,5 @@
-// Portable scalar kernels of the int6 layout (qa6.h): the integer-dot matmul (per 16-column
-// sub-block an exact int32 dot, summed in k order in fp32), the exact fp32-activation matmul
-// (k order, one multiply and one add per weight) and the row dequantization. Each weight row
-// is first unpacked once into a per-thread buffer (u - 32 and the sub-block scales d * sc),
-// then used by every activation row.
+// Portable scalar kernels of the int6 layout (qa6.h): plane_scalar.h with groups of 16
+// columns and offset 32.
 #include <vector>
 
 #include "qa6.h"
@@ -10,74 +7,30 @@
 namespace localchat_cpu {
 namespace {
 
-// Row n's weights q = u - 32 [K] and sub-block scales d * sc [K / 16].
-void unpack_row(const Int6Args& a, int64_t n, std::vector<int8_t>& q, std::vector<float>& s) {
-  q.resize(a.K);
-  s.resize(a.K / 16);
-  for (int64_t k = 0; k < a.K; ++k) q[k] = static_cast<int8_t>(int6_u(a, n, k) - 32);
-  for (int64_t g = 0; g < a.K / 16; ++g) s[g] = int6_scale(a, n, g);
-}
+struct Scalar {
+  typedef Int6Args Args;
+  static constexpr int64_t kGroup = 16;
+  static constexpr int kOffset = 32;
+  static int u(const Args& a, int64_t n, int64_t k) { return int6_u(a, n, k); }
+  static float scale(const Args& a, int64_t n, int64_t g) { return int6_scale(a, n, g); }
+  static void store(const Args& a, int64_t m, int64_t n, float v) { int6_store(a, m, n, v); }
+  static uint16_t bf16_bits(float v) { return int6_bf16_bits(v); }
+};
 
-// Where column k of an activation row lies in qa8.h's int4 layout (even / odd halves).
-inline int64_t a8_int4_pos(int64_t k) {
-  return (k / 128) * 128 + (k % 2) * 64 + (k % 128) / 2;
-}
+#include "plane_scalar.h"
 
 }  // namespace
 
 void int6_a8_scalar(const Int6Args& a, int64_t n0, int64_t n1) {
-  const int64_t K = a.K;
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  for (int64_t n = n0; n < n1; ++n) {
-    unpack_row(a, n, q, s);
-    for (int64_t m = 0; m < a.M; ++m) {
-      const int8_t* xq = a.xq + m * K;
-      const float* d = a.dact + m * (K / 32);
-      float acc = 0.0f;
-      for (int64_t g = 0; g < K / 16; ++g) {
-        int32_t dot = 0;
-        for (int64_t k = 16 * g; k < 16 * g + 16; ++k) dot += q[k] * xq[a8_int4_pos(k)];
-        const float sd = s[g] * d[g / 2];
-        acc += static_cast<float>(dot) * sd;
-      }
-      int6_store(a, m, n, acc);
-    }
-  }
+  plane_a8_scalar<Scalar>(a, n0, n1);
 }
 
 void int6_f32_scalar(const Int6Args& a, int64_t n0, int64_t n1) {
-  const int64_t K = a.K;
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  std::vector<float> w(K);
-  for (int64_t n = n0; n < n1; ++n) {
-    unpack_row(a, n, q, s);
-    for (int64_t k = 0; k < K; ++k) w[k] = static_cast<float>(q[k]) * s[k / 16];
-    for (int64_t m = 0; m < a.M; ++m) {
-      const float* x = a.x + m * K;
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        const float p = x[k] * w[k];
-        acc += p;
-      }
-      int6_store(a, m, n, acc);
-    }
-  }
+  plane_f32_scalar<Scalar>(a, n0, n1);
 }
 
 void int6_dequant_rows_scalar(const Int6Args& a, void* out, bool bf16, int64_t r0, int64_t r1) {
-  const int64_t K = a.K;
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  for (int64_t n = r0; n < r1; ++n) {
-    unpack_row(a, n, q, s);
-    for (int64_t k = 0; k < K; ++k) {
-      const float w = static_cast<float>(q[k]) * s[k / 16];
-      if (bf16) static_cast<uint16_t*>(out)[n * K + k] = int6_bf16_bits(w);
-      else static_cast<float*>(out)[n * K + k] = w;
-    }
-  }
+  plane_dequant_scalar<Scalar>(a, out, bf16, r0, r1);
 }
 
 }  // namespace localchat_cpu
