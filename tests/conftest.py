@@ -16,6 +16,15 @@ import torch
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+def pytest_sessionstart(session):
+    """Build (or load) the C++ CPU kernels before the first test, so that whichever test runs
+    first, no CLI subprocess prints the one-time build line on the stderr it checks (without a
+    compiler this prints the fallback line once and the tests run on the reference)."""
+    from localchat.kernels import cpu
+
+    cpu.available()
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Run a module's tests on one torch thread (for modules of tiny tensors)."""
