@@ -145,12 +145,14 @@ class AnswerWriter:
     Trailing newlines of the text so far are held back until more text arrives, so the final
     output ends with a single ``\\n`` whatever the model produced. With ``buffered``
     (``--no-stream``) nothing is written before ``finish``, which writes the same bytes in one
-    go.
+    go. On a terminal, control characters of the text other than newline and tab are shown
+    as visible stand-ins (``term_safe``); ``text`` keeps the answer as generated.
     """
 
     def __init__(self, stream: IO[str] | None = None, *, buffered: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.buffered = buffered
+        self._terminal = stream_isatty(self.stream)  # show control characters, never obey them
         self._pending = ""
         self._held: list[str] = []
         self.text = ""
@@ -164,6 +166,10 @@ class AnswerWriter:
         body = text.rstrip("\n")
         self._pending = text[len(body) :]
         if body:
+            if self._terminal:
+                from .term_safe import visible_controls
+
+                body = visible_controls(body)
             if self.buffered:
                 self._held.append(body)
                 return

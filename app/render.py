@@ -14,6 +14,8 @@ import re
 import sys
 from typing import IO, Any
 
+from .term_safe import visible_controls
+
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
 
 
@@ -60,7 +62,9 @@ class MarkdownWriter:
 
     Fenced code lines are shown with syntax colours (the fence's language), other lines as
     Markdown; blank lines at the end of the answer are dropped and the output ends with one
-    newline. Rich follows ``NO_COLOR`` (no colours, styles kept) and the terminal width.
+    newline. Control characters other than newline and tab are shown as visible stand-ins
+    (``term_safe``), never sent to the terminal; ``text`` keeps the answer as generated. Rich
+    follows ``NO_COLOR`` (no colours, styles kept) and the terminal width.
 
     Args:
         stream: the terminal (default ``sys.stdout``).
@@ -83,6 +87,7 @@ class MarkdownWriter:
         if not delta:
             return
         self.text += delta
+        delta = visible_controls(delta)  # a terminal: show control characters, never obey them
         *done, rest = (self._line + delta).split("\n")
         if done:
             self._erase(self._line)
