@@ -94,6 +94,23 @@ def save_user(store: Any, conv: Any, args: Any, model: str, system: str | None,
     return conv.id, message.id
 
 
+def drop_refused_turn(store: Any, message_id: int | None) -> None:
+    """Take back the user message committed for a turn that got no reply at all (a server
+    refused it, e.g. too long for its context, or failed before the first token): kept, it
+    would be merged into every later turn of the conversation (``alternating``) and make each
+    one fail the same way. The conversation goes too when it was created for this turn. A
+    local prompt that does not fit is refused before anything is saved, so both paths agree.
+    A failed write is one stderr line."""
+    if store is None or message_id is None:
+        return
+    from localchat.app.store import HistoryUnavailable
+
+    try:
+        store.delete_message(message_id)
+    except HistoryUnavailable as exc:
+        not_saved(exc)
+
+
 def save_reply(store: Any, conv_id: str | None, text: str, interrupted: bool,
                stats: dict[str, Any] | None, parent_id: int | None = None) -> None:
     """Commit the reply (``interrupted`` after Ctrl+C); a failed write is one stderr line."""

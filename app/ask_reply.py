@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from localchat.app import cli_io, interrupts, render
-from localchat.app.ask_history import save_reply
+from localchat.app.ask_history import drop_refused_turn, save_reply
 from localchat.app.report import answer_stats, format_stats_line
 from localchat.engine.errors import LocalchatError
 
@@ -61,12 +61,14 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         cli_io.silence_stdout()
         save_reply(store, conv_id, writer.text, True, None, parent_id)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
-    except LocalchatError:  # e.g. the server died mid-reply: keep what came, end its line
+    except LocalchatError as exc:  # e.g. the server died mid-reply: keep what came, end its line
         close_quietly(outputs)
         if writer.text:
             save_reply(store, conv_id, writer.text, True, None, parent_id)
             with contextlib.suppress(OSError):
                 writer.finish()  # the error line must not start after the partial reply
+        elif getattr(exc, "refused", False):  # e.g. too long for the server's context
+            drop_refused_turn(store, parent_id)
         raise
     # Finish saving and printing whatever arrives now.
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}

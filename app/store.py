@@ -205,6 +205,23 @@ class Store:
             raise ConversationNotFoundError(f"no conversation '{conversation_id}'")
 
     @raises_history_unavailable
+    def delete_message(self, message_id: int) -> bool:
+        """Delete one message; then its conversation too when no message is left in it (it
+        was created for that message alone). Returns whether the conversation was deleted;
+        a message id that does not exist deletes nothing (False)."""
+        with self._write():
+            row = self._db.execute("SELECT conversation_id FROM messages WHERE id = ?",
+                                   (message_id,)).fetchone()
+            if row is None:
+                return False
+            self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            left = self._db.execute("SELECT 1 FROM messages WHERE conversation_id = ? LIMIT 1",
+                                    (row[0],)).fetchone()
+            if left is None:
+                self._db.execute("DELETE FROM conversations WHERE id = ?", (row[0],))
+        return left is None
+
+    @raises_history_unavailable
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
         """Conversations, most recently updated first (messages not loaded)."""
         rows = self._db.execute(

@@ -25,7 +25,13 @@ READ_TIMEOUT_S = 600.0
 
 
 class BackendError(LocalchatError):
-    """The OpenAI-compatible backend failed (unreachable, refused, or gone mid-reply)."""
+    """The OpenAI-compatible backend failed (unreachable, refused, or gone mid-reply).
+
+    ``refused``: the server answered the request with a 4xx status (the request itself was
+    turned down, e.g. a prompt too long for its context), not a transport or server failure.
+    """
+
+    refused = False
 
 
 @dataclass
@@ -272,8 +278,10 @@ def _raise_for_status(r: Any, url: str) -> None:
         message = err.get("message") if isinstance(err, dict) else err
     except (ValueError, AttributeError):
         pass
-    raise BackendError(f"{url} answered {r.status_code}"
+    err = BackendError(f"{url} answered {r.status_code}"
                        + (f": {' '.join(str(message).split())}" if message else ""))
+    err.refused = 400 <= r.status_code < 500
+    raise err
 
 
 def stream_error(base_url: str, exc: Exception) -> BackendError:

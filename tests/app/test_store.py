@@ -43,6 +43,25 @@ def test_round_trip_and_title_from_first_user_message(db):
     assert len(title) == store_mod.TITLE_CHARS and title.endswith("…")
 
 
+def test_delete_message_keeps_the_rest_and_drops_an_emptied_conversation(db):
+    conv = db.create_conversation("m")
+    first = db.add_message(conv.id, "user", "kept question")
+    db.add_message(conv.id, "assistant", "kept answer")
+    refused = db.add_message(conv.id, "user", "a refused turn about zebras")
+    assert db.delete_message(refused.id) is False  # the conversation stays
+    got = db.get_conversation(conv.id)
+    assert [m.content for m in got.messages] == ["kept question", "kept answer"]
+    assert db.search("zebras") == []  # the search index follows the delete
+    alone = db.create_conversation("m")
+    only = db.add_message(alone.id, "user", "the only message")
+    assert db.delete_message(only.id) is True
+    with pytest.raises(ConversationNotFoundError):
+        db.get_conversation(alone.id)
+    assert db.delete_message(only.id) is False  # already gone: nothing to delete
+    assert [c.id for c in db.list_conversations()] == [conv.id]
+    assert first.id in [m.id for m in db.get_conversation(conv.id).messages]
+
+
 def test_list_order_most_recent_rename_and_prefix_ids(db):
     a = db.create_conversation(title="a")
     b = db.create_conversation(title="b")

@@ -113,6 +113,52 @@ def test_endpoint_dying_mid_reply_exits_1_and_keeps_the_question(env):
     assert history(env)[0] == ("user", QUESTION)
 
 
+def refusing_openai() -> FastAPI:
+    """An OpenAI-compatible server that turns every chat request down with 400, as
+    ``localchat serve`` does a prompt longer than its context."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
+                                                          "object": "model"}]})
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        return JSONResponse({"error": {"message": "the prompt is 9035 tokens but the context "
+                                       "holds 8192 tokens", "type": "invalid_request_error"}},
+                            status_code=400)
+
+    return app
+
+
+def test_a_refused_turn_is_not_kept_and_the_conversation_goes_on(env):
+    """A turn the server refuses (400) leaves no user message behind: kept, it would be merged
+    into every later turn of the conversation and make each one fail the same way."""
+    refusing = ServerThread(refusing_openai()).start()
+    try:
+        first = ask(env, "--endpoint", refusing.url, "--json", QUESTION)
+        fine = ask(env, "--endpoint", refusing.url, "--json", "hello")  # refused too
+    finally:
+        refusing.stop()
+    for proc in (first, fine):
+        assert proc.returncode == 1
+        err = proc.stderr.decode()
+        assert "answered 400" in err and "9035 tokens" in err and "Traceback" not in err
+    assert history(env) == []  # neither refused turn was kept (nor an empty conversation)
+    app, seen = fake_openai()
+    server = ServerThread(app).start()
+    try:
+        ok = ask(env, "--endpoint", server.url, "--json", QUESTION)
+        again = ask(env, "--endpoint", server.url, "--json", "-c", "and of Italy?")
+    finally:
+        server.stop()
+    assert ok.returncode == 0 and again.returncode == 0, again.stderr
+    assert [m["role"] for m in seen[-1]["body"]["messages"]] == ["user", "assistant", "user"]
+    assert history(env) == [("user", QUESTION), ("assistant", "Hello world"),
+                            ("user", "and of Italy?"), ("assistant", "Hello world")]
+
+
 def test_local_server_dying_mid_reply_exits_1_and_keeps_the_question(env, monkeypatch):
     """The same through a server found by its state file (``http.client``, not httpx): the
     connection dropped after one chunk is one ``mid-reply`` line, exit 1, question kept."""
