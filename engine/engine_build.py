@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from .config import EngineConfig, ModelConfig
-from .loader import load_model, load_model_config
+from .loader import is_gguf, load_model, load_model_config
 from .memory.footprint import kv_bytes
 from .outputs import float_format
 from .tokenizer import Tokenizer
@@ -55,7 +55,7 @@ def resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
         int4_group_size=default_group_size(Path(path), None),
         native_bytes=gguf_native_bytes(path, model_config, device, config.resolved_dtype(),
                                        cache_dir)
-        if Path(path).suffix.lower() == ".gguf" and native_is_fast(path, device, cache_dir)
+        if is_gguf(Path(path)) and native_is_fast(path, device, cache_dir)
         else None,
         draft_native_bytes=gguf_native_bytes(draft, draft_config, device,
                                              config.resolved_dtype(),

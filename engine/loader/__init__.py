@@ -45,7 +45,19 @@ def __getattr__(name: str) -> Any:
 
 
 def is_gguf(path: Path) -> bool:
-    return Path(path).suffix.lower() == ".gguf"
+    """Whether ``path`` is a GGUF file: a ``.gguf`` name, or a regular file that starts with
+    the GGUF magic ``b"GGUF"`` whatever its name (``model.bin``: ``hub.resolve`` takes a
+    local file by its magic too). Never raises: an unreadable file is not one."""
+    path = Path(path)
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def load_hf_config(path: Path, cache_dir: Path | None = None):

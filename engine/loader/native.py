@@ -276,7 +276,9 @@ def gguf_native_bytes(path, model_config, device, dtype, cache_dir=None) -> int 
     """:func:`native_weight_bytes` for a ``.gguf`` path; ``None`` for a float checkpoint or
     a GGUF with a tensor type the native format cannot hold (the planner then chooses
     among the other formats)."""
-    if path is None or Path(path).suffix.lower() != ".gguf":
+    from . import is_gguf
+
+    if path is None or not is_gguf(Path(path)):
         return None
     try:
         return native_weight_bytes(Path(path), model_config, device, dtype, cache_dir)

@@ -41,8 +41,10 @@ _MIB = 1 << 20
 def model_cache_key(path: Path) -> str:
     """``<stem>-<16 hex>`` identifying the weights at ``path`` (a ``.gguf`` file or an HF
     folder) without reading them whole."""
+    from ..loader import is_gguf
+
     path = Path(path)
-    if path.suffix.lower() == ".gguf":
+    if is_gguf(path):
         from ..loader.gguf import gguf_cache_key
 
         return gguf_cache_key(path)

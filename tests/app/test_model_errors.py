@@ -47,3 +47,29 @@ def test_folder_with_only_config_json_says_what_it_lacks(tmp_path):
     assert proc.stderr.decode() == (
         f"localchat: error: model folder {folder} is incomplete: it lacks weights (no "
         "*.safetensors file) and a tokenizer (no tokenizer.json or tokenizer.model)\n")
+
+
+def test_a_gguf_named_otherwise_is_read_as_gguf(smollm2_gguf, tmp_path):
+    """A GGUF whose name does not end in .gguf (``model.bin``) is taken by its magic, in
+    every place that decides (resolve, loader, plan, cache key): the same greedy reply as the
+    .gguf file itself."""
+    from localchat.engine.loader import is_gguf
+
+    named = tmp_path / "model.bin"
+    shutil.copyfile(smollm2_gguf, named)
+    text = tmp_path / "notes.bin"
+    text.write_text("a text file, not a model\n")
+    assert is_gguf(named) and is_gguf(smollm2_gguf) and not is_gguf(text)
+    assert not is_gguf(tmp_path) and not is_gguf(tmp_path / "missing.bin")
+    env = {k: v for k, v in os.environ.items() if k != "LOCALCHAT_ENDPOINT"}
+
+    def reply(model):
+        proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", "-m",
+                               str(model), "--local", "--no-save", "--temperature", "0",
+                               "--max-tokens", "6", "What is the capital of France?"],
+                              stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                              timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stdout
+
+    assert reply(named) == reply(smollm2_gguf) != b""
