@@ -19,7 +19,7 @@ def pull_command(
     debug: DebugOpt = False,
 ) -> None:
     """Download a model into the cache (progress on stderr) and print its local path."""
-    source = cli_io.guarded(lambda: _resolve(model))
+    source = cli_io.guarded(lambda: _checked(_resolve(model)))
     typer.echo(str(source.path))
 
 
@@ -40,6 +40,24 @@ def _resolve(spec: str) -> Any:
     return resolve_model(
         spec, cache_dir=cache_dir(), download=True, progress=cli_io.stderr_progress
     )
+
+
+def _checked(source: Any) -> Any:
+    """``source`` once its files are known to load: a GGUF's header and tensor table read
+    and checked against the file's size (corrupt or truncated: ``ModelLoadError``, as ``ask``
+    and ``plan`` say it), an HF folder's weights and tokenizer present. A ``pull`` of a broken
+    local file must not print its path and succeed."""
+    from pathlib import Path
+
+    if source.format == "gguf":
+        from localchat.engine.loader.gguf_header import read_gguf_header
+
+        read_gguf_header(Path(source.path))
+    else:
+        from localchat.engine.loader.checks import check_model_folder
+
+        check_model_folder(Path(source.path))
+    return source
 
 
 def _model_row(info: Any) -> tuple[str, str, str, str, str]:

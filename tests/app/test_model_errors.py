@@ -73,3 +73,26 @@ def test_a_gguf_named_otherwise_is_read_as_gguf(smollm2_gguf, tmp_path):
         return proc.stdout
 
     assert reply(named) == reply(smollm2_gguf) != b""
+
+
+def test_pull_of_a_truncated_local_gguf_fails_as_ask_does(smollm2_gguf, tmp_path):
+    """``pull`` of a local file checks it loads (header and tensor table against the file's
+    size): a truncated GGUF is one error line and exit 1, the same line ``ask`` gives, never
+    its path and exit 0; the whole file is its path and exit 0."""
+    cut = tmp_path / "cut.gguf"
+    data = smollm2_gguf.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
+    env["LOCALCHAT_HOME"] = str(tmp_path / "home")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "localchat.app.cli", *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                              timeout=600, check=False)
+
+    pulled, asked = run("pull", str(cut)), ask(tmp_path, cut)
+    err = pulled.stderr.decode()
+    assert pulled.returncode == 1 and pulled.stdout == b"" and err.count("\n") == 1, err
+    assert "truncated at tensor" in err and err == asked.stderr.decode()
+    whole = run("pull", str(smollm2_gguf))
+    assert whole.returncode == 0 and whole.stdout.decode().strip() == str(smollm2_gguf)
