@@ -114,16 +114,19 @@ def ask(
     ] = None,
     temperature: Annotated[
         float | None,
-        typer.Option("--temperature", help="0 is greedy; range [0, 100].", show_default="0.7"),
+        typer.Option("--temperature", help="0 is greedy; range [0, 100].",
+                     show_default="the model's, else 0.7"),
     ] = None,
     top_p: Annotated[
         float | None,
-        typer.Option("--top-p", help="Nucleus mass in (0, 1].", show_default="1.0"),
+        typer.Option("--top-p", help="Nucleus mass in (0, 1].",
+                     show_default="the model's, else 1.0"),
     ] = None,
     top_k: Annotated[
         int | None,
         typer.Option(
-            "--top-k", help="Keep the k most likely tokens; 0 keeps all.", show_default="0"
+            "--top-k", help="Keep the k most likely tokens; 0 keeps all.",
+            show_default="the model's, else 0"
         ),
     ] = None,
     seed: Annotated[
@@ -134,7 +137,7 @@ def ask(
         float | None,
         typer.Option(
             "--min-p", help="Drop tokens below min_p x the top probability; [0, 1].",
-            show_default="0",
+            show_default="the model's, else 0",
         ),
     ] = None,
     repetition_penalty: Annotated[
@@ -142,7 +145,7 @@ def ask(
         typer.Option(
             "--repetition-penalty",
             help="Penalize tokens already in the prompt or reply; (0, 100], 1 disables.",
-            show_default="1.0",
+            show_default="the model's, else 1.0",
         ),
     ] = None,
     presence_penalty: Annotated[
@@ -257,7 +260,8 @@ def chat(
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", show_default=False)] = None,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", show_default="0.7")
+        float | None, typer.Option("--temperature",
+                                   show_default="the model's, else 0.7")
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default="512")] = None,
     draft: Annotated[
@@ -320,7 +324,7 @@ def serve(
                                  show_default=False)
     ] = None,
     quant: Annotated[
-        str | None, typer.Option("--quant", help="Weight format: auto|none|fp8|int8|int4.",
+        str | None, typer.Option("--quant", help="Weight format: auto|native|none|fp8|int8|int4.",
                                  show_default="auto")
     ] = None,
     max_num_seqs: Annotated[
