@@ -20,9 +20,9 @@ from localchat.app.server.client import (
     BackendError,
     RemoteMetrics,
     RemoteOutput,
+    ReplyText,
     _choice,
     _chunk,
-    _final,
     _raise_for_status,
     _reason,
     request_fields,
@@ -85,7 +85,7 @@ class AsyncRemoteEngine:
                 "stream_options": {"include_usage": True}, **request_fields(sampling)}
         metrics = RemoteMetrics(arrival_time=time.perf_counter())
         url = self.base_url + "/chat/completions"
-        text: list[str] = []
+        reply = ReplyText(sampling, metrics)
         reason: str | None = None
         try:
             async with self._http().stream("POST", url, json=body) as r:
@@ -101,20 +101,24 @@ class AsyncRemoteEngine:
                     chunk = _chunk(data, url)
                     delta, finish = _choice(chunk)
                     if delta:
-                        now = time.perf_counter()
-                        metrics.first_token_time = metrics.first_token_time or now
-                        metrics.last_token_time = now
-                        text.append(delta)
-                        yield RemoteOutput(delta, "".join(text), metrics=metrics)
+                        out = reply.feed(delta)
+                        if out is not None:
+                            yield out
+                        if reply.stopped:  # leaving closes the stream: the server stops
+                            for out in reply.finish(None):
+                                yield out
+                            return
                     reason = finish or reason
                     if chunk.get("usage"):
                         await self._refresh_stats()
-                        yield _final(text, reason, chunk["usage"], metrics)
+                        for out in reply.finish(reason, chunk["usage"]):
+                            yield out
                         return
             if reason is None:
                 raise BackendError(f"the server at {self.base_url} closed the stream before "
                                    "the reply ended")
-            yield _final(text, reason, None, metrics)
+            for out in reply.finish(reason):
+                yield out
         except httpx.HTTPError as exc:
             raise stream_error(self.base_url, exc) from None
 

@@ -143,7 +143,7 @@ class RemoteEngine:
                 "stream_options": {"include_usage": True}, **request_fields(sampling)}
         metrics = RemoteMetrics(arrival_time=time.perf_counter())
         url = self.base_url + "/chat/completions"
-        text: list[str] = []
+        reply = ReplyText(sampling, metrics)
         reason: str | None = None
         other: list[str] = []  # lines that are no event (a server that ignored "stream")
         events = 0
@@ -164,29 +164,77 @@ class RemoteEngine:
                     chunk = _chunk(data, url)
                     usage = chunk.get("usage")
                     delta, finish = _choice(chunk)
-                    now = time.perf_counter()
                     if delta:
-                        if metrics.first_token_time is None:
-                            metrics.first_token_time = now
-                        metrics.last_token_time = now
-                        text.append(delta)
-                        yield RemoteOutput(delta, "".join(text), metrics=metrics)
+                        out = reply.feed(delta)
+                        if out is not None:
+                            yield out
+                        if reply.stopped:  # leaving closes the stream: the server stops
+                            yield from reply.finish(None)
+                            return
                     reason = finish or reason
                     if usage:
-                        yield _final(text, reason, usage, metrics)
+                        yield from reply.finish(reason, usage)
                         return
                 if not events:  # one JSON completion instead of an event stream
-                    yield _whole_reply("\n".join(other), url, metrics)
+                    yield _whole_reply("\n".join(other), url, metrics, sampling)
                     return
                 if reason is None:
                     raise BackendError(f"the server at {self.base_url} closed the stream "
                                        "before the reply ended")
-                yield _final(text, reason, None, metrics)
+                yield from reply.finish(reason)
         except TransportError as exc:
             raise stream_error(self.base_url, exc) from None
 
     def close(self) -> None:
         self._http.close()
+
+
+class ReplyText:
+    """The client side of one streamed reply: its text so far and, when ``sampling.stop`` is
+    set, the stop strings applied here as well (``engine.stop_strings``; a server that ignores
+    ``stop`` must not make ``ask`` print past a stop string, which the README promises it
+    never shows). Shared by the sync and async clients.
+
+    ``feed(delta)`` returns the ``RemoteOutput`` to yield now (``None`` when the text is held
+    back as a possible stop's start, or empty); ``stopped`` turns True once a stop string
+    matched, after which the caller ends the reply with ``finish``. ``finish(reason, usage)``
+    yields the held text, if any, then the final output (reason ``"stop"`` after a match).
+    """
+
+    def __init__(self, sampling: Any, metrics: RemoteMetrics) -> None:
+        from localchat.engine.stop_strings import StopStringMatcher
+
+        stops = list(getattr(sampling, "stop", None) or ())
+        self._stops = StopStringMatcher(stops) if stops else None
+        self.metrics = metrics
+        self.text: list[str] = []
+        self.stopped = False
+
+    def feed(self, delta: str) -> RemoteOutput | None:
+        now = time.perf_counter()
+        if self.metrics.first_token_time is None:
+            self.metrics.first_token_time = now
+        self.metrics.last_token_time = now
+        if self._stops is not None:
+            delta, matched = self._stops.feed(delta)
+            self.stopped = matched is not None
+        return self._out(delta)
+
+    def finish(self, reason: str | None, usage: dict | None = None) -> Iterator[RemoteOutput]:
+        if self._stops is not None:
+            held = self._stops.flush()
+            if self._stops.matched is not None:
+                self.stopped = True
+            out = self._out(held)
+            if out is not None:
+                yield out
+        yield _final(self.text, "stop" if self.stopped else reason, usage, self.metrics)
+
+    def _out(self, delta: str) -> RemoteOutput | None:
+        if not delta:
+            return None
+        self.text.append(delta)
+        return RemoteOutput(delta, "".join(self.text), metrics=self.metrics)
 
 
 def request_fields(sampling: Any) -> dict[str, Any]:
@@ -227,9 +275,10 @@ def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
-def _whole_reply(body: str, url: str, metrics: RemoteMetrics) -> RemoteOutput:
+def _whole_reply(body: str, url: str, metrics: RemoteMetrics, sampling: Any) -> RemoteOutput:
     """The reply of a server that answered a streaming request with one chat completion
-    object (it ignored ``"stream": true``). Raises ``BackendError`` for anything else."""
+    object (it ignored ``"stream": true``), cut at a stop string of ``sampling`` as
+    :class:`ReplyText` cuts a stream. Raises ``BackendError`` for anything else."""
     try:
         doc = json.loads(body)
         message = doc["choices"][0]["message"]
@@ -240,9 +289,11 @@ def _whole_reply(body: str, url: str, metrics: RemoteMetrics) -> RemoteOutput:
             from None
     if not isinstance(content, str):
         raise BackendError(f"{url} answered a chat completion without text content")
-    metrics.first_token_time = metrics.last_token_time = time.perf_counter()
-    out = _final([content], reason, doc.get("usage"), metrics)
-    out.text_delta = content
+    reply = ReplyText(sampling, metrics)
+    shown = reply.feed(content)
+    final = list(reply.finish(reason, doc.get("usage")))
+    out = final[-1]
+    out.text_delta = "".join(o.text_delta for o in ([shown] if shown else []) + final[:-1])
     return out
 
 

@@ -159,6 +159,60 @@ def test_a_refused_turn_is_not_kept_and_the_conversation_goes_on(env):
                             ("user", "and of Italy?"), ("assistant", "Hello world")]
 
 
+def stop_ignoring_openai(pieces: list[str], whole: bool = False) -> FastAPI:
+    """An OpenAI-compatible server that ignores ``stop``: it streams ``pieces`` (or, with
+    ``whole``, answers one chat completion of their text, ignoring ``stream`` too)."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
+                                                          "object": "model"}]})
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        if whole:
+            return JSONResponse({"choices": [{"index": 0, "finish_reason": "length",
+                                              "message": {"role": "assistant",
+                                                          "content": "".join(pieces)}}]})
+
+        async def events():
+            for piece in pieces:
+                chunk = {"choices": [{"index": 0, "delta": {"content": piece},
+                                      "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}\n\n'
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+@pytest.mark.parametrize("whole", [False, True])
+@pytest.mark.parametrize("pieces,stops", [
+    (["Hello ST", "OPWO", "RD world", " and more"], ["STOPWORD"]),  # a stop across pieces
+    (["a", "b", "c", "d"], ["bcd", "c"]),                            # the earliest start wins
+    (["no stop ", "in this ", "reply"], ["zzz"]),                    # nothing cut
+])
+def test_stop_strings_hold_against_a_server_that_ignores_them(env, pieces, stops, whole):
+    """``ask --stop`` never prints a stop string or what follows it, even when the server
+    ignores ``stop`` (the README's promise): the reply is cut client-side exactly where the
+    earliest stop starts (the reference: ``str.find``), and the finish reason says stop."""
+    text = "".join(pieces)
+    cut = min((text.find(x) for x in stops if x in text), default=len(text))
+    server = ServerThread(stop_ignoring_openai(pieces, whole)).start()
+    try:
+        args = [a for x in stops for a in ("--stop", x)]
+        proc = ask(env, "--endpoint", server.url, "--no-save", "--json", *args, QUESTION)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["content"] == text[:cut]
+    assert doc["finish_reason"] == ("stop" if cut < len(text) else "length")
+
+
 def test_local_server_dying_mid_reply_exits_1_and_keeps_the_question(env, monkeypatch):
     """The same through a server found by its state file (``http.client``, not httpx): the
     connection dropped after one chunk is one ``mid-reply`` line, exit 1, question kept."""
