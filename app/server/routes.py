@@ -52,7 +52,8 @@ class ServerOptions:
         api_key: required bearer token, or None for no authentication.
         max_body_bytes: larger request bodies get 413.
         max_in_flight: admitted, unfinished requests beyond this get 429.
-        max_tokens_limit: the most ``max_tokens`` a request may ask for (None: the context).
+        max_tokens_limit: the most tokens one reply may have; a larger ``max_tokens`` is
+            capped to it (None: the context).
     """
 
     model_id: str
@@ -104,25 +105,24 @@ class _Server:
                            f"(limit {self.options.max_in_flight}); retry later",
                            code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str,
+    def check_lengths(self, num_prompt: int, max_tokens: int | None,
                       prompt_param: str) -> int:
-        """The ``max_tokens`` to run with (capped to the room left in the context).
-        ``param`` names the request's length field (``max_tokens`` or
-        ``max_completion_tokens``), ``prompt_param`` its prompt (``messages`` or ``prompt``).
+        """The ``max_tokens`` to run with: the request's, capped to the server's limit and
+        to the room the prompt leaves in the context (the reply then ends with
+        ``finish_reason`` ``length``), as llama-server and Ollama do; clients often send a
+        large ``max_tokens`` whatever the model. ``prompt_param`` names the request's prompt
+        field (``messages`` or ``prompt``).
 
         Raises:
-            APIError: 400 when the prompt leaves no room, or ``max_tokens`` is above the
-                server's limit (both numbers named).
+            APIError: 400 ``context_length_exceeded`` when the prompt leaves no room (both
+                numbers named).
         """
         if num_prompt >= self.max_model_len:
             raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
                            f"{self.max_model_len} tokens (prompt + reply)",
                            param=prompt_param, code="context_length_exceeded")
-        if max_tokens is not None and max_tokens > self.max_tokens_limit:
-            raise APIError(400, f"'{param}' is {max_tokens}; this server allows at most "
-                           f"{self.max_tokens_limit}", param=param, code="invalid_value")
         room = self.max_model_len - num_prompt
-        return min(max_tokens or self.max_tokens_limit, room)
+        return min(max_tokens or self.max_tokens_limit, self.max_tokens_limit, room)
 
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
@@ -184,9 +184,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                            code="invalid_value")
         prompt_ids = _render_chat(engine.tokenizer, body)
-        param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         max_tokens = server.check_lengths(
-            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param, "messages")
+            len(prompt_ids), body.max_completion_tokens or body.max_tokens, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         params = encode.sampling_params(body, max_tokens, logprobs)
         return await _generate(server, request, "chat", prompt_ids, params, body)
@@ -198,8 +197,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         _log_ignored(request, body)
         server.check_model(body.model)
         prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
-        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens",
-                                          "prompt")
+        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
         return await _generate(server, request, "text", prompt_ids, params, body)
 
