@@ -35,6 +35,7 @@ from localchat.app.server.protocol import (
     ignored_fields,
     parse_body,
 )
+from localchat.app.server.shutdown import ShutdownSignal, shutting_down_error
 
 DEFAULT_MAX_IN_FLIGHT = 64
 # Seconds a client told "queue full" (429) should wait before retrying.
@@ -73,6 +74,7 @@ class _Server:
         self.options = options
         self.metrics = ServerMetrics()
         self.in_flight = 0
+        self.shutdown = ShutdownSignal()
         self.max_model_len = int(engine.max_model_len)
         self.max_tokens_limit = min(options.max_tokens_limit or self.max_model_len,
                                     self.max_model_len)
@@ -97,6 +99,8 @@ class _Server:
                        f"'{self.options.model_id}'", param="model", code="model_not_found")
 
     def admit(self) -> None:
+        if self.shutdown.stopping:
+            raise shutting_down_error()
         if not getattr(self.engine, "is_running", True):
             raise APIError(503, "the engine has stopped; restart the server",
                            code="engine_dead")
@@ -123,6 +127,13 @@ class _Server:
                            param=prompt_param, code="context_length_exceeded")
         room = self.max_model_len - num_prompt
         return min(max_tokens or self.max_tokens_limit, self.max_tokens_limit, room)
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """Stop ``app``'s in-flight requests before the HTTP server shuts down: each stream ends
+    with an error event and ``data: [DONE]``, each waiting request gets a 503, its engine
+    request aborted; new requests get the 503 (``shutdown.py``)."""
+    app.state.server.shutdown.begin()
 
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
@@ -227,7 +238,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
                                  server.engine.tokenizer, params.logprobs)
     handed_over = False
     try:
-        first = await _until_disconnect(request, outputs.__anext__())
+        first = await _until_disconnect(server, request, outputs.__anext__())
         if first is None:  # the client left before the first token
             await outputs.aclose()
             server.metrics.record_finished(None, aborted=True)
@@ -239,7 +250,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
                 _sse(server, outputs, first, shape, include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        collected = await _until_disconnect(request, _collect(outputs, first))
+        collected = await _until_disconnect(server, request, _collect(outputs, first))
         if collected is None:
             await outputs.aclose()
             server.metrics.record_finished(None, aborted=True)
@@ -256,22 +267,18 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
             server.in_flight -= 1
 
 
-async def _until_disconnect(request: Request, awaitable: Any) -> Any:
-    """Await ``awaitable``, or return None (cancelling it) when the client disconnects."""
-    work = asyncio.ensure_future(awaitable)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        raise
-    finally:
-        watch.cancel()
+async def _until_disconnect(server: _Server, request: Request, awaitable: Any) -> Any:
+    """Await ``awaitable``, or return None (cancelling it) when the client disconnects.
+
+    Raises:
+        APIError: 503 when the server begins shutting down first (``awaitable`` cancelled).
+    """
+    done, work = await server.shutdown.race(
+        awaitable, asyncio.ensure_future(_disconnected(request)))
     if work in done:
         return work.result()
-    work.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await work
+    if server.shutdown.stopping:
+        raise shutting_down_error()
     return None
 
 
@@ -295,7 +302,9 @@ async def _collect(outputs: AsyncIterator[Any], first: Any) -> list[Any]:
 async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.ResponseShape,
                include_usage: bool) -> AsyncIterator[bytes]:
     """The event stream: a role chunk (chat), content chunks, the finish chunk, the usage
-    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted."""
+    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted. The
+    server stopping -> the request is aborted, an error event (503 ``server_shutting_down``)
+    and ``[DONE]`` end the stream."""
     last = None
     finished = False
     try:
@@ -309,7 +318,11 @@ async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.Response
             if out.finished:
                 finished = True
                 break
-            out = await outputs.__anext__()
+            out = await server.shutdown.next_output(outputs)
+            if out is None:
+                yield encode.sse(shutting_down_error().body())
+                yield b"data: [DONE]\n\n"
+                return
         if include_usage:
             yield encode.sse(shape.usage_chunk(last))
         yield b"data: [DONE]\n\n"
