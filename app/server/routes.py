@@ -35,6 +35,7 @@ from localchat.app.server.protocol import (
     ignored_fields,
     parse_body,
 )
+from localchat.app.server.shutdown import ShutdownSignal, shutting_down_error
 
 DEFAULT_MAX_IN_FLIGHT = 64
 # Seconds a client told "queue full" (429) should wait before retrying.
@@ -52,7 +53,8 @@ class ServerOptions:
         api_key: required bearer token, or None for no authentication.
         max_body_bytes: larger request bodies get 413.
         max_in_flight: admitted, unfinished requests beyond this get 429.
-        max_tokens_limit: the most ``max_tokens`` a request may ask for (None: the context).
+        max_tokens_limit: the most tokens one reply may have; a larger ``max_tokens`` is
+            capped to it (None: the context).
     """
 
     model_id: str
@@ -72,6 +74,7 @@ class _Server:
         self.options = options
         self.metrics = ServerMetrics()
         self.in_flight = 0
+        self.shutdown = ShutdownSignal()
         self.max_model_len = int(engine.max_model_len)
         self.max_tokens_limit = min(options.max_tokens_limit or self.max_model_len,
                                     self.max_model_len)
@@ -96,6 +99,8 @@ class _Server:
                        f"'{self.options.model_id}'", param="model", code="model_not_found")
 
     def admit(self) -> None:
+        if self.shutdown.stopping:
+            raise shutting_down_error()
         if not getattr(self.engine, "is_running", True):
             raise APIError(503, "the engine has stopped; restart the server",
                            code="engine_dead")
@@ -104,25 +109,31 @@ class _Server:
                            f"(limit {self.options.max_in_flight}); retry later",
                            code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    def check_lengths(self, num_prompt: int, max_tokens: int | None, param: str,
+    def check_lengths(self, num_prompt: int, max_tokens: int | None,
                       prompt_param: str) -> int:
-        """The ``max_tokens`` to run with (capped to the room left in the context).
-        ``param`` names the request's length field (``max_tokens`` or
-        ``max_completion_tokens``), ``prompt_param`` its prompt (``messages`` or ``prompt``).
+        """The ``max_tokens`` to run with: the request's, capped to the server's limit and
+        to the room the prompt leaves in the context (the reply then ends with
+        ``finish_reason`` ``length``), as llama-server and Ollama do; clients often send a
+        large ``max_tokens`` whatever the model. ``prompt_param`` names the request's prompt
+        field (``messages`` or ``prompt``).
 
         Raises:
-            APIError: 400 when the prompt leaves no room, or ``max_tokens`` is above the
-                server's limit (both numbers named).
+            APIError: 400 ``context_length_exceeded`` when the prompt leaves no room (both
+                numbers named).
         """
         if num_prompt >= self.max_model_len:
             raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
                            f"{self.max_model_len} tokens (prompt + reply)",
                            param=prompt_param, code="context_length_exceeded")
-        if max_tokens is not None and max_tokens > self.max_tokens_limit:
-            raise APIError(400, f"'{param}' is {max_tokens}; this server allows at most "
-                           f"{self.max_tokens_limit}", param=param, code="invalid_value")
         room = self.max_model_len - num_prompt
-        return min(max_tokens or self.max_tokens_limit, room)
+        return min(max_tokens or self.max_tokens_limit, self.max_tokens_limit, room)
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """Stop ``app``'s in-flight requests before the HTTP server shuts down: each stream ends
+    with an error event and ``data: [DONE]``, each waiting request gets a 503, its engine
+    request aborted; new requests get the 503 (``shutdown.py``)."""
+    app.state.server.shutdown.begin()
 
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
@@ -184,9 +195,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                            code="invalid_value")
         prompt_ids = _render_chat(engine.tokenizer, body)
-        param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         max_tokens = server.check_lengths(
-            len(prompt_ids), body.max_completion_tokens or body.max_tokens, param, "messages")
+            len(prompt_ids), body.max_completion_tokens or body.max_tokens, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         params = encode.sampling_params(body, max_tokens, logprobs)
         return await _generate(server, request, "chat", prompt_ids, params, body)
@@ -198,8 +208,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         _log_ignored(request, body)
         server.check_model(body.model)
         prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
-        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "max_tokens",
-                                          "prompt")
+        max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
         return await _generate(server, request, "text", prompt_ids, params, body)
 
@@ -229,7 +238,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
                                  server.engine.tokenizer, params.logprobs)
     handed_over = False
     try:
-        first = await _until_disconnect(request, outputs.__anext__())
+        first = await _until_disconnect(server, request, outputs.__anext__())
         if first is None:  # the client left before the first token
             await outputs.aclose()
             server.metrics.record_finished(None, aborted=True)
@@ -241,7 +250,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
                 _sse(server, outputs, first, shape, include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        collected = await _until_disconnect(request, _collect(outputs, first))
+        collected = await _until_disconnect(server, request, _collect(outputs, first))
         if collected is None:
             await outputs.aclose()
             server.metrics.record_finished(None, aborted=True)
@@ -258,22 +267,18 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
             server.in_flight -= 1
 
 
-async def _until_disconnect(request: Request, awaitable: Any) -> Any:
-    """Await ``awaitable``, or return None (cancelling it) when the client disconnects."""
-    work = asyncio.ensure_future(awaitable)
-    watch = asyncio.ensure_future(_disconnected(request))
-    try:
-        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        raise
-    finally:
-        watch.cancel()
+async def _until_disconnect(server: _Server, request: Request, awaitable: Any) -> Any:
+    """Await ``awaitable``, or return None (cancelling it) when the client disconnects.
+
+    Raises:
+        APIError: 503 when the server begins shutting down first (``awaitable`` cancelled).
+    """
+    done, work = await server.shutdown.race(
+        awaitable, asyncio.ensure_future(_disconnected(request)))
     if work in done:
         return work.result()
-    work.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await work
+    if server.shutdown.stopping:
+        raise shutting_down_error()
     return None
 
 
@@ -297,7 +302,9 @@ async def _collect(outputs: AsyncIterator[Any], first: Any) -> list[Any]:
 async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.ResponseShape,
                include_usage: bool) -> AsyncIterator[bytes]:
     """The event stream: a role chunk (chat), content chunks, the finish chunk, the usage
-    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted."""
+    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted. The
+    server stopping -> the request is aborted, an error event (503 ``server_shutting_down``)
+    and ``[DONE]`` end the stream."""
     last = None
     finished = False
     try:
@@ -311,7 +318,11 @@ async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.Response
             if out.finished:
                 finished = True
                 break
-            out = await outputs.__anext__()
+            out = await server.shutdown.next_output(outputs)
+            if out is None:
+                yield encode.sse(shutting_down_error().body())
+                yield b"data: [DONE]\n\n"
+                return
         if include_usage:
             yield encode.sse(shape.usage_chunk(last))
         yield b"data: [DONE]\n\n"

@@ -7,6 +7,8 @@ The key comes from ``--api-key`` or ``LOCALCHAT_API_KEY`` (the environment keeps
 Once listening, the server writes its state file (``state.py``) so ``ask``, ``chat --jsonl``
 and the TUI find it, unless another live server already holds it (a note says so, and that
 one stays the one clients find); it removes its own file when it stops (Ctrl+C / SIGTERM).
+Stopping ends in-flight requests at once: streams get an error event and ``data: [DONE]``,
+waiting requests a 503 (``shutdown.py``).
 The API key is never printed or logged (``logs.RedactFilter`` guards every handler).
 """
 
@@ -24,6 +26,9 @@ from localchat.app.cli_io import CliUsageError
 from localchat.engine.errors import LocalchatError
 
 LOOPBACK_NAMES = ("localhost",)
+# uvicorn's backstop once in-flight requests have been ended (``shutdown.py``): a client that
+# does not read its stream can hold its connection this long before the task is cancelled.
+GRACEFUL_SHUTDOWN_S = 2
 
 
 class ServeError(LocalchatError):
@@ -159,7 +164,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
            ) -> None:
     import uvicorn
 
-    from localchat.app.server.routes import ServerOptions, create_app
+    from localchat.app.server.routes import ServerOptions, begin_shutdown, create_app
     from localchat.app.server.state import ServerInfo, find_server, remove_state, write_state
 
     host, port = sock.getsockname()[:2]
@@ -189,7 +194,10 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         async def shutdown(self, sockets: Any = None) -> None:
             # Here, not only after run(): uvicorn re-raises the signal that stopped it once
             # it has shut down, and SIGTERM's default action ends the process at once.
+            # In-flight requests end first (streams with an error event and [DONE], the rest
+            # with a 503), so uvicorn's graceful wait finds the connections done at once.
             try:
+                begin_shutdown(app)
                 await super().shutdown(sockets=sockets)
             finally:
                 remove_state()
@@ -198,7 +206,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
 
     config = uvicorn.Config(app, log_level=args.log_level,
                             access_log=args.log_level in ("info", "debug"), lifespan="off",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     configure_logging(args.log_level, args.api_key)
     try:
         _Server(config).run(sockets=[sock])
