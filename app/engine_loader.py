@@ -71,7 +71,8 @@ def check_context(options: LoadOptions, source: Any) -> None:
     """Refuse a context longer than the model was trained for, naming both numbers.
 
     Raises:
-        CliUsageError: ``--context`` exceeds the model's ``max_position_embeddings`` (exit 2).
+        CliUsageError: ``--context`` (or serve's ``--max-model-len``) exceeds the model's
+            ``max_position_embeddings`` (exit 2).
         SettingError: the ``context`` setting (config.toml or ``LOCALCHAT_CONTEXT``) does
             (exit 1, as any bad setting).
     """
@@ -84,7 +85,7 @@ def check_context(options: LoadOptions, source: Any) -> None:
     trained = load_model_config(Path(source.path), cache_dir()).max_position_embeddings
     if options.context > trained:
         name = getattr(source, "alias", None) or options.model
-        error = CliUsageError if options.context_origin == "--context" else SettingError
+        error = CliUsageError if options.context_origin.startswith("--") else SettingError
         raise error(f"{options.context_origin} {options.context}: {name} was trained "
                     f"for a context of at most {trained} tokens (use {trained} or less)")
 

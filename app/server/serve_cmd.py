@@ -95,14 +95,20 @@ def run_serve(args: ServeArgs) -> None:
         CliUsageError: bad flags (exit 2).
         LocalchatError: unknown model, load failure, the port cannot be bound (exit 1).
     """
-    from localchat.app.load_options import LoadOptions, check_load_options
+    from localchat.app.load_options import LoadOptions, check_load_options, context_choice
     from localchat.app.settings import load_settings
 
     check_exposure(args)
     settings = load_settings()
+    # --max-model-len is checked as ask's --context is: positive, at most what the model
+    # was trained for (engine_loader.check_context, after the model resolves)
+    context, context_origin = context_choice(args.max_model_len, settings)
+    if args.max_model_len is not None:
+        context_origin = "--max-model-len"
     options = LoadOptions(model=args.model or settings.default_model,
                           draft=args.draft or settings.draft,
-                          quant=args.quant or settings.quant or "auto")
+                          quant=args.quant or settings.quant or "auto",
+                          context=context, context_origin=context_origin)
     check_load_options(options, from_flags={"draft": bool(args.draft), "quant": bool(args.quant)})
     sock = _bind(args.host, args.port)  # before loading: a taken port fails fast
     try:
@@ -135,7 +141,12 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
     from pathlib import Path
 
     from localchat.app import interrupts
-    from localchat.app.engine_loader import DraftChoiceError, draft_spec, engine_config
+    from localchat.app.engine_loader import (
+        DraftChoiceError,
+        check_context,
+        draft_spec,
+        engine_config,
+    )
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
     from localchat.engine.config import SchedulerConfig
@@ -144,6 +155,7 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
     with interrupts.loading_interrupts():
         source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                                progress=cli_io.stderr_progress)
+        check_context(options, source)
         draft = draft_spec(options, source.alias)
         draft_path = None
         if draft is not None:
@@ -154,7 +166,7 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
             draft_path = draft_source.path
         config = engine_config(options, draft_path)
         config = dataclasses.replace(config, scheduler=SchedulerConfig(
-            max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len))
+            max_num_seqs=args.max_num_seqs, max_model_len=options.context))
         name = source.alias or options.model
         cli_io.notice(f"loading {name} ...")
         return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir()), name

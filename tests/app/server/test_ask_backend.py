@@ -302,6 +302,27 @@ def test_ask_uses_a_running_server_through_its_state_file(env, live_server, smol
     assert [r for r, _ in history(env)] == ["user", "assistant", "user", "assistant"]
 
 
+@pytest.mark.parametrize("value,says", [
+    ("100000", "smollm2-135m was trained for a context of at most 8192 tokens"),
+    ("0", "the context must be a positive number of tokens"),
+    ("-5", "the context must be a positive number of tokens"),
+])
+def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
+    """``serve --max-model-len`` is refused where ``ask -C`` is (exit 2, one line naming the
+    flag), not served with a context the model cannot use or an internal error."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "localchat.app.cli", *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                              timeout=300, check=False)
+
+    served = run("serve", "--port", "0", "--max-model-len", value)
+    asked = run("ask", "--local", "--no-save", "-C", value, "hi")
+    for proc, flag in ((served, "--max-model-len"), (asked, "--context")):
+        err = proc.stderr.decode().strip()
+        assert proc.returncode == 2 and err.count("\n") == 0, err
+        assert err.startswith(f"localchat: error: {flag} {value}: ") and says in err
+
+
 def test_serve_refuses_an_exposed_host_without_a_key(env):
     proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--host",
                            "0.0.0.0"], capture_output=True, env=env, timeout=120, check=False)
