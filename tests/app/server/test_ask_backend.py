@@ -37,6 +37,14 @@ def history(env) -> list[tuple[str, str]]:
     return [tuple(m) for m in json.loads(proc.stdout)]
 
 
+def list_fake_model(app: FastAPI) -> None:
+    """``GET /v1/models`` on ``app`` lists ``fake-model``."""
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
+                                                          "object": "model"}]})
+
+
 def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
     """A minimal OpenAI-compatible server: lists ``fake-model``, streams "Hello" " world"
     (and usage); with ``die_after``, it drops the connection after that many chunks."""
@@ -47,10 +55,7 @@ def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "model": "fake-model", "auth": False})
 
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
-                                                          "object": "model"}]})
+    list_fake_model(app)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> StreamingResponse:
@@ -118,10 +123,7 @@ def refusing_openai() -> FastAPI:
     ``localchat serve`` does a prompt longer than its context."""
     app = FastAPI()
 
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
-                                                          "object": "model"}]})
+    list_fake_model(app)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -164,10 +166,7 @@ def stop_ignoring_openai(pieces: list[str], whole: bool = False) -> FastAPI:
     ``whole``, answers one chat completion of their text, ignoring ``stream`` too)."""
     app = FastAPI()
 
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
-                                                          "object": "model"}]})
+    list_fake_model(app)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
