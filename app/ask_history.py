@@ -95,8 +95,8 @@ def save_user(store: Any, conv: Any, args: Any, model: str, system: str | None,
 
 
 def drop_refused_turn(store: Any, message_id: int | None) -> None:
-    """Take back the user message committed for a turn that got no reply at all (a server
-    refused it, e.g. too long for its context, or failed before the first token): kept, it
+    """Take back the user message committed for a turn the server refused before any reply
+    (a 4xx, e.g. a prompt too long for its context; ``BackendError.refused``): kept, it
     would be merged into every later turn of the conversation (``alternating``) and make each
     one fail the same way. The conversation goes too when it was created for this turn. A
     local prompt that does not fit is refused before anything is saved, so both paths agree.
