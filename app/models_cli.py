@@ -43,20 +43,16 @@ def _resolve(spec: str) -> Any:
 
 
 def _checked(source: Any) -> Any:
-    """``source`` once its files are known to load: a GGUF's header and tensor table read
-    and checked against the file's size (corrupt or truncated: ``ModelLoadError``, as ``ask``
-    and ``plan`` say it), an HF folder's weights and tokenizer present. A ``pull`` of a broken
-    local file must not print its path and succeed."""
-    from pathlib import Path
-
+    """``source`` once a GGUF's header and tensor table are read and checked against the
+    file's size (corrupt or truncated: ``ModelLoadError``, the line ``ask`` and ``plan``
+    give): a ``pull`` of a broken GGUF must not print its path and succeed. An HF folder is
+    taken as downloaded (a repo may hold weights alone; ``ask`` names what it lacks)."""
     if source.format == "gguf":
+        from pathlib import Path
+
         from localchat.engine.loader.gguf_header import read_gguf_header
 
         read_gguf_header(Path(source.path))
-    else:
-        from localchat.engine.loader.checks import check_model_folder
-
-        check_model_folder(Path(source.path))
     return source
 
 
