@@ -1,10 +1,15 @@
-"""A uvicorn server on 127.0.0.1 (a free port) in a background thread, for tests."""
+"""Servers for tests: a uvicorn server on 127.0.0.1 (a free port) in a background thread
+(:class:`ServerThread`), and a real ``localchat serve`` subprocess (:func:`start_serve`)."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -38,3 +43,26 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+
+
+def start_serve(env: dict, *args: str, stdout: int = subprocess.DEVNULL
+                ) -> tuple[subprocess.Popen, Path, str]:
+    """``localchat serve --port 0 *args`` in a subprocess (``env``'s ``LOCALCHAT_HOME``),
+    returned once it has written its state file: ``(process, state file, url)``. The
+    process is killed, and the test failed, when it exits or has not started in 240 s."""
+    serve = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
+                              *args], stdin=subprocess.DEVNULL, stdout=stdout,
+                             stderr=subprocess.PIPE, env=env)
+    state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
+    deadline = time.monotonic() + 240
+    try:
+        while not state_file.exists():
+            assert serve.poll() is None, serve.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        return serve, state_file, json.loads(state_file.read_text())["url"]
+    except BaseException:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+        raise

@@ -10,74 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 
-from tests.app.server.live import ServerThread
-
-QUESTION = "What is the capital of France?"
-
-
-def ask(env, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "localchat.app.cli", "ask", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, env=env,
-                          timeout=timeout, check=False)
-
-
-def history(env) -> list[tuple[str, str]]:
-    proc = subprocess.run([sys.executable, "-c", (
-        "from localchat.app.store import Store; s = Store(); c = s.most_recent(); "
-        "import json; print(json.dumps([(m.role, m.content) for m in c.messages] if c else []))"
-    )], capture_output=True, env=env, timeout=120, check=True)
-    return [tuple(m) for m in json.loads(proc.stdout)]
-
-
-def list_fake_model(app: FastAPI) -> None:
-    """``GET /v1/models`` on ``app`` lists ``fake-model``."""
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
-                                                          "object": "model"}]})
-
-
-def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
-    """A minimal OpenAI-compatible server: lists ``fake-model``, streams "Hello" " world"
-    (and usage); with ``die_after``, it drops the connection after that many chunks."""
-    app = FastAPI()
-    seen: list[dict] = []
-
-    @app.get("/health")  # as ``localchat serve`` answers it (found through its state file)
-    async def health() -> JSONResponse:
-        return JSONResponse({"status": "ok", "model": "fake-model", "auth": False})
-
-    list_fake_model(app)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> StreamingResponse:
-        body = await request.json()
-        seen.append({"body": body, "auth": request.headers.get("authorization")})
-
-        async def events():
-            for i, piece in enumerate(["Hello", " world"]):
-                if die_after is not None and i >= die_after:
-                    raise RuntimeError("server killed")  # uvicorn drops the connection
-                chunk = {"choices": [{"index": 0, "delta": {"content": piece},
-                                      "finish_reason": None}]}
-                yield f"data: {json.dumps(chunk)}\n\n"
-            yield 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
-            usage = {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13,
-                     "prompt_tokens_details": {"cached_tokens": 3}}
-            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app, seen
+from tests.app.server.fake_openai import QUESTION, ask, fake_openai, history
+from tests.app.server.live import ServerThread, start_serve
 
 
 def test_ask_against_a_fake_openai_server(env):
@@ -116,100 +54,6 @@ def test_endpoint_dying_mid_reply_exits_1_and_keeps_the_question(env):
     assert "mid-reply" in lines[0] or "closed the stream" in lines[0]
     assert "Traceback" not in proc.stderr.decode()
     assert history(env)[0] == ("user", QUESTION)
-
-
-def refusing_openai() -> FastAPI:
-    """An OpenAI-compatible server that turns every chat request down with 400, as
-    ``localchat serve`` does a prompt longer than its context."""
-    app = FastAPI()
-
-    list_fake_model(app)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> JSONResponse:
-        return JSONResponse({"error": {"message": "the prompt is 9035 tokens but the context "
-                                       "holds 8192 tokens", "type": "invalid_request_error"}},
-                            status_code=400)
-
-    return app
-
-
-def test_a_refused_turn_is_not_kept_and_the_conversation_goes_on(env):
-    """A turn the server refuses (400) leaves no user message behind: kept, it would be merged
-    into every later turn of the conversation and make each one fail the same way."""
-    refusing = ServerThread(refusing_openai()).start()
-    try:
-        first = ask(env, "--endpoint", refusing.url, "--json", QUESTION)
-        fine = ask(env, "--endpoint", refusing.url, "--json", "hello")  # refused too
-    finally:
-        refusing.stop()
-    for proc in (first, fine):
-        assert proc.returncode == 1
-        err = proc.stderr.decode()
-        assert "answered 400" in err and "9035 tokens" in err and "Traceback" not in err
-    assert history(env) == []  # neither refused turn was kept (nor an empty conversation)
-    app, seen = fake_openai()
-    server = ServerThread(app).start()
-    try:
-        ok = ask(env, "--endpoint", server.url, "--json", QUESTION)
-        again = ask(env, "--endpoint", server.url, "--json", "-c", "and of Italy?")
-    finally:
-        server.stop()
-    assert ok.returncode == 0 and again.returncode == 0, again.stderr
-    assert [m["role"] for m in seen[-1]["body"]["messages"]] == ["user", "assistant", "user"]
-    assert history(env) == [("user", QUESTION), ("assistant", "Hello world"),
-                            ("user", "and of Italy?"), ("assistant", "Hello world")]
-
-
-def stop_ignoring_openai(pieces: list[str], whole: bool = False) -> FastAPI:
-    """An OpenAI-compatible server that ignores ``stop``: it streams ``pieces`` (or, with
-    ``whole``, answers one chat completion of their text, ignoring ``stream`` too)."""
-    app = FastAPI()
-
-    list_fake_model(app)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        if whole:
-            return JSONResponse({"choices": [{"index": 0, "finish_reason": "length",
-                                              "message": {"role": "assistant",
-                                                          "content": "".join(pieces)}}]})
-
-        async def events():
-            for piece in pieces:
-                chunk = {"choices": [{"index": 0, "delta": {"content": piece},
-                                      "finish_reason": None}]}
-                yield f"data: {json.dumps(chunk)}\n\n"
-            yield 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}\n\n'
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return app
-
-
-@pytest.mark.parametrize("whole", [False, True])
-@pytest.mark.parametrize("pieces,stops", [
-    (["Hello ST", "OPWO", "RD world", " and more"], ["STOPWORD"]),  # a stop across pieces
-    (["a", "b", "c", "d"], ["bcd", "c"]),                            # the earliest start wins
-    (["no stop ", "in this ", "reply"], ["zzz"]),                    # nothing cut
-])
-def test_stop_strings_hold_against_a_server_that_ignores_them(env, pieces, stops, whole):
-    """``ask --stop`` never prints a stop string or what follows it, even when the server
-    ignores ``stop`` (the README's promise): the reply is cut client-side exactly where the
-    earliest stop starts (the reference: ``str.find``), and the finish reason says stop."""
-    text = "".join(pieces)
-    cut = min((text.find(x) for x in stops if x in text), default=len(text))
-    server = ServerThread(stop_ignoring_openai(pieces, whole)).start()
-    try:
-        args = [a for x in stops for a in ("--stop", x)]
-        proc = ask(env, "--endpoint", server.url, "--no-save", "--json", *args, QUESTION)
-    finally:
-        server.stop()
-    assert proc.returncode == 0, proc.stderr.decode()
-    doc = json.loads(proc.stdout)
-    assert doc["content"] == text[:cut]
-    assert doc["finish_reason"] == ("stop" if cut < len(text) else "length")
 
 
 def test_local_server_dying_mid_reply_exits_1_and_keeps_the_question(env, monkeypatch):
@@ -333,18 +177,8 @@ def test_serve_refuses_an_exposed_host_without_a_key(env):
 def test_localchat_serve_killed_mid_reply(env, tmp_path):
     """A real ``localchat serve`` (port 0), ``ask`` streaming from it, the server killed:
     ``ask`` exits 1 with one line and the question is in the history."""
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
-         "--max-model-len", "2048"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, env=env)
+    serve, _, url = start_serve(env, "--max-model-len", "2048")
     try:
-        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
-        deadline = time.monotonic() + 240
-        while not state_file.exists():
-            assert serve.poll() is None, serve.stderr.read().decode()
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        url = json.loads(state_file.read_text())["url"]
         assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
         client = subprocess.Popen(
             [sys.executable, "-m", "localchat.app.cli", "ask", "--temperature", "0",
@@ -372,17 +206,8 @@ def test_localchat_serve_killed_mid_reply(env, tmp_path):
 def test_serve_stopped_by_sigterm_removes_its_state_file(env):
     """SIGTERM (what service managers send) stops ``localchat serve`` and removes its state
     file, as Ctrl+C does: no stale ``server.json`` is left for the next ``ask`` to check."""
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
-         "--max-model-len", "256"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, env=env)
+    serve, state_file, _ = start_serve(env, "--max-model-len", "256")
     try:
-        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
-        deadline = time.monotonic() + 240
-        while not state_file.exists():
-            assert serve.poll() is None, serve.stderr.read().decode()
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
     finally:
@@ -425,21 +250,11 @@ def test_serve_key_from_the_environment_is_required_and_never_logged(env):
                                timeout=120, check=True).stdout.decode()
     assert "LOCALCHAT_API_KEY" in help_text
     env = {**env, "LOCALCHAT_API_KEY": SECRET}
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0", "--max-model-len",
-         "512", "--log-level", "debug"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, env=env)
+    serve, state_file, url = start_serve(env, "--max-model-len", "512", "--log-level", "debug",
+                                         stdout=subprocess.PIPE)
     try:
-        state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
-        deadline = time.monotonic() + 240
-        while not state_file.exists():
-            assert serve.poll() is None, serve.stderr.read().decode()
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
         text = state_file.read_text()
-        doc = json.loads(text)
-        assert doc["auth"] is True and SECRET not in text
-        url = doc["url"]
+        assert json.loads(text)["auth"] is True and SECRET not in text
         bodies = []
         for headers in ({}, {"authorization": "Bearer wrong"},
                         {"authorization": f"Basic {SECRET}"}):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.app.server.live import start_serve
 
 STORY = {"model": "smollm2-135m", "temperature": 0, "max_tokens": 1500,
          "messages": [{"role": "user", "content": "Write a very long story about a ship."}]}
@@ -23,23 +22,9 @@ STORY = {"model": "smollm2-135m", "temperature": 0, "max_tokens": 1500,
 EXIT_BOUND_S = 4.5
 
 
-def start(env) -> tuple[subprocess.Popen, str]:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "localchat.app.cli", "serve", "--port", "0",
-         "--max-model-len", "2048"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, env=env)
-    state_file = Path(env["LOCALCHAT_HOME"]) / "run" / "server.json"
-    deadline = time.monotonic() + 240
-    while not state_file.exists():
-        assert serve.poll() is None, serve.stderr.read().decode()
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.2)
-    return serve, json.loads(state_file.read_text())["url"]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_stopping_ends_in_flight_requests_properly(env, sig):
-    serve, url = start(env)
+    serve, _, url = start_serve(env, "--max-model-len", "2048")
     waiting: dict[str, httpx.Response] = {}
 
     def whole() -> None:
