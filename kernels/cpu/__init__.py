@@ -25,7 +25,8 @@ tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repa
 path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
 ``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``;
 the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_matmul`` /
-``int5_dequantize`` and ``gguf_repack_q5``.
+``int5_dequantize`` and ``gguf_repack_q5``. On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
+prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp",
            "repack_ops.cpp",
            "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp",
-           "qa5_ops.cpp", "qa5_scalar.cpp", "qa5_avx2.cpp", "qa5_avx512.cpp", "qa5_vnni.cpp")
+           "qa5_ops.cpp", "qa5_scalar.cpp", "qa5_avx2.cpp", "qa5_avx512.cpp", "qa5_vnni.cpp",
+           "strip_gemm.cpp", "amx_bf16.cpp")
 _NAME = "localchat_cpu_kernels"
 # at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
 # kernel runs on the calling thread whatever torch.set_num_threads says. The library then
@@ -414,3 +416,13 @@ int5_matmul_a8 = _lowbit.int5_matmul_a8
 int6_dequantize = _lowbit.int6_dequantize
 int6_matmul = _lowbit.int6_matmul
 int6_matmul_a8 = _lowbit.int6_matmul_a8
+
+# The AMX prefill GEMM's wrappers live in amx.py, re-exported here.
+from . import amx as _amx
+
+amx_enabled = _amx.amx_enabled
+has_amx = _amx.has_amx
+int4_dequant_mm = _amx.int4_dequant_mm
+int5_dequant_mm = _amx.int5_dequant_mm
+int6_dequant_mm = _amx.int6_dequant_mm
+int8_dequant_mm = _amx.int8_dequant_mm

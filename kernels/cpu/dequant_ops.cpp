@@ -11,6 +11,7 @@
 
 #include "dequant.h"
 #include "isa.h"
+#include "strip_gemm.h"
 
 namespace localchat_cpu {
 namespace {
@@ -83,14 +84,63 @@ void int8_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
+// The int8 weight for the AMX prefill GEMM: rows through the AVX-512 row kernel.
+struct Int8Fill {
+  Int8DequantArgs a;  // out unused
+  size_t ssz;
+};
+
+void int8_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
+  const Int8Fill& f = *static_cast<const Int8Fill*>(ctx);
+  Int8DequantArgs a = f.a;
+  a.qweight += r0 * a.K;
+  a.scales = static_cast<const char*>(a.scales) + r0 * a.ngroups * f.ssz;
+  if (a.mins) a.mins = static_cast<const char*>(a.mins) + r0 * a.ngroups * f.ssz;
+  a.out = rows;
+  int8_dequant_rows_avx512(a, 0, r1 - r0);
+}
+
+// x [M, K] bf16 @ the int8 weight's dequantized (bf16) rows .T -> [M, N] bf16 through the
+// AMX strip GEMM (strip_gemm.h; AMX CPUs only). Weight arguments as int8_dequantize's.
+at::Tensor int8_dequant_mm(const at::Tensor& x, const at::Tensor& qweight,
+                           const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
+                           int64_t group_size) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
+              "int8_dequant_mm: qweight must be contiguous int8 [N, K], got ", qweight.sizes(),
+              " ", qweight.scalar_type());
+  const int64_t N = qweight.size(0), K = qweight.size(1);
+  TORCH_CHECK(group_size > 0 && K % group_size == 0,
+              "int8_dequant_mm: group_size ", group_size, " must divide K=", K);
+  const int64_t ng = K / group_size;
+  const auto dt = scales.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.dim() == 2 &&
+                  scales.size(0) == N && scales.size(1) == ng && scales.is_contiguous(),
+              "int8_dequant_mm: scales must be contiguous fp32 or fp16 [", N, ", ", ng,
+              "], got ", scales.sizes(), " ", dt);
+  const bool has_min = mins.has_value() && mins->defined();
+  if (has_min)
+    TORCH_CHECK(mins->scalar_type() == dt && mins->sizes() == scales.sizes() &&
+                    mins->is_contiguous(),
+                "int8_dequant_mm: mins must be contiguous [", N, ", ", ng,
+                "] of the scales' dtype, got ", mins->sizes(), " ", mins->scalar_type());
+  const Int8Fill f{Int8DequantArgs{qweight.data_ptr<int8_t>(), scales.data_ptr(),
+                                   has_min ? mins->data_ptr() : nullptr, dt == at::kHalf,
+                                   nullptr, true, K, group_size, ng},
+                   static_cast<size_t>(dt == at::kHalf ? 2 : 4)};
+  return strip_gemm("int8_dequant_mm", x, N, K, int8_fill, &f);
+}
+
 }  // namespace
 }  // namespace localchat_cpu
 
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("int8_dequantize(Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
         "Tensor(a!) out, int isa) -> ()");
+  m.def("int8_dequant_mm(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size) "
+        "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int8_dequantize", &localchat_cpu::int8_dequantize);
+  m.impl("int8_dequant_mm", &localchat_cpu::int8_dequant_mm);
 }

@@ -16,6 +16,7 @@
 #include "isa.h"
 #include "kscales.h"
 #include "quant.h"
+#include "strip_gemm.h"
 
 namespace localchat_cpu {
 namespace {
@@ -255,6 +256,64 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
   });
 }
 
+// The int4 weight for the AMX prefill GEMM (strip_gemm.h): rows dequantized to bf16 by the
+// AVX-512 row kernel, the values int4_dequantize writes.
+struct Int4Fill {
+  const uint8_t* q;
+  const char* scales;  // [N, ng] fp32 / fp16 (plain), unused with ks
+  const char* mins;
+  size_t ssz;          // bytes per scale
+  bool half, two_level;
+  KScales ks;
+  int64_t K, G, ng;
+};
+
+void int4_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
+  const Int4Fill& f = *static_cast<const Int4Fill*>(ctx);
+  if (f.two_level) {  // groups of 32: the table-lookup rows of the AMX unit (amx.h)
+    for_kscale_chunks(f.ks, r0, r1, [&](int64_t c0, int64_t c1, float* s, float* m) {
+      int4_rows_bf16_amx(f.q + c0 * (f.K / 2), s, m, f.K, c1 - c0, rows + (c0 - r0) * f.K);
+    });
+    return;
+  }
+  if (f.G == 32 && !f.half) {
+    const float* s = reinterpret_cast<const float*>(f.scales) + r0 * f.ng;
+    const float* m = reinterpret_cast<const float*>(f.mins) + r0 * f.ng;
+    int4_rows_bf16_amx(f.q + r0 * (f.K / 2), s, m, f.K, r1 - r0, rows);
+    return;
+  }
+  const Int4DequantArgs a{f.q + r0 * (f.K / 2), f.scales + r0 * f.ng * f.ssz,
+                          f.mins + r0 * f.ng * f.ssz, f.half, rows, true, f.K, f.G, f.ng};
+  int4_dequant_rows_avx512(a, 0, r1 - r0);
+}
+
+// x [M, K] bf16 @ the int4 weight's dequantized (bf16) rows .T -> [M, N] bf16, through the
+// AMX strip GEMM (strip_gemm.h; AMX CPUs only). Same weight arguments as int4_dequantize.
+at::Tensor int4_dequant_mm(const at::Tensor& x, const at::Tensor& qweight,
+                           const at::Tensor& scales, const at::Tensor& mins, int64_t group_size,
+                           const c10::optional<at::Tensor>& super_scales) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
+              "int4_dequant_mm: qweight must be contiguous uint8 [N, K/2]");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
+  TORCH_CHECK(group_size > 0 && group_size % 32 == 0 && K % group_size == 0,
+              "int4_dequant_mm: group_size ", group_size, " must be a multiple of 32 dividing K=",
+              K);
+  Int4Fill f{qweight.data_ptr<uint8_t>(), nullptr, nullptr, 4, false, false, KScales{}, K,
+             group_size, K / group_size};
+  if (super_scales.has_value() && super_scales->defined()) {
+    f.two_level = true;
+    f.ks = check_kscales("int4_dequant_mm", scales, mins, *super_scales, N, K, group_size);
+  } else {
+    f.half = exact_scales("int4_dequant_mm", scales, &mins, N, f.ng);
+    TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
+                "int4_dequant_mm: scales and mins must be contiguous");
+    f.scales = static_cast<const char*>(scales.data_ptr());
+    f.mins = static_cast<const char*>(mins.data_ptr());
+    f.ssz = f.half ? 2 : 4;
+  }
+  return strip_gemm("int4_dequant_mm", x, N, K, int4_fill, &f);
+}
+
 }  // namespace
 }  // namespace localchat_cpu
 
@@ -268,10 +327,13 @@ TORCH_LIBRARY(localchat_cpu, m) {
         "int isa) -> Tensor");
   m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group_size, "
         "Tensor(a!) out, Tensor? super_scales=None) -> ()");
+  m.def("int4_dequant_mm(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
+        "Tensor? super_scales=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul", &localchat_cpu::int4_matmul);
   m.impl("int8_matmul", &localchat_cpu::int8_matmul);
   m.impl("int4_dequantize", &localchat_cpu::int4_dequantize);
+  m.impl("int4_dequant_mm", &localchat_cpu::int4_dequant_mm);
 }

@@ -15,6 +15,7 @@
 #include "repack_rows.h"
 #include "qa5.h"
 #include "qa8.h"
+#include "strip_gemm.h"
 
 namespace localchat_cpu {
 namespace {
@@ -71,6 +72,19 @@ void int5_dequantize(const at::Tensor& qlow, const at::Tensor& qhigh, const at::
                    int5_dequant_rows_avx512, int5_dequant_rows_avx2,
                    int5_dequant_rows_scalar);
 }
+
+// x [M, K] bf16 @ the int5 weight dequantized to bf16 .T -> [M, N] bf16, through the AMX
+// strip GEMM (strip_gemm.h; AMX CPUs only). Weight arguments as int5_dequantize's.
+at::Tensor int5_dequant_mm(const at::Tensor& x, const at::Tensor& qlow, const at::Tensor& qhigh,
+                           const at::Tensor& scales) {
+  TORCH_CHECK(qlow.dim() == 2, "int5_dequant_mm: qlow must be uint8 [N, K/2], got ",
+              qlow.sizes());
+  const int64_t K = qlow.size(1) * 2;
+  const int64_t N = check_int5("int5_dequant_mm", qlow, qhigh, scales, K);
+  const auto a = weight_args(qlow, qhigh, scales, N, K);
+  return plane_dequant_mm("int5_dequant_mm", x, a, int5_dequant_rows_avx512);
+}
+
 
 // Four Q5_0 blocks (22 bytes each: d fp16, qh uint32 LE, qs[16]) = one 128-column chunk ->
 // qlow 64 bytes, qhigh 16 bytes, 4 scales. Block element e (0..31) has low bits qs[e & 15] >>
@@ -143,6 +157,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("int5_matmul(Tensor x, Tensor qlow, Tensor qhigh, Tensor scales, int isa) -> Tensor");
   m.def("int5_dequantize(Tensor qlow, Tensor qhigh, Tensor scales, Tensor(a!) out, int isa) "
         "-> ()");
+  m.def("int5_dequant_mm(Tensor x, Tensor qlow, Tensor qhigh, Tensor scales) -> Tensor");
   m.def("gguf_repack_q5(Tensor raw, Tensor(a!) qlow, Tensor(b!) qhigh, Tensor(c!) scales, "
         "Tensor? rows) -> ()");
 }
@@ -151,5 +166,6 @@ TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int5_matmul_a8", &localchat_cpu::int5_matmul_a8);
   m.impl("int5_matmul", &localchat_cpu::int5_matmul);
   m.impl("int5_dequantize", &localchat_cpu::int5_dequantize);
+  m.impl("int5_dequant_mm", &localchat_cpu::int5_dequant_mm);
   m.impl("gguf_repack_q5", &localchat_cpu::gguf_repack_q5);
 }

@@ -15,6 +15,7 @@
 #include "repack_rows.h"
 #include "qa6.h"
 #include "qa8.h"
+#include "strip_gemm.h"
 
 namespace localchat_cpu {
 namespace {
@@ -77,6 +78,19 @@ void int6_dequantize(const at::Tensor& qlow, const at::Tensor& qhigh, const at::
                    out, isa, int6_dequant_rows_avx512, int6_dequant_rows_avx2,
                    int6_dequant_rows_scalar);
 }
+
+// x [M, K] bf16 @ the int6 weight dequantized to bf16 .T -> [M, N] bf16, through the AMX
+// strip GEMM (strip_gemm.h; AMX CPUs only). Weight arguments as int6_dequantize's.
+at::Tensor int6_dequant_mm(const at::Tensor& x, const at::Tensor& qlow, const at::Tensor& qhigh,
+                           const at::Tensor& scales, const at::Tensor& super_scales) {
+  TORCH_CHECK(qlow.dim() == 2, "int6_dequant_mm: qlow must be uint8 [N, K/2], got ",
+              qlow.sizes());
+  const int64_t K = qlow.size(1) * 2;
+  const int64_t N = check_int6("int6_dequant_mm", qlow, qhigh, scales, super_scales, K);
+  const auto a = weight_args(qlow, qhigh, scales, super_scales, N, K);
+  return plane_dequant_mm("int6_dequant_mm", x, a, int6_dequant_rows_avx512);
+}
+
 
 // One Q6_K block (210 bytes: ql[128], qh[64], sc[16] int8, d fp16) -> two chunks of the int6
 // layout: qlow 128 bytes, qhigh 64 bytes, scales 16, super scale 1. Block element
@@ -151,6 +165,8 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "Tensor super_scales, int isa) -> Tensor");
   m.def("int6_dequantize(Tensor qlow, Tensor qhigh, Tensor scales, Tensor super_scales, "
         "Tensor(a!) out, int isa) -> ()");
+  m.def("int6_dequant_mm(Tensor x, Tensor qlow, Tensor qhigh, Tensor scales, "
+        "Tensor super_scales) -> Tensor");
   m.def("gguf_repack_q6(Tensor raw, Tensor(a!) qlow, Tensor(b!) qhigh, Tensor(c!) scales, "
         "Tensor(d!) super_scales, Tensor? rows) -> ()");
 }
@@ -159,5 +175,6 @@ TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int6_matmul_a8", &localchat_cpu::int6_matmul_a8);
   m.impl("int6_matmul", &localchat_cpu::int6_matmul);
   m.impl("int6_dequantize", &localchat_cpu::int6_dequantize);
+  m.impl("int6_dequant_mm", &localchat_cpu::int6_dequant_mm);
   m.impl("gguf_repack_q6", &localchat_cpu::gguf_repack_q6);
 }

@@ -1,0 +1,69 @@
+"""Wrappers of the CPU extension's AMX prefill GEMM (``kernels/cpu/amx.h``, ``strip_gemm.cpp``,
+``amx_bf16.cpp``): ``x [M, K]`` bf16 times a quantized weight whose rows are dequantized to
+bf16, 32 at a time, into a per-thread strip that stays in the core's L2 cache, then multiplied
+on the AMX tile unit (``tdpbf16ps``, fp32 accumulation). The weight is read once in its
+quantized form; the row-block route (``engine/quant/cpu_prefill.py``) instead writes whole
+dequantized layers to memory for ``torch.mm`` to read back. Re-exported by
+``localchat.kernels.cpu``; call them through it. The reference is the dequantized weight's
+``torch.mm`` (``reference.dequantize_*`` then an fp32-accumulating bf16 GEMM).
+
+Only on CPUs with AMX-TILE, AMX-BF16 and AVX512-BF16 whose kernel grants the process the
+tile state (:func:`has_amx`); ``LOCALCHAT_CPU_AMX=0`` (or ``LOCALCHAT_CPU_ISA`` below
+``avx512``) turns it off (:func:`amx_enabled`), for A/B runs and to test the other route."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from . import _ops, active_isa, available
+
+AMX_ENV = "LOCALCHAT_CPU_AMX"
+
+
+@functools.cache
+def has_amx() -> bool:
+    """Whether this CPU and OS run the AMX bf16 kernel (False without the C++ kernels, on a
+    CPU without AMX, or where the kernel refuses the tile state). Decided once per process."""
+    return available() and bool(_ops().has_amx())
+
+
+@functools.cache
+def amx_enabled() -> bool:
+    """:func:`has_amx`, unless ``LOCALCHAT_CPU_AMX`` is ``0`` / ``false`` / ``off`` or
+    ``LOCALCHAT_CPU_ISA`` caps the ISA below AVX-512. Read once per process (call
+    ``amx_enabled.cache_clear()`` after changing either variable)."""
+    if os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return has_amx() and active_isa() >= 2
+
+
+def int4_dequant_mm(x, qweight, scales, mins, group_size: int, super_scales=None):
+    """``x [M, K]`` bf16 (contiguous) @ the int4 weight (``int4_dequantize``'s arguments; group
+    size a multiple of 32) -> ``[M, N]`` bf16: each weight row dequantized to the bf16 values
+    ``int4_dequantize`` writes, fp32 accumulation in the tile unit's order, one rounding to
+    bf16. Needs :func:`has_amx`; raises ``RuntimeError`` otherwise or on a bad shape, dtype
+    or layout."""
+    return _ops().int4_dequant_mm(x, qweight, scales, mins, group_size, super_scales)
+
+
+def int8_dequant_mm(x, qweight, scales, mins, group_size: int):
+    """:func:`int4_dequant_mm` for the group-wise int8 weight (``int8_dequantize``'s
+    arguments: ``qweight`` int8 ``[N, K]``, fp32 / fp16 ``scales`` / ``mins`` ``[N, K //
+    group_size]``, ``mins`` may be None; 1-D ``[N]`` scales are per channel)."""
+    if scales.dim() == 1:
+        scales = scales[:, None]
+        mins = None if mins is None else mins.reshape(-1, 1)
+    return _ops().int8_dequant_mm(x, qweight, scales, mins, group_size)
+
+
+def int5_dequant_mm(x, qlow, qhigh, scales):
+    """:func:`int4_dequant_mm` for the int5 layout (GGUF Q5_0; ``int5_dequantize``'s
+    arguments)."""
+    return _ops().int5_dequant_mm(x, qlow, qhigh, scales)
+
+
+def int6_dequant_mm(x, qlow, qhigh, scales, super_scales):
+    """:func:`int4_dequant_mm` for the int6 layout (GGUF Q6_K; ``int6_dequantize``'s
+    arguments)."""
+    return _ops().int6_dequant_mm(x, qlow, qhigh, scales, super_scales)

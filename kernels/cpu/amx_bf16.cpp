@@ -1,0 +1,157 @@
+// AMX bf16 tile kernel of the prefill GEMM (contract: amx.h). Per strip pair (32 dequantized
+// weight rows) and pair of activation row tiles, 2 x 2 blocking: tmm0 / tmm1 the A operands
+// (the two 16-row halves x 32 k), tmm2 / tmm3 the B operands (32 k x 16 activation rows of
+// each tile), tmm4..tmm7 the four C accumulators, so consecutive products never wait on one
+// another's sums (with one strip and one tile per pass, the products of one accumulator
+// serialized and the kernel ran at 1/3 the speed). An odd tile left over takes a pass of its
+// own with two accumulators; more tiles take more passes over the same strip (in cache).
+// Only the kernel is compiled for AMX; the CPU check (amx_bf16_ready) is in strip_gemm.cpp,
+// compiled for the baseline ISA, so nothing here runs before the CPU is known to have AMX.
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
+#define LOCALCHAT_AMX 1
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
+#include "amx.h"
+
+namespace localchat_cpu {
+
+#ifdef LOCALCHAT_AMX
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// One pass over the whole strip pair (weight rows n0 .. n0 + 31: A tiles tmm0 / tmm1) for
+// activation row tiles t0 (B tmm2, C tmm4 / tmm6) and, when T == 2, t0 + 1 (B tmm3, C tmm5 /
+// tmm7): 2 x T independent accumulators, so consecutive products never wait on one
+// another's sums; then the C tiles stored to cbuf [2][T][16][16] (strip, tile, weight row,
+// activation row).
+template <int T>
+void pass(const uint16_t* strip, const AmxGemmArgs& a, int64_t mt, int64_t t0, float* cbuf) {
+  const int64_t nks = a.K / 32, astride = a.K * 2;
+  const uint16_t* strip1 = strip + 16 * a.K;
+  _tile_zero(4);
+  _tile_zero(6);
+  if (T > 1) { _tile_zero(5); _tile_zero(7); }
+  for (int64_t s = 0; s < nks; ++s) {
+    const uint32_t* b = a.xp + (s * mt + t0) * 256;
+    _tile_loadd(2, b, 64);
+    _tile_loadd(0, strip + 32 * s, astride);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_loadd(1, strip1 + 32 * s, astride);
+    _tile_dpbf16ps(6, 1, 2);
+    if (T > 1) {
+      _tile_loadd(3, b + 256, 64);
+      _tile_dpbf16ps(5, 0, 3);
+      _tile_dpbf16ps(7, 1, 3);
+    }
+  }
+  _tile_stored(4, cbuf, 64);
+  _tile_stored(6, cbuf + 512, 64);
+  if (T > 1) { _tile_stored(5, cbuf + 256, 64); _tile_stored(7, cbuf + 768, 64); }
+}
+
+inline uint16_t to_bf16(float v) {  // round to nearest even; NaN -> quiet NaN
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// cbuf [2][2][16][16] -> out[16 (t0 + j) + i, n0 + 16 h + r] for strip h, tile j < nt.
+void store(const AmxGemmArgs& a, const float* cbuf, int nt, int64_t t0, int64_t n0) {
+  for (int h = 0; h < 2; ++h) {
+    const int64_t nb = n0 + 16 * h, rows = a.N - nb < 16 ? a.N - nb : 16;
+    for (int j = 0; j < nt; ++j) {
+      const int64_t m0 = 16 * (t0 + j);
+      const int64_t mm = a.M - m0 < 16 ? a.M - m0 : 16;
+      const float* c = cbuf + 512 * h + 256 * j;
+      for (int64_t i = 0; i < mm; ++i) {
+        if (a.out_bf16) {
+          uint16_t* o = static_cast<uint16_t*>(a.out) + (m0 + i) * a.N + nb;
+          for (int64_t r = 0; r < rows; ++r) o[r] = to_bf16(c[16 * r + i]);
+        } else {
+          float* o = static_cast<float*>(a.out) + (m0 + i) * a.N + nb;
+          for (int64_t r = 0; r < rows; ++r) o[r] = c[16 * r + i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool amx_bf16_built() { return true; }
+
+void int4_rows_bf16_amx(const uint8_t* q, const float* s, const float* m, int64_t K,
+                        int64_t rows, uint16_t* out) {
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lo = _mm512_set1_epi32(0x0F), hi = _mm512_set1_epi32(0xF0);
+  const int64_t ng = K / 32;
+  for (int64_t n = 0; n < rows; ++n) {
+    const uint8_t* qr = q + n * (K / 2);
+    uint16_t* o = out + n * K;
+    for (int64_t g = 0; g < ng; ++g) {
+      const __m512 t = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[n * ng + g]),
+                                       _mm512_set1_ps(m[n * ng + g]));
+      const __m512i table = _mm512_castsi256_si512(
+          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(t)));
+      // dword j = byte j's low nibble | its high nibble << 16: the words in column order
+      const __m512i d = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(qr + 16 * g)));
+      const __m512i idx = _mm512_or_si512(_mm512_and_si512(d, lo),
+                                          _mm512_slli_epi32(_mm512_and_si512(d, hi), 12));
+      _mm512_storeu_si512(o + 32 * g, _mm512_permutexvar_epi16(idx, table));
+    }
+  }
+}
+
+void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* strip) {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  const int64_t mt = (a.M + 15) / 16;
+  alignas(64) float cbuf[4 * 256];
+  for (int64_t s = s0; s < s1; ++s) {  // strip pair s: weight rows 32 s .. 32 s + 31
+    const int64_t n0 = 32 * s, rows = a.N - n0 < 32 ? a.N - n0 : 32;
+    if (rows < 32) std::memset(strip, 0, sizeof(uint16_t) * 32 * a.K);
+    a.fill(a.fill_ctx, n0, n0 + rows, strip);
+    for (int64_t t0 = 0; t0 < mt; t0 += 2) {
+      if (mt - t0 >= 2) {
+        pass<2>(strip, a, mt, t0, cbuf);
+        store(a, cbuf, 2, t0, n0);
+      } else {
+        pass<1>(strip, a, mt, t0, cbuf);
+        store(a, cbuf, 1, t0, n0);
+      }
+    }
+  }
+  _tile_release();
+}
+
+#else  // no AMX in this compiler or architecture: amx_bf16_ready() is false, never called
+
+bool amx_bf16_built() { return false; }
+
+void int4_rows_bf16_amx(const uint8_t*, const float*, const float*, int64_t, int64_t,
+                        uint16_t*) {}
+
+void amx_bf16_strips(const AmxGemmArgs&, int64_t, int64_t, uint16_t*) {}
+
+#endif
+
+}  // namespace localchat_cpu
