@@ -76,4 +76,7 @@ def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
         cpu.int4_dequantize(qweight[a:a + b], scales[a:a + b], mins[a:a + b], group_size, w,
                             sup)
 
-    return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill)
+    def amx(xb: torch.Tensor) -> torch.Tensor:
+        return cpu.int4_dequant_mm(xb, qweight, scales, mins, group_size, super_scales)
+
+    return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill, amx=amx)

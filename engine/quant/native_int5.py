@@ -71,6 +71,7 @@ class Int5LinearMethod(PlanarLinearMethod):
     _matmul_a8 = staticmethod(cpu.int5_matmul_a8)
     _matmul = staticmethod(cpu.int5_matmul)
     _dequantize = staticmethod(cpu.int5_dequantize)
+    _dequant_mm = staticmethod(cpu.int5_dequant_mm)
 
     @staticmethod
     def _dequantize_ref(*w):

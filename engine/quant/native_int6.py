@@ -62,6 +62,7 @@ class Int6LinearMethod(PlanarLinearMethod):
     _matmul_a8 = staticmethod(cpu.int6_matmul_a8)
     _matmul = staticmethod(cpu.int6_matmul)
     _dequantize = staticmethod(cpu.int6_dequantize)
+    _dequant_mm = staticmethod(cpu.int6_dequant_mm)
 
     @staticmethod
     def _dequantize_ref(*w):

@@ -44,6 +44,10 @@ class PlanarLinearMethod(LinearMethod):
     def _dequantize(self, *w_and_out) -> None:
         raise NotImplementedError
 
+    # the layout's AMX prefill GEMM (``localchat.kernels.cpu.int{5,6}_dequant_mm``: x, *weights
+    # -> x @ w.T), or None
+    _dequant_mm = None
+
     def _dequantize_ref(self, *w) -> torch.Tensor:
         raise NotImplementedError
 
@@ -64,7 +68,8 @@ class PlanarLinearMethod(LinearMethod):
             def fill(a: int, b: int, out: torch.Tensor) -> None:
                 self._dequantize(*(t[a:a + b] for t in w), out)
 
-            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill)
+            amx = None if self._dequant_mm is None else (lambda xb: self._dequant_mm(xb, *w))
+            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill, amx=amx)
         return _add_bias(y.to(x.dtype), layer.bias).reshape(*x.shape[:-1], -1)
 
     def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
