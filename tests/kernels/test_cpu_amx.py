@@ -52,11 +52,13 @@ def assert_close(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
     assert worst <= 0, f"max excess {worst:.3g} over the bound (max err {err.max().item():.3g})"
 
 
-def int4_weights(n: int, k: int, seed: int):
+def int4_weights(n: int, k: int, seed: int, g: int = 32, dtype=torch.float16):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
-    s = (torch.rand(n, k // 32, generator=gen) * 0.02).half()
-    m = (-torch.rand(n, k // 32, generator=gen) * 0.1).half()
+    # fp16 values even as fp32 (GGUF's): q * s is then exact, so the kernels' fma and the
+    # reference's product-then-sum round alike
+    s = (torch.rand(n, k // g, generator=gen) * 0.02).half().to(dtype)
+    m = (-torch.rand(n, k // g, generator=gen) * 0.1).half().to(dtype)
     return q, s, m
 
 
@@ -64,10 +66,22 @@ def int4_weights(n: int, k: int, seed: int):
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("n,k", [(36, 64), (100, 512), (20, 1536)])
 def test_int4_group_scales(m, n, k):
+    """fp16 scales and mins (GGUF Q4_0 / Q4_1), groups of 32: the table-lookup rows."""
     q, s, mn = int4_weights(n, k, seed=m + n)
     x = activations(m, k, seed=k)
     w = reference.dequantize_int4(q, s.float(), mn.float(), 32)
     assert_close(cpu.int4_dequant_mm(x, q, s, mn, 32), x, w)
+
+
+@needs_amx
+@pytest.mark.parametrize("g,dtype", [(32, torch.float32), (64, torch.float16),
+                                     (128, torch.float32)])
+def test_int4_other_scales(g, dtype):
+    """fp32 scales and groups wider than 32 (those take the row dequantizer)."""
+    q, s, mn = int4_weights(50, 512, seed=g, g=g, dtype=dtype)
+    x = activations(33, 512, seed=g)
+    w = reference.dequantize_int4(q, s.float(), mn.float(), g)
+    assert_close(cpu.int4_dequant_mm(x, q, s, mn, g), x, w)
 
 
 @needs_amx
