@@ -54,6 +54,14 @@ bool amx_bf16_built();
 void int4_rows_bf16_amx(const uint8_t* q, const float* s, const float* m, int64_t K,
                         int64_t rows, uint16_t* out);
 
+// The same for two-level (GGUF Q4_K) scales (kscales.h): sc / mn uint8 [rows, K / 32], sup fp16
+// bits [rows, K / 256, 2] = (d, -dmin); each group's scale d * sc and min -dmin * mn formed
+// in fp32 (exact products, the values reference.fold_kscales gives). K % 256 == 0 and
+// K / 32 <= kAmxMaxGroups (a row's scales sit on the stack).
+constexpr int64_t kAmxMaxGroups = 4096;
+void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
+                         const uint16_t* sup, int64_t K, int64_t rows, uint16_t* out);
+
 // Strips [s0, s1) (weight rows 16 s0 .. min(16 s1, N)) of out, on the calling thread;
 // `strip` is the caller's scratch of 16 * K bf16 (the dequantized rows).
 void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* strip);

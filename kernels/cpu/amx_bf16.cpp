@@ -9,7 +9,7 @@
 // compiled for the baseline ISA, so nothing here runs before the CPU is known to have AMX.
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 11)
 #define LOCALCHAT_AMX 1
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")
 #include <immintrin.h>
 #endif
 
@@ -92,26 +92,53 @@ void store(const AmxGemmArgs& a, const float* cbuf, int nt, int64_t t0, int64_t 
 
 bool amx_bf16_built() { return true; }
 
+namespace {
+
+// One group: the 32 weights of 16 bytes at qg -> o, scale s, min m.
+inline void int4_group_bf16(const uint8_t* qg, float s, float m, uint16_t* o) {
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 t = _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(m));
+  // the 16 values twice (words 0-15 and 16-31): vpermw reads only an index's low 5 bits, so
+  // byte j itself indexes its low nibble's value whatever its bit 4
+  const __m512i table = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
+  // dword j = byte j (word 0: the low nibble + bits vpermw ignores) | byte j << 12 (word 1:
+  // the high nibble): the 32 words in column order
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qg)));
+  const __m512i idx = _mm512_or_si512(d, _mm512_slli_epi32(d, 12));
+  _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, table));
+}
+
+}  // namespace
+
 void int4_rows_bf16_amx(const uint8_t* q, const float* s, const float* m, int64_t K,
                         int64_t rows, uint16_t* out) {
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i lo = _mm512_set1_epi32(0x0F), hi = _mm512_set1_epi32(0xF0);
   const int64_t ng = K / 32;
+  for (int64_t n = 0; n < rows; ++n)
+    for (int64_t g = 0; g < ng; ++g)
+      int4_group_bf16(q + n * (K / 2) + 16 * g, s[n * ng + g], m[n * ng + g],
+                      out + n * K + 32 * g);
+}
+
+void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
+                         const uint16_t* sup, int64_t K, int64_t rows, uint16_t* out) {
+  const int64_t ng = K / 32, nsb = ng / 8;
+  float s[kAmxMaxGroups], m[kAmxMaxGroups];  // one row's folded scales and mins
   for (int64_t n = 0; n < rows; ++n) {
-    const uint8_t* qr = q + n * (K / 2);
-    uint16_t* o = out + n * K;
-    for (int64_t g = 0; g < ng; ++g) {
-      const __m512 t = _mm512_fmadd_ps(iota, _mm512_set1_ps(s[n * ng + g]),
-                                       _mm512_set1_ps(m[n * ng + g]));
-      const __m512i table = _mm512_castsi256_si512(
-          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(t)));
-      // dword j = byte j's low nibble | its high nibble << 16: the words in column order
-      const __m512i d = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(qr + 16 * g)));
-      const __m512i idx = _mm512_or_si512(_mm512_and_si512(d, lo),
-                                          _mm512_slli_epi32(_mm512_and_si512(d, hi), 12));
-      _mm512_storeu_si512(o + 32 * g, _mm512_permutexvar_epi16(idx, table));
+    // 8 groups (one super-block) per step: widened bytes times the broadcast fp16 d / -dmin
+    for (int64_t b = 0; b < nsb; ++b) {
+      const uint16_t* sp = sup + (n * nsb + b) * 2;
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(sp[0]));
+      const __m256 neg_dmin = _mm256_set1_ps(_cvtsh_ss(sp[1]));
+      const int64_t g = n * ng + 8 * b;
+      const __m256 scv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + g))));
+      const __m256 mnv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + g))));
+      _mm256_storeu_ps(s + 8 * b, _mm256_mul_ps(d, scv));
+      _mm256_storeu_ps(m + 8 * b, _mm256_mul_ps(neg_dmin, mnv));
     }
+    for (int64_t g = 0; g < ng; ++g)
+      int4_group_bf16(q + n * (K / 2) + 16 * g, s[g], m[g], out + n * K + 32 * g);
   }
 }
 
@@ -149,6 +176,9 @@ bool amx_bf16_built() { return false; }
 
 void int4_rows_bf16_amx(const uint8_t*, const float*, const float*, int64_t, int64_t,
                         uint16_t*) {}
+
+void int4k_rows_bf16_amx(const uint8_t*, const uint8_t*, const uint8_t*, const uint16_t*,
+                         int64_t, int64_t, uint16_t*) {}
 
 void amx_bf16_strips(const AmxGemmArgs&, int64_t, int64_t, uint16_t*) {}
 

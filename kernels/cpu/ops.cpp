@@ -271,10 +271,16 @@ struct Int4Fill {
 
 void int4_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
   const Int4Fill& f = *static_cast<const Int4Fill*>(ctx);
-  if (f.two_level) {  // groups of 32: the table-lookup rows of the AMX unit (amx.h)
+  if (f.two_level && f.ng > kAmxMaxGroups) {  // rows too long for its stack buffers
     for_kscale_chunks(f.ks, r0, r1, [&](int64_t c0, int64_t c1, float* s, float* m) {
       int4_rows_bf16_amx(f.q + c0 * (f.K / 2), s, m, f.K, c1 - c0, rows + (c0 - r0) * f.K);
     });
+    return;
+  }
+  if (f.two_level) {  // groups of 32: the table-lookup rows of the AMX unit (amx.h)
+    int4k_rows_bf16_amx(f.q + r0 * (f.K / 2), f.ks.sc + r0 * f.ng, f.ks.mn + r0 * f.ng,
+                        reinterpret_cast<const uint16_t*>(f.ks.sup) + r0 * (f.ng / 8) * 2, f.K,
+                        r1 - r0, rows);
     return;
   }
   if (f.G == 32 && !f.half) {

@@ -6,9 +6,9 @@ activations in float64.
 Tolerance: the kernel multiplies the same bf16 values, sums the products in fp32 (the tile
 unit's order: pairs, then 32-column k-steps) and rounds the result once to bf16, so
 ``|out - ref| <= 2^-8 |ref| + 2^-14 (|x| @ |w|.T)``: the bf16 rounding of the output (half an
-ulp is 2^-9 relative) and an fp32 sum of up to 1536 products (K u = 1536 x 2^-24 < 2^-13
-relative to the sum of magnitudes in the worst case; we allow 2^-14, about 100x the typical
-error). A wrong pairing, a lost k-step or a mixed-up strip is off by whole products, far
+ulp is 2^-9 relative) and the fp32 sum (its rounding errors grow like sqrt(K) u for these
+random signs: about 2^-15.5 of the sum of magnitudes at K = 131328; the bound allows 2^-14).
+A wrong pairing, a lost k-step or a mixed-up strip is off by whole products, far
 outside it.
 
 Shapes: M from 1 to 80 (one activation tile with a tail, pairs of tiles, an odd tile left
@@ -85,12 +85,14 @@ def test_int4_other_scales(g, dtype):
 
 
 @needs_amx
-@pytest.mark.parametrize("m", [17, 80])
-def test_int4_two_level_scales(m):
+@pytest.mark.parametrize("m,k", [(17, 512), (80, 512), (17, 131328)])
+def test_int4_two_level_scales(m, k):
+    """GGUF Q4_K's scales folded per row; K = 131328 (4104 groups) is past the row buffer of
+    int4k_rows_bf16_amx and takes the chunked widening instead."""
     from .test_cpu_kscales import kscale_weights
 
-    q, sc, mn, sup = kscale_weights(52, 512, seed=m)
-    x = activations(m, 512, seed=m)
+    q, sc, mn, sup = kscale_weights(20 if k > 4096 else 52, k, seed=m)
+    x = activations(m, k, seed=m)
     w = reference.dequantize_int4(q, sc, mn, 32, sup)
     assert_close(cpu.int4_dequant_mm(x, q, sc, mn, 32, sup), x, w)
 
