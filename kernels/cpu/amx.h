@@ -62,6 +62,21 @@ constexpr int64_t kAmxMaxGroups = 4096;
 void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
                          const uint16_t* sup, int64_t K, int64_t rows, uint16_t* out);
 
+// Rows of a group-wise int8 weight (q int8 [rows, K]; scales / mins [rows, K / G] fp32, or
+// fp16 bits when half; mins may be null; G % 16 == 0, K % 32 == 0) as bf16 into out [rows, K]:
+// q * s (+ m), product then sum each rounded once in fp32 (int8_dequantize's values), rounded
+// to nearest even by vcvtne2ps2bf16.
+void int8_rows_bf16_amx(const int8_t* q, const void* scales, const void* mins, bool half,
+                        int64_t K, int64_t G, int64_t rows, uint16_t* out);
+
+// The bit-plane layouts' rows [r0, r1) (qa5.h / qa6.h, Args N and K set) as bf16 into rows
+// 0..r1-r0-1 of `rows` (stride K): the values int5/int6_dequantize write, rounded by
+// vcvtne2ps2bf16 (amx_fill5.cpp, amx_fill6.cpp; AVX512-BF16, so AMX CPUs only).
+struct Int5Args;
+struct Int6Args;
+void int5_rows_bf16_amx(const Int5Args& a, int64_t r0, int64_t r1, uint16_t* rows);
+void int6_rows_bf16_amx(const Int6Args& a, int64_t r0, int64_t r1, uint16_t* rows);
+
 // Strips [s0, s1) (weight rows 16 s0 .. min(16 s1, N)) of out, on the calling thread;
 // `strip` is the caller's scratch of 16 * K bf16 (the dequantized rows).
 void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* strip);

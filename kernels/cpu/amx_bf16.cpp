@@ -142,6 +142,39 @@ void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
   }
 }
 
+namespace {
+
+inline float ld_scale(const void* p, int64_t i, bool half) {
+  return half ? _cvtsh_ss(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+}  // namespace
+
+void int8_rows_bf16_amx(const int8_t* q, const void* scales, const void* mins, bool half,
+                        int64_t K, int64_t G, int64_t rows, uint16_t* out) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const int64_t ng = K / G;
+  for (int64_t n = 0; n < rows; ++n) {
+    for (int64_t k = 0; k < K; k += 32) {  // two 16-column halves, each inside one group
+      const int64_t g0 = n * ng + k / G, g1 = n * ng + (k + 16) / G;
+      const int8_t* qk = q + n * K + k;
+      __m512 w0 = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qk))));
+      __m512 w1 = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qk + 16))));
+      // product then sum, each rounded once (explicit rounding: never contracted to an fma)
+      w0 = _mm512_mul_round_ps(w0, _mm512_set1_ps(ld_scale(scales, g0, half)), kRound);
+      w1 = _mm512_mul_round_ps(w1, _mm512_set1_ps(ld_scale(scales, g1, half)), kRound);
+      if (mins) {
+        w0 = _mm512_add_round_ps(w0, _mm512_set1_ps(ld_scale(mins, g0, half)), kRound);
+        w1 = _mm512_add_round_ps(w1, _mm512_set1_ps(ld_scale(mins, g1, half)), kRound);
+      }
+      _mm512_storeu_si512(out + n * K + k,
+                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(w1, w0)));
+    }
+  }
+}
+
 void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* strip) {
   TileConfig cfg;
   std::memset(&cfg, 0, sizeof cfg);
@@ -179,6 +212,9 @@ void int4_rows_bf16_amx(const uint8_t*, const float*, const float*, int64_t, int
 
 void int4k_rows_bf16_amx(const uint8_t*, const uint8_t*, const uint8_t*, const uint16_t*,
                          int64_t, int64_t, uint16_t*) {}
+
+void int8_rows_bf16_amx(const int8_t*, const void*, const void*, bool, int64_t, int64_t,
+                        int64_t, uint16_t*) {}
 
 void amx_bf16_strips(const AmxGemmArgs&, int64_t, int64_t, uint16_t*) {}
 

@@ -92,6 +92,14 @@ struct Int8Fill {
 
 void int8_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
   const Int8Fill& f = *static_cast<const Int8Fill*>(ctx);
+  if (f.a.group_size % 16 == 0) {  // the AMX TU's rows, hardware bf16 rounding
+    const int64_t ng = f.a.ngroups;
+    int8_rows_bf16_amx(f.a.qweight + r0 * f.a.K,
+                       static_cast<const char*>(f.a.scales) + r0 * ng * f.ssz,
+                       f.a.mins ? static_cast<const char*>(f.a.mins) + r0 * ng * f.ssz : nullptr,
+                       f.a.half, f.a.K, f.a.group_size, r1 - r0, rows);
+    return;
+  }
   Int8DequantArgs a = f.a;
   a.qweight += r0 * a.K;
   a.scales = static_cast<const char*>(a.scales) + r0 * a.ngroups * f.ssz;

@@ -138,27 +138,25 @@ void plane_dequantize(const char* op, const Args& a, at::Tensor out, int64_t isa
   at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) { fn(a, o, bf16, r0, r1); });
 }
 
-// The weight in `a` for the AMX prefill GEMM (strip_gemm.h): the AVX-512 row kernel writes row
-// n at out + n * K, so the base handed to it is shifted for row r0 to land at rows[0].
+// The weight in `a` for the AMX prefill GEMM (strip_gemm.h), its rows through the layout's
+// bf16 fill (amx.h: int5_rows_bf16_amx / int6_rows_bf16_amx).
 template <class Args>
 struct PlaneFill {
   const Args* a;
-  void (*fn)(const Args&, void*, bool, int64_t, int64_t);
+  void (*fn)(const Args&, int64_t, int64_t, uint16_t*);
 };
 
 template <class Args>
 void plane_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
   const PlaneFill<Args>& f = *static_cast<const PlaneFill<Args>*>(ctx);
-  void* base = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(rows) -
-                                       static_cast<uintptr_t>(r0 * f.a->K) * sizeof(uint16_t));
-  f.fn(*f.a, base, true, r0, r1);
+  f.fn(*f.a, r0, r1, rows);
 }
 
 // x [M, K] bf16 @ the weight in `a` (N, K set) dequantized to bf16 .T -> [M, N] bf16, through
 // the AMX strip GEMM (AMX CPUs only).
 template <class Args>
 at::Tensor plane_dequant_mm(const char* op, const at::Tensor& x, const Args& a,
-                            void (*avx512_fn)(const Args&, void*, bool, int64_t, int64_t)) {
-  const PlaneFill<Args> f{&a, avx512_fn};
+                            void (*fill_fn)(const Args&, int64_t, int64_t, uint16_t*)) {
+  const PlaneFill<Args> f{&a, fill_fn};
   return strip_gemm(op, x, a.N, a.K, plane_fill<Args>, &f);
 }

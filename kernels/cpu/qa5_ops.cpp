@@ -82,7 +82,7 @@ at::Tensor int5_dequant_mm(const at::Tensor& x, const at::Tensor& qlow, const at
   const int64_t K = qlow.size(1) * 2;
   const int64_t N = check_int5("int5_dequant_mm", qlow, qhigh, scales, K);
   const auto a = weight_args(qlow, qhigh, scales, N, K);
-  return plane_dequant_mm("int5_dequant_mm", x, a, int5_dequant_rows_avx512);
+  return plane_dequant_mm("int5_dequant_mm", x, a, int5_rows_bf16_amx);
 }
 
 

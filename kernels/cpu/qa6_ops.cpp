@@ -88,7 +88,7 @@ at::Tensor int6_dequant_mm(const at::Tensor& x, const at::Tensor& qlow, const at
   const int64_t K = qlow.size(1) * 2;
   const int64_t N = check_int6("int6_dequant_mm", qlow, qhigh, scales, super_scales, K);
   const auto a = weight_args(qlow, qhigh, scales, super_scales, N, K);
-  return plane_dequant_mm("int6_dequant_mm", x, a, int6_dequant_rows_avx512);
+  return plane_dequant_mm("int6_dequant_mm", x, a, int6_rows_bf16_amx);
 }
 
 

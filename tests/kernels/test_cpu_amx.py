@@ -112,6 +112,22 @@ def test_int8(m, with_mins):
 
 
 @needs_amx
+@pytest.mark.parametrize("g", [16, 48, 8, 0])  # 0: per channel (1-D scales)
+def test_int8_group_sizes(g):
+    """fp16 scales (GGUF Q8_0's) in groups of 16 and 48 (two halves of a 32-column step in
+    different groups), per channel, and a group of 8 (not a multiple of 16: the row
+    dequantizer)."""
+    gen = torch.Generator().manual_seed(g)
+    n, k = 37, 480
+    q = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
+    shape = (n,) if g == 0 else (n, k // g)
+    s = (torch.rand(*shape, generator=gen) * 0.01).half()
+    x = activations(21, k, seed=g)
+    w = reference.dequantize_int8(q, s.float(), None, k if g == 0 else g)
+    assert_close(cpu.int8_dequant_mm(x, q, s, None, k if g == 0 else g), x, w)
+
+
+@needs_amx
 @pytest.mark.parametrize("m", [1, 17, 50])
 def test_int6(m):
     from localchat.kernels.reference_int6 import dequantize_int6
