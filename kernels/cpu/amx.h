@@ -71,7 +71,7 @@ void int8_rows_bf16_amx(const int8_t* q, const void* scales, const void* mins, b
 
 // The bit-plane layouts' rows [r0, r1) (qa5.h / qa6.h, Args N and K set) as bf16 into rows
 // 0..r1-r0-1 of `rows` (stride K): the values int5/int6_dequantize write, rounded by
-// vcvtne2ps2bf16 (amx_fill5.cpp, amx_fill6.cpp; AVX512-BF16, so AMX CPUs only).
+// vcvtne2ps2bf16 (amx_fill_planes.cpp; AVX512-BF16, so AMX CPUs only).
 struct Int5Args;
 struct Int6Args;
 void int5_rows_bf16_amx(const Int5Args& a, int64_t r0, int64_t r1, uint16_t* rows);

@@ -45,36 +45,47 @@ void scalar_rows(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
   else int8_dequant_rows_scalar<float, float>(a, r0, r1);
 }
 
+// Checks an int8 weight (qweight int8 [N, K] with contiguous fp32 | fp16 scales, and mins,
+// [N, K / group_size]) for `op`; the row kernels' arguments with no output set.
+Int8DequantArgs check_int8_weight(const char* op, const at::Tensor& qweight,
+                                  const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
+                                  int64_t group_size) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
+              op, ": qweight must be contiguous int8 [N, K], got ", qweight.sizes(), " ",
+              qweight.scalar_type());
+  const int64_t N = qweight.size(0), K = qweight.size(1);
+  TORCH_CHECK(group_size > 0 && K % group_size == 0,
+              op, ": group_size ", group_size, " must divide K=", K);
+  const int64_t ng = K / group_size;
+  const auto dt = scales.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.dim() == 2 &&
+                  scales.size(0) == N && scales.size(1) == ng && scales.is_contiguous(),
+              op, ": scales must be contiguous fp32 or fp16 [", N, ", ", ng, "], got ",
+              scales.sizes(), " ", dt);
+  const bool has_min = mins.has_value() && mins->defined();
+  if (has_min)
+    TORCH_CHECK(mins->scalar_type() == dt && mins->sizes() == scales.sizes() &&
+                    mins->is_contiguous(),
+                op, ": mins must be contiguous [", N, ", ", ng, "] of the scales' dtype, got ",
+                mins->sizes(), " ", mins->scalar_type());
+  return Int8DequantArgs{qweight.data_ptr<int8_t>(), scales.data_ptr(),
+                         has_min ? mins->data_ptr() : nullptr, dt == at::kHalf, nullptr, false,
+                         K, group_size, ng};
+}
+
 // out [N, K] fp32 | bf16 (contiguous, written in place) <- q * s (+ m) of int8 qweight
 // [N, K] with contiguous fp32 | fp16 scales (and mins) [N, K / group_size].
 void int8_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
                      const c10::optional<at::Tensor>& mins, int64_t group_size, at::Tensor out,
                      int64_t isa) {
-  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
-              "int8_dequantize: qweight must be contiguous int8 [N, K], got ", qweight.sizes(),
-              " ", qweight.scalar_type());
-  const int64_t N = qweight.size(0), K = qweight.size(1);
-  TORCH_CHECK(group_size > 0 && K % group_size == 0,
-              "int8_dequantize: group_size ", group_size, " must divide K=", K);
-  const int64_t ng = K / group_size;
-  const auto dt = scales.scalar_type();
-  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.dim() == 2 &&
-                  scales.size(0) == N && scales.size(1) == ng && scales.is_contiguous(),
-              "int8_dequantize: scales must be contiguous fp32 or fp16 [", N, ", ", ng,
-              "], got ", scales.sizes(), " ", dt);
-  const bool has_min = mins.has_value() && mins->defined();
-  if (has_min)
-    TORCH_CHECK(mins->scalar_type() == dt && mins->sizes() == scales.sizes() &&
-                    mins->is_contiguous(),
-                "int8_dequantize: mins must be contiguous [", N, ", ", ng,
-                "] of the scales' dtype, got ", mins->sizes(), " ", mins->scalar_type());
+  Int8DequantArgs a = check_int8_weight("int8_dequantize", qweight, scales, mins, group_size);
+  const int64_t N = qweight.size(0), K = a.K;
   TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
                   out.dim() == 2 && out.size(0) == N && out.size(1) == K && out.is_contiguous(),
               "int8_dequantize: out must be contiguous fp32 or bf16 [", N, ", ", K, "], got ",
               out.sizes(), " ", out.scalar_type());
-  const Int8DequantArgs a{qweight.data_ptr<int8_t>(), scales.data_ptr(),
-                          has_min ? mins->data_ptr() : nullptr, dt == at::kHalf,
-                          out.data_ptr(), out.scalar_type() == at::kBFloat16, K, group_size, ng};
+  a.out = out.data_ptr();
+  a.bf16 = out.scalar_type() == at::kBFloat16;
   const int64_t use = cpu_clamp_isa(isa);
   void (*fn)(const Int8DequantArgs&, int64_t, int64_t) =
       use == 2 ? int8_dequant_rows_avx512 : use == 1 ? int8_dequant_rows_avx2 : scalar_rows;
@@ -84,7 +95,8 @@ void int8_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   at::parallel_for(0, N, grain, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
-// The int8 weight for the AMX prefill GEMM: rows through the AVX-512 row kernel.
+// The int8 weight for the AMX prefill GEMM: rows through amx.h's int8_rows_bf16_amx, or the
+// AVX-512 row kernel for groups not a multiple of 16.
 struct Int8Fill {
   Int8DequantArgs a;  // out unused
   size_t ssz;
@@ -105,6 +117,7 @@ void int8_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
   a.scales = static_cast<const char*>(a.scales) + r0 * a.ngroups * f.ssz;
   if (a.mins) a.mins = static_cast<const char*>(a.mins) + r0 * a.ngroups * f.ssz;
   a.out = rows;
+  a.bf16 = true;
   int8_dequant_rows_avx512(a, 0, r1 - r0);
 }
 
@@ -113,29 +126,11 @@ void int8_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
 at::Tensor int8_dequant_mm(const at::Tensor& x, const at::Tensor& qweight,
                            const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
                            int64_t group_size) {
-  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
-              "int8_dequant_mm: qweight must be contiguous int8 [N, K], got ", qweight.sizes(),
-              " ", qweight.scalar_type());
-  const int64_t N = qweight.size(0), K = qweight.size(1);
-  TORCH_CHECK(group_size > 0 && K % group_size == 0,
-              "int8_dequant_mm: group_size ", group_size, " must divide K=", K);
-  const int64_t ng = K / group_size;
-  const auto dt = scales.scalar_type();
-  TORCH_CHECK((dt == at::kFloat || dt == at::kHalf) && scales.dim() == 2 &&
-                  scales.size(0) == N && scales.size(1) == ng && scales.is_contiguous(),
-              "int8_dequant_mm: scales must be contiguous fp32 or fp16 [", N, ", ", ng,
-              "], got ", scales.sizes(), " ", dt);
-  const bool has_min = mins.has_value() && mins->defined();
-  if (has_min)
-    TORCH_CHECK(mins->scalar_type() == dt && mins->sizes() == scales.sizes() &&
-                    mins->is_contiguous(),
-                "int8_dequant_mm: mins must be contiguous [", N, ", ", ng,
-                "] of the scales' dtype, got ", mins->sizes(), " ", mins->scalar_type());
-  const Int8Fill f{Int8DequantArgs{qweight.data_ptr<int8_t>(), scales.data_ptr(),
-                                   has_min ? mins->data_ptr() : nullptr, dt == at::kHalf,
-                                   nullptr, true, K, group_size, ng},
-                   static_cast<size_t>(dt == at::kHalf ? 2 : 4)};
-  return strip_gemm("int8_dequant_mm", x, N, K, int8_fill, &f);
+  const Int8DequantArgs w =
+      check_int8_weight("int8_dequant_mm", qweight, scales, mins, group_size);
+  const Int8Fill f{w, static_cast<size_t>(w.half ? 2 : 4)};
+  const int64_t N = qweight.size(0);
+  return strip_gemm("int8_dequant_mm", x, N, w.K, int8_fill, &f);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The bit-plane layouts' rows as bf16 for the AMX prefill GEMM (amx.h): plane_avx512.h's chunk
 // decode (fp32, exact), rounded to nearest even by vcvtne2ps2bf16 (one instruction per 32
 // values, where avx512_common.h's integer to_bf16 takes five per 16) into rows 0.. of the
-// strip. Included inside the anonymous namespace of amx_fill5.cpp / amx_fill6.cpp, after
-// plane_avx512.h and the layout's Row.
+// strip. Included inside amx_fill_planes.cpp's per-layout namespaces (within its anonymous
+// one), after plane_avx512.h and the layout's Row.
 
 // Rows [r0, r1) of the weight in `a` -> out [r1 - r0, K] bf16 bits.
 template <class Row>

@@ -129,28 +129,22 @@ def test_int8_group_sizes(g):
 
 @needs_amx
 @pytest.mark.parametrize("m", [1, 17, 50])
-def test_int6(m):
-    from localchat.kernels.reference_int6 import dequantize_int6
+@pytest.mark.parametrize("layout", ["int5", "int6"])
+def test_bit_planes(layout, m):
+    """The int5 (GGUF Q5_0) and int6 (Q6_K) layouts, repacked from random blocks."""
+    if layout == "int5":
+        from localchat.kernels.reference_int5 import dequantize_int5 as dequantize
 
-    from .test_int6 import cpp_int6, q6_blocks
+        from .test_int5 import cpp_int5 as repack, q5_blocks as blocks
+        n, k, op = 45, 384, cpu.int5_dequant_mm
+    else:
+        from localchat.kernels.reference_int6 import dequantize_int6 as dequantize
 
-    n, k = 45, 512
-    planes = cpp_int6(q6_blocks(n, k, seed=m), n, k)
+        from .test_int6 import cpp_int6 as repack, q6_blocks as blocks
+        n, k, op = 45, 512, cpu.int6_dequant_mm
+    planes = repack(blocks(n, k, seed=m), n, k)
     x = activations(m, k, seed=m)
-    assert_close(cpu.int6_dequant_mm(x, *planes), x, dequantize_int6(*planes))
-
-
-@needs_amx
-@pytest.mark.parametrize("m", [1, 17, 50])
-def test_int5(m):
-    from localchat.kernels.reference_int5 import dequantize_int5
-
-    from .test_int5 import cpp_int5, q5_blocks
-
-    n, k = 45, 384
-    planes = cpp_int5(q5_blocks(n, k, seed=m), n, k)
-    x = activations(m, k, seed=m)
-    assert_close(cpu.int5_dequant_mm(x, *planes), x, dequantize_int5(*planes))
+    assert_close(op(x, *planes), x, dequantize(*planes))
 
 
 @needs_amx
