@@ -6,8 +6,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <cstring>
-#include <vector>
+#include <memory>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -27,7 +26,8 @@ bool detect_amx() {
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return false;
   if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;  // AMX-TILE, AMX-BF16
   unsigned a1, b1, c1, d1;
-  if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 5))) return false;  // AVX512-BF16
+  // AVX512-BF16 (the fills' vcvtne2ps2bf16)
+  if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 5))) return false;
   // Linux grants the tile data state (8 KiB of XSAVE area) only on request, per process.
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -70,8 +70,9 @@ at::Tensor strip_gemm(const char* op, const at::Tensor& x, int64_t N, int64_t K,
   });
   const AmxGemmArgs a{xp, M, N, K, out.data_ptr(), true, fill, ctx};
   at::parallel_for(0, (N + 31) / 32, 1, [&](int64_t s0, int64_t s1) {
-    std::vector<uint16_t> strip(static_cast<size_t>(32 * K));
-    amx_bf16_strips(a, s0, s1, strip.data());
+    // every row the kernel reads is filled first (a tail strip is zeroed), so no zeroing here
+    std::unique_ptr<uint16_t[]> strip(new uint16_t[static_cast<size_t>(32 * K)]);
+    amx_bf16_strips(a, s0, s1, strip.get());
   });
   return out;
 }
