@@ -47,11 +47,12 @@ bool amx_bf16_ready();
 bool amx_bf16_built();
 
 // Rows of an int4 weight with groups of 32 (q uint8 [rows, K / 2], low nibble = even k; s, m
-// fp32 [rows, K / 32], the group's scale and min) dequantized to bf16 into out [rows, K]:
-// per group a 16-entry table fma(v, s, m) rounded to bf16 (vcvtneps2bf16: nearest even, as
-// int4_dequantize's bf16 output, denormals flushed as the tile unit flushes them anyway),
-// then one vpermw per 32 weights. For the AMX fill only (needs AVX512-BF16).
-void int4_rows_bf16_amx(const uint8_t* q, const float* s, const float* m, int64_t K,
+// [rows, K / 32], the group's scale and min, fp32 or fp16 bits when half) dequantized to bf16
+// into out [rows, K]: per group a 16-entry table fma(v, s, m) rounded to bf16
+// (vcvtne2ps2bf16: nearest even, as int4_dequantize's bf16 output, denormals flushed as the
+// tile unit flushes them anyway), then one vpermw per 32 weights. For the AMX fill only
+// (needs AVX512-BF16).
+void int4_rows_bf16_amx(const uint8_t* q, const void* s, const void* m, bool half, int64_t K,
                         int64_t rows, uint16_t* out);
 
 // The same for two-level (GGUF Q4_K) scales (kscales.h): sc / mn uint8 [rows, K / 32], sup fp16

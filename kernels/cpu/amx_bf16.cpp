@@ -94,6 +94,11 @@ bool amx_bf16_built() { return true; }
 
 namespace {
 
+// A scale or min: fp32, or fp16 bits when half (widened exactly).
+inline float ld_scale(const void* p, int64_t i, bool half) {
+  return half ? _cvtsh_ss(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
 // One group: the 32 weights of 16 bytes at qg -> o, scale s, min m.
 inline void int4_group_bf16(const uint8_t* qg, float s, float m, uint16_t* o) {
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -110,13 +115,13 @@ inline void int4_group_bf16(const uint8_t* qg, float s, float m, uint16_t* o) {
 
 }  // namespace
 
-void int4_rows_bf16_amx(const uint8_t* q, const float* s, const float* m, int64_t K,
+void int4_rows_bf16_amx(const uint8_t* q, const void* s, const void* m, bool half, int64_t K,
                         int64_t rows, uint16_t* out) {
   const int64_t ng = K / 32;
   for (int64_t n = 0; n < rows; ++n)
     for (int64_t g = 0; g < ng; ++g)
-      int4_group_bf16(q + n * (K / 2) + 16 * g, s[n * ng + g], m[n * ng + g],
-                      out + n * K + 32 * g);
+      int4_group_bf16(q + n * (K / 2) + 16 * g, ld_scale(s, n * ng + g, half),
+                      ld_scale(m, n * ng + g, half), out + n * K + 32 * g);
 }
 
 void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
@@ -141,14 +146,6 @@ void int4k_rows_bf16_amx(const uint8_t* q, const uint8_t* sc, const uint8_t* mn,
       int4_group_bf16(q + n * (K / 2) + 16 * g, s[g], m[g], out + n * K + 32 * g);
   }
 }
-
-namespace {
-
-inline float ld_scale(const void* p, int64_t i, bool half) {
-  return half ? _cvtsh_ss(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
-}
-
-}  // namespace
 
 void int8_rows_bf16_amx(const int8_t* q, const void* scales, const void* mins, bool half,
                         int64_t K, int64_t G, int64_t rows, uint16_t* out) {
@@ -207,7 +204,7 @@ void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* str
 
 bool amx_bf16_built() { return false; }
 
-void int4_rows_bf16_amx(const uint8_t*, const float*, const float*, int64_t, int64_t,
+void int4_rows_bf16_amx(const uint8_t*, const void*, const void*, bool, int64_t, int64_t,
                         uint16_t*) {}
 
 void int4k_rows_bf16_amx(const uint8_t*, const uint8_t*, const uint8_t*, const uint16_t*,

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -273,7 +272,8 @@ void int4_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
   const Int4Fill& f = *static_cast<const Int4Fill*>(ctx);
   if (f.two_level && f.ng > kAmxMaxGroups) {  // rows too long for its stack buffers
     for_kscale_chunks(f.ks, r0, r1, [&](int64_t c0, int64_t c1, float* s, float* m) {
-      int4_rows_bf16_amx(f.q + c0 * (f.K / 2), s, m, f.K, c1 - c0, rows + (c0 - r0) * f.K);
+      int4_rows_bf16_amx(f.q + c0 * (f.K / 2), s, m, false, f.K, c1 - c0,
+                         rows + (c0 - r0) * f.K);
     });
     return;
   }
@@ -283,23 +283,9 @@ void int4_fill(const void* ctx, int64_t r0, int64_t r1, uint16_t* rows) {
                         r1 - r0, rows);
     return;
   }
-  if (f.G == 32 && !f.half) {
-    const float* s = reinterpret_cast<const float*>(f.scales) + r0 * f.ng;
-    const float* m = reinterpret_cast<const float*>(f.mins) + r0 * f.ng;
-    int4_rows_bf16_amx(f.q + r0 * (f.K / 2), s, m, f.K, r1 - r0, rows);
-    return;
-  }
-  if (f.G == 32) {  // fp16 scales (Q4_0 / Q4_1): widened exactly into a per-thread buffer
-    thread_local std::vector<float> buf;
-    const int64_t cnt = (r1 - r0) * f.ng;
-    if (static_cast<int64_t>(buf.size()) < 2 * cnt) buf.resize(2 * cnt);
-    const at::Half* hs = reinterpret_cast<const at::Half*>(f.scales) + r0 * f.ng;
-    const at::Half* hm = reinterpret_cast<const at::Half*>(f.mins) + r0 * f.ng;
-    for (int64_t i = 0; i < cnt; ++i) {
-      buf[i] = static_cast<float>(hs[i]);
-      buf[cnt + i] = static_cast<float>(hm[i]);
-    }
-    int4_rows_bf16_amx(f.q + r0 * (f.K / 2), buf.data(), buf.data() + cnt, f.K, r1 - r0, rows);
+  if (f.G == 32) {  // fp32 or fp16 (Q4_0 / Q4_1) scales: the table-lookup rows
+    int4_rows_bf16_amx(f.q + r0 * (f.K / 2), f.scales + r0 * f.ng * f.ssz,
+                       f.mins + r0 * f.ng * f.ssz, f.half, f.K, r1 - r0, rows);
     return;
   }
   const Int4DequantArgs a{f.q + r0 * (f.K / 2), f.scales + r0 * f.ng * f.ssz,
