@@ -10,7 +10,8 @@ to run the AVX2 path on an AVX-512 machine; a request above what the CPU has is 
 read once per process (:func:`active_isa`).
 
 Without a compiler (or ninja), or when the build fails, :func:`available` is False after one
-line on stderr saying so, and ``localchat.kernels`` runs the PyTorch references instead.
+line on stderr saying so, and ``localchat.kernels`` runs the PyTorch references instead (the
+build and its cache folder: ``build.py``).
 ``LOCALCHAT_KERNELS=reference`` skips the build entirely.
 
 Ops (shapes and contracts as in ``localchat.kernels.reference``):
@@ -32,132 +33,14 @@ prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``)
 from __future__ import annotations
 
 import functools
-import hashlib
-import logging
 import os
-import shutil
-import sys
-import time
-import warnings
-from pathlib import Path
 
 import torch
 
+from .build import SOURCES, available, build_dir  # noqa: F401  (the package's API; build.py)
+
 ISA_ENV = "LOCALCHAT_CPU_ISA"
 ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
-SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
-           "qa8_ops.cpp", "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
-           "attn_ops.cpp", "attn_scalar.cpp", "attn_avx2.cpp", "attn_avx512.cpp",
-           "dequant_ops.cpp", "dequant_avx2.cpp", "dequant_avx512.cpp",
-           "fmm_ops.cpp", "fmm_scalar.cpp", "fmm_avx2.cpp", "fmm_avx512.cpp", "fmm_dot.cpp",
-           "repack_ops.cpp",
-           "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp",
-           "qa5_ops.cpp", "qa5_scalar.cpp", "qa5_avx2.cpp", "qa5_avx512.cpp", "qa5_vnni.cpp",
-           "strip_gemm.cpp", "amx_bf16.cpp", "amx_fill_planes.cpp")
-_NAME = "localchat_cpu_kernels"
-# at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
-# kernel runs on the calling thread whatever torch.set_num_threads says. The library then
-# names libgomp.so.1, the soname torch's own OpenMP runtime already loaded, so the two share
-# one thread pool. (macOS clang has no -fopenmp: there the kernels stay single-threaded.)
-_OPENMP = (("-fopenmp",) if sys.platform != "darwin" and torch.backends.openmp.is_available()
-           else ())
-_CFLAGS = ("-O3", "-std=c++17") + _OPENMP
-
-
-def build_dir() -> Path:
-    """Where the extension is built: one folder per torch version and Python ABI."""
-    home = os.environ.get("LOCALCHAT_HOME")
-    if home:
-        root = Path(home).expanduser() / "cache"
-    else:
-        import platformdirs
-
-        root = Path(platformdirs.user_cache_dir("localchat"))
-    here = Path(__file__).resolve().parent
-    digest = hashlib.sha1(" ".join(_CFLAGS + SOURCES).encode() + b"\0")
-    for name in sorted(p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")):
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
-    tag = (f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info[0]}"
-           f"{sys.version_info[1]}-{digest.hexdigest()[:10]}")
-    path = root / "kernels" / f"cpu-{tag}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@functools.cache
-def available() -> bool:
-    """Build (first time) and load the extension; False, after one stderr line, if it cannot
-    be built or ``LOCALCHAT_KERNELS=reference`` is set."""
-    if os.environ.get("LOCALCHAT_KERNELS", "").lower() == "reference":
-        return False
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        print(f"localchat: CPU kernels unavailable (no C++ compiler: {compiler}); using the "
-              "PyTorch reference", file=sys.stderr, flush=True)
-        return False
-    log = logging.getLogger("torch.utils.cpp_extension")
-    level = log.level
-    try:
-        log.setLevel(logging.ERROR)  # its ABI / compiler-version warnings, not ours to show
-        here = Path(__file__).resolve().parent
-        out = build_dir()
-        if _load_built(out / f"{_NAME}.so"):
-            return True
-        if not (out / f"{_NAME}.so").exists():
-            print("localchat: building the CPU kernels (once, about a minute)...",
-                  file=sys.stderr, flush=True)
-        _build(here, out)
-        torch.ops.localchat_cpu.best_isa()
-    except Exception as exc:  # noqa: BLE001  (no compiler / ninja, a failed build: fall back)
-        text = str(exc).strip()
-        reason = text.splitlines()[0][:160] if text else type(exc).__name__
-        print(f"localchat: CPU kernels unavailable ({reason}); using the PyTorch reference",
-              file=sys.stderr, flush=True)
-        return False
-    finally:
-        log.setLevel(level)
-    return True
-
-
-def _build(here: Path, out: Path) -> None:
-    """Compile the sources in a private folder beside ``out`` and move the library into
-    ``out`` with one atomic rename: a build killed half way (Ctrl-C, a timeout) leaves only
-    its own scratch folder, never a half-written library or a stale ninja lock that would make
-    every later process wait; two processes building at once each finish their own."""
-    import tempfile
-
-    with warnings.catch_warnings():  # setuptools' pkg_resources notes on import
-        warnings.simplefilter("ignore")
-        from torch.utils import cpp_extension
-    for old in out.parent.glob(f"{out.name}.build-*"):  # scratch of builds that died
-        if time.time() - old.stat().st_mtime > 3600:
-            shutil.rmtree(old, ignore_errors=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{out.name}.build-", dir=out.parent))
-    try:
-        cpp_extension.load(
-            name=_NAME, sources=[str(here / s) for s in SOURCES], build_directory=str(scratch),
-            extra_cflags=list(_CFLAGS), extra_ldflags=list(_OPENMP), is_python_module=False,
-            verbose=False)
-        os.replace(scratch / f"{_NAME}.so", out / f"{_NAME}.so")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _load_built(library: Path) -> bool:
-    """Load an already built extension directly (0.1 s). The build folder's name hashes every
-    source and header, the torch version and the Python ABI, so a library there is this
-    source's build. ``cpp_extension.load`` would import setuptools and run ninja on every
-    start instead (seconds), and rebuild whenever another checkout of the same sources at
-    another path shares the folder (its build.ninja names absolute source paths). False when
-    there is no library yet, or it does not load (a build in progress): then it is built."""
-    if not library.is_file():
-        return False
-    try:
-        torch.ops.load_library(str(library))
-        torch.ops.localchat_cpu.best_isa()
-    except (OSError, RuntimeError, AttributeError):
-        return False
-    return True
 
 
 @functools.cache
