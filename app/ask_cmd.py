@@ -2,8 +2,9 @@
 
 One turn: merge flags over settings (flag > environment > config file > the model's
 recommended sampling, ``model_defaults.py`` > default), compose the prompt (stdin, blank
-line, argument), choose the backend (a running ``localchat serve`` or ``--endpoint``, else an
-engine loaded here, after ``prompt_check`` rejected a prompt no context holds), render the
+line, argument), choose the backend (a running ``localchat serve`` or ``--endpoint``, else,
+after ``prompt_check`` rejected a prompt no context holds, a server started with
+``--keep-alive`` or an engine loaded here), render the
 conversation (earlier turns with ``-c``/``--conversation``, ``ask_history``) into prompt token
 ids that fit the context, commit the user's message, then stream, save and report the reply
 (``ask_reply``).
@@ -56,6 +57,7 @@ class AskArgs:
     no_save: bool = False
     local: bool = False  # never use a running server or an endpoint
     endpoint: str | None = None  # an OpenAI-compatible server to answer instead
+    keep_alive: str | None = None  # start a server kept this long (a duration; ``keep_alive.py``)
 
 
 def run_ask(args: AskArgs) -> None:
@@ -76,6 +78,7 @@ def run_ask(args: AskArgs) -> None:
     if args.continue_ and args.conversation:
         raise CliUsageError("use either -c/--continue or --conversation ID, not both")
     settings = load_settings()
+    keep_alive = keep_alive_seconds(args, settings)
     for name in settings.unknown_keys:
         cli_io.warn(f"config file: unknown key '{name}' (ignored; see 'localchat config show')")
     knobs = {**settings.sampling, **{k: v for k, v in args.sampling.items() if v is not None}}
@@ -104,11 +107,13 @@ def run_ask(args: AskArgs) -> None:
             (session.add_user if role == "user" else session.add_assistant)(content)
         from_setting = not args.model and not (conv and conv.model)
         engine = remote_backend(args, settings, model)
+        if engine is None:
+            cli_io.guarded(lambda: check_prompt_before_load(options, session,
+                                                            sampling.max_tokens))
+            engine = kept_alive_backend(args, settings, model, keep_alive)
         if engine is not None:
             model = engine.model  # an endpoint asked without -m answers with its own model
         else:
-            cli_io.guarded(lambda: check_prompt_before_load(options, session,
-                                                            sampling.max_tokens))
             engine = _load_naming_the_setting(options, settings, from_setting)
         sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
@@ -150,6 +155,39 @@ def remote_backend(args: Any, settings: Any, model: str) -> Any:
                           engine_flags=bool(getattr(args, "draft", None)
                                             or getattr(args, "quant", None)
                                             or getattr(args, "context", None)))
+
+
+def keep_alive_seconds(args: Any, settings: Any) -> float:
+    """``--keep-alive`` (else the ``keep_alive`` setting) in seconds; 0.0 when unset.
+
+    Raises:
+        CliUsageError: the flag is not a duration (exit 2; the setting is checked when read).
+    """
+    from localchat.app.keep_alive import parse_duration
+
+    if args.keep_alive is None:
+        return parse_duration(settings.keep_alive) if settings.keep_alive else 0.0
+    try:
+        return parse_duration(args.keep_alive)
+    except ValueError as exc:
+        raise CliUsageError(f"--keep-alive: {exc}") from None
+
+
+def kept_alive_backend(args: Any, settings: Any, model: str, seconds: float) -> Any:
+    """A ``RemoteEngine`` on a server started for ``model``, kept ``seconds`` after its last
+    request (``keep_alive.start_server``), or None to load in-process: no keep-alive (0),
+    ``--local``, an engine flag (``--draft``, ``--quant``, ``--context``: the server's own
+    choices would be used instead), or the server could not be started (said in a note)."""
+    if (not seconds or args.local or args.endpoint or settings.endpoint
+            or args.draft or args.quant or args.context):
+        return None
+    from localchat.app.keep_alive import start_server
+    from localchat.app.server.client import RemoteEngine
+
+    info = start_server(model, seconds)
+    if info is None:
+        return None
+    return RemoteEngine(info.url, settings.api_key, info.model, local_server=True)
 
 
 def load_engine(options: LoadOptions) -> LLMEngine:

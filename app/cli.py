@@ -229,6 +229,13 @@ def ask(
                                  "LOCALCHAT_API_KEY, config 'api_key').",
                                  show_default=False)
     ] = None,
+    keep_alive: Annotated[
+        str | None, typer.Option("--keep-alive", help="Answer through a 'localchat serve' "
+                                 "started for the model and kept loaded this long after "
+                                 "its last request (5m, 1h; 0: none), so the next ask "
+                                 "starts at once (env LOCALCHAT_KEEP_ALIVE, config "
+                                 "'keep_alive').", show_default="0")
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Answer one prompt, streaming the reply to stdout; the turn is saved to the history."""
@@ -245,7 +252,7 @@ def ask(
         num_speculative_tokens=num_speculative_tokens, context=context,
         no_stream=no_stream, no_stdin=no_stdin, raw=raw, json=json_out, stats=stats,
         extract=extract, continue_=continue_, conversation=conversation, no_save=no_save,
-        local=local, endpoint=endpoint,
+        local=local, endpoint=endpoint, keep_alive=keep_alive,
     ))
 
 
@@ -338,6 +345,10 @@ def serve(
         str, typer.Option("--log-level", help="critical|error|warning|info (one line per "
                           "request)|debug (also the request fields ignored).")
     ] = "warning",
+    keep_alive: Annotated[
+        str | None, typer.Option("--keep-alive", help="Stop after this long without a "
+                                 "request (90s, 5m, 1h).", show_default="never")
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Serve one model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
@@ -346,7 +357,7 @@ def serve(
     run_serve(ServeArgs(model=model, host=host, port=port, api_key=api_key,
                         insecure_no_auth=insecure_no_auth, draft=draft, quant=quant,
                         max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                        log_level=log_level))
+                        log_level=log_level, keep_alive=keep_alive))
 
 
 app.add_typer(history_app)

@@ -130,6 +130,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("system_prompt", str, "system prompt used when no --system is given"),
     Key("endpoint", str, "OpenAI-compatible server to use instead of a local engine"),
     Key("api_key", str, "bearer key sent to the endpoint (or a keyed localchat serve)"),
+    Key("keep_alive", str, "ask answers through a server started for the model and kept "
+        "loaded this long after its last request (5m, 1h; 0: none)"),
     *(Key(f"{SAMPLING_TABLE}.{n}", t, h) for n, t, h in _SAMPLING_KEYS),
 )}
 
@@ -152,6 +154,7 @@ class Settings:
     system_prompt: str | None = None
     endpoint: str | None = None
     api_key: str | None = None
+    keep_alive: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
@@ -196,6 +199,13 @@ def parse_value(key: Key, raw: Any) -> Any:
         if key.choices and value not in key.choices:
             raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "
                                f"got {value!r}")
+        if key.name == "keep_alive":
+            from localchat.app.keep_alive import parse_duration
+
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                raise SettingError(f"{key.name}: {exc}") from None
         return value
     try:
         if isinstance(raw, bool) or (key.type is int and isinstance(raw, float)):

@@ -22,6 +22,9 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
   table's column); a line after the table adds each format with bf16 activations (the CPU
   default: one prefill, and 16-token forwards through the decode kernels) and, with
   ``--llama-peer``, llama.cpp's own agreement on the same ids.
+* ask --keep-alive row (``--keep-alive``): the first ``localchat ask --keep-alive 2m`` (it
+  starts a server, default weight format) and the median of three more, each a new question of
+  the same shape, answered by that server; the server is stopped afterwards.
 * llama.cpp peer row (``--llama-cli EXE``: llama.cpp's ``llama-completion`` / ``llama-cli``,
   run as ``-no-cnv -p PROMPT -n 16 --temp 0 -c 4096``; or ``--llama-peer EXE``: a binary built
   from ``scripts/llama_peer.cpp``, whose ``ask`` mode applies the chat template): the same file,
@@ -96,6 +99,45 @@ def _run_ask(model: str, fmt: str, threads: int) -> float:
 
 
 QUESTION = "What is the capital of France?"
+# The warm-server asks: same length and template, another country each, so a server's prefix
+# cache holds only what every question shares (the chat template's system part).
+WARM_QUESTIONS = ("What is the capital of Spain?", "What is the capital of Italy?",
+                  "What is the capital of Japan?")
+
+
+def _keep_alive_row(model: str, threads: int) -> dict:
+    """``ask --keep-alive``: the first ask starts a server (its whole-process time), the
+    next ones answer through it (the median of :data:`WARM_QUESTIONS`); the server this
+    started is stopped afterwards. Default weight format (``auto``: native on a GGUF)."""
+    import signal
+    import statistics
+
+    from localchat.app.server.state import read_state
+
+    exe = Path(sys.executable).with_name("localchat")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    before = read_state()
+
+    def ask(question: str) -> float:
+        cmd = [str(exe), "ask", "--model", model, "--keep-alive", "2m", "--max-tokens", "16",
+               "--temperature", "0", "--no-save", question]
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False,
+                             env=env, stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            raise SystemExit(f"ask --keep-alive failed:\n{out.stderr[-2000:]}")
+        return time.perf_counter() - t0
+
+    try:
+        first = ask(QUESTION)
+        warm = [ask(q) for q in WARM_QUESTIONS]
+    finally:
+        info = read_state()
+        if info is not None and info.pid and (before is None or before.pid != info.pid):
+            os.kill(info.pid, signal.SIGTERM)
+    return {"format": "ask --keep-alive", "loaded_as": "warm server", "cold_load_s": None,
+            "cached_load_s": None, "ask_s": statistics.median(warm), "ask_first_s": first,
+            "peak_rss": None, "held": None, "warm_asks_s": warm}
 
 
 def _run_llama(cmd: list[str]) -> dict:
@@ -198,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--agreement", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="add a row: ask through the server ask --keep-alive starts "
+                        "(first ask, then the median of 3 warm asks)")
     peer = parser.add_mutually_exclusive_group()
     peer.add_argument("--llama-cli", type=Path, metavar="EXE",
                       help="llama.cpp peer row: llama.cpp's llama-completion (or llama-cli)")
@@ -229,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                            args.threads)
         for r in rows:
             r["top1"] = agree[r["loaded_as"]]
+    if args.keep_alive:
+        rows.append(_keep_alive_row(args.model, args.threads))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if exe is not None:
         rows.append(_llama_row(args, gguf, tensor_bytes))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -240,13 +288,21 @@ def main(argv: list[str] | None = None) -> int:
     def num(v):
         return "-" if v is None else f"{v:.2f}"
 
+    def rss(v):
+        return "-" if v is None else f"{v / 2**30:.2f} GiB"
+
     for r in rows:
         top1 = f"{100 * r['top1']:.1f}%" if "top1" in r else "-"
         held = "-" if r["held"] is None else \
             f"{r['held'] / 1e6:.0f} ({r['held'] / tensor_bytes:.2f}x)"
         print(f"| {r['format']} | {r['loaded_as']} | {num(r['cold_load_s'])} | "
-              f"{num(r['cached_load_s'])} | {r['ask_s']:.2f} | {r['peak_rss'] / 2**30:.2f} GiB | "
+              f"{num(r['cached_load_s'])} | {r['ask_s']:.2f} | {rss(r['peak_rss'])} | "
               f"{held} | {top1} |")
+    if args.keep_alive:
+        r = next(r for r in rows if r["format"] == "ask --keep-alive")
+        print(f"ask --keep-alive row: median of {len(r['warm_asks_s'])} asks answered by the "
+              f"server the first ask started ({r['ask_first_s']:.2f} s, load included); "
+              "the ask processes only, not the server's memory")
     if exe is not None:
         print("llama.cpp row: its CLI's whole process on the same file and threads, 16 tokens; "
               "cold/cached load = its own load time on the first/second run (no cache of its "

@@ -74,10 +74,27 @@ class _Server:
         self.options = options
         self.metrics = ServerMetrics()
         self.in_flight = 0
+        self.last_active = time.monotonic()  # when a request last began or ended
         self.shutdown = ShutdownSignal()
         self.max_model_len = int(engine.max_model_len)
         self.max_tokens_limit = min(options.max_tokens_limit or self.max_model_len,
                                     self.max_model_len)
+
+    def begin_request(self) -> None:
+        """Count an admitted request in flight."""
+        self.in_flight += 1
+        self.last_active = time.monotonic()
+
+    def end_request(self) -> None:
+        """Count a request finished (answered, streamed to its end, failed or aborted)."""
+        self.in_flight -= 1
+        self.last_active = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        """Seconds since the last request ended, 0.0 while one is in flight (``/health`` and
+        ``/v1/models`` are not requests here: a client looking for the server keeps nothing
+        alive)."""
+        return 0.0 if self.in_flight else time.monotonic() - self.last_active
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -134,6 +151,12 @@ def begin_shutdown(app: FastAPI) -> None:
     with an error event and ``data: [DONE]``, each waiting request gets a 503, its engine
     request aborted; new requests get the 503 (``shutdown.py``)."""
     app.state.server.shutdown.begin()
+
+
+def idle_seconds(app: FastAPI) -> float:
+    """Seconds ``app`` has had no generation request in flight (0.0 while one is): what
+    ``serve --keep-alive`` compares with its limit (``_Server.idle_seconds``)."""
+    return app.state.server.idle_seconds()
 
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:
@@ -231,7 +254,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
     """Admit the request, wait for its first output (errors get their status), then answer
     as one JSON body or as server-sent events. A disconnect at any point aborts it."""
     server.admit()
-    server.in_flight += 1
+    server.begin_request()
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
     outputs = server.engine.generate(prompt_ids, params, request_id=rid)
     shape = encode.ResponseShape(kind, rid, server.options.model_id, int(time.time()),
@@ -264,7 +287,7 @@ async def _generate(server: _Server, request: Request, kind: str, prompt_ids: li
         raise _as_api_error(exc, _prompt_param(kind)) from None
     finally:
         if not handed_over:
-            server.in_flight -= 1
+            server.end_request()
 
 
 async def _until_disconnect(server: _Server, request: Request, awaitable: Any) -> Any:
@@ -334,7 +357,7 @@ async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.Response
         err = _as_api_error(exc, _prompt_param(shape.kind))
         yield encode.sse(err.body())
     finally:
-        server.in_flight -= 1
+        server.end_request()
         server.metrics.record_finished(last, aborted=not finished)
         await _close(outputs)
 

@@ -8,12 +8,15 @@ Once listening, the server writes its state file (``state.py``) so ``ask``, ``ch
 and the TUI find it, unless another live server already holds it (a note says so, and that
 one stays the one clients find); it removes its own file when it stops (Ctrl+C / SIGTERM).
 Stopping ends in-flight requests at once: streams get an error event and ``data: [DONE]``,
-waiting requests a 503 (``shutdown.py``).
+waiting requests a 503 (``shutdown.py``). ``--keep-alive DURATION`` stops it the same way
+once no generation request has been in flight for DURATION (what ``ask --keep-alive`` starts,
+``app/keep_alive.py``).
 The API key is never printed or logged (``logs.RedactFilter`` guards every handler).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ipaddress
 import socket
@@ -51,6 +54,7 @@ class ServeArgs:
     max_in_flight: int = 64
     max_tokens_limit: int | None = None
     log_level: str = "warning"
+    keep_alive: str | None = None  # exit after this long without a request (a duration)
 
 
 def is_loopback(host: str) -> bool:
@@ -79,6 +83,7 @@ def check_exposure(args: ServeArgs) -> None:
         raise CliUsageError(f"--log-level {args.log_level}: one of {', '.join(LOG_LEVELS)}")
     if not 1 <= args.max_num_seqs <= 256:
         raise CliUsageError(f"--max-num-seqs {args.max_num_seqs}: must be between 1 and 256")
+    keep_alive_seconds(args)
     if is_loopback(args.host) or args.api_key:
         return
     if not args.insecure_no_auth:
@@ -86,6 +91,26 @@ def check_exposure(args: ServeArgs) -> None:
                             "--api-key KEY (or --insecure-no-auth to serve without one)")
     cli_io.warn(f"serving on {args.host} WITHOUT authentication (--insecure-no-auth): "
                 "anyone who can reach this port can use the model")
+
+
+def keep_alive_seconds(args: ServeArgs) -> float | None:
+    """``--keep-alive`` in seconds (None: serve until stopped).
+
+    Raises:
+        CliUsageError: not a duration, or zero (exit 2).
+    """
+    if args.keep_alive is None:
+        return None
+    from localchat.app.keep_alive import parse_duration
+
+    try:
+        seconds = parse_duration(args.keep_alive)
+    except ValueError as exc:
+        raise CliUsageError(f"--keep-alive: {exc}") from None
+    if seconds <= 0:
+        raise CliUsageError("--keep-alive: give a positive duration (leave it out to serve "
+                            "until stopped)")
+    return seconds
 
 
 def run_serve(args: ServeArgs) -> None:
@@ -176,7 +201,12 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
            ) -> None:
     import uvicorn
 
-    from localchat.app.server.routes import ServerOptions, begin_shutdown, create_app
+    from localchat.app.server.routes import (
+        ServerOptions,
+        begin_shutdown,
+        create_app,
+        idle_seconds,
+    )
     from localchat.app.server.state import ServerInfo, find_server, remove_state, write_state
 
     host, port = sock.getsockname()[:2]
@@ -187,10 +217,21 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         model_id=model_id, aliases=aliases, api_key=args.api_key,
         max_in_flight=args.max_in_flight, max_tokens_limit=args.max_tokens_limit))
     info = ServerInfo(url=url, model=model_id, aliases=aliases, auth=args.api_key is not None)
+    keep_alive = keep_alive_seconds(args)
 
     class _Server(uvicorn.Server):
+        async def _idle_watch(self, limit: float) -> None:
+            while not self.should_exit:
+                await asyncio.sleep(min(1.0, limit / 4))
+                if idle_seconds(app) >= limit:
+                    print(f"localchat: no request for {show_duration(limit)} (--keep-alive); "
+                          "stopping", file=sys.stderr, flush=True)
+                    self.should_exit = True
+
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
+            if not self.should_exit and keep_alive is not None:
+                self._idle_task = asyncio.ensure_future(self._idle_watch(keep_alive))
             if not self.should_exit:
                 other = find_server(None)  # a live server already registered stays so
                 if other is None:
@@ -214,6 +255,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
             finally:
                 remove_state()
 
+    from localchat.app.keep_alive import show_duration
     from localchat.app.server.logs import configure_logging
 
     config = uvicorn.Config(app, log_level=args.log_level,
