@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import _group_size, fold_kscales, unpack_int4
+from .reference_quant import _group_size, fold_kscales, unpack_int4
 
 A8_BLOCK = 32  # activation columns per int8 block (Q8_0-style)
 
