@@ -201,6 +201,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
            ) -> None:
     import uvicorn
 
+    from localchat.app.keep_alive import show_duration
     from localchat.app.server.routes import (
         ServerOptions,
         begin_shutdown,
@@ -218,6 +219,8 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         max_in_flight=args.max_in_flight, max_tokens_limit=args.max_tokens_limit))
     info = ServerInfo(url=url, model=model_id, aliases=aliases, auth=args.api_key is not None)
     keep_alive = keep_alive_seconds(args)
+    idle_note = "" if keep_alive is None else \
+        f"; so does {show_duration(keep_alive)} without a request"
 
     class _Server(uvicorn.Server):
         async def _idle_watch(self, limit: float) -> None:
@@ -237,7 +240,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
                 if other is None:
                     write_state(info)
                 print(f"localchat: serving {model_id} at {url}/v1 "
-                      f"(Ctrl+C stops)", file=sys.stderr, flush=True)
+                      f"(Ctrl+C stops{idle_note})", file=sys.stderr, flush=True)
                 if other is not None:
                     print(f"localchat: note: another localchat server ({other.model} at "
                           f"{other.url}, pid {other.pid}) is the one ask, chat and the TUI "
@@ -255,7 +258,6 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
             finally:
                 remove_state()
 
-    from localchat.app.keep_alive import show_duration
     from localchat.app.server.logs import configure_logging
 
     config = uvicorn.Config(app, log_level=args.log_level,
