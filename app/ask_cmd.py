@@ -108,9 +108,15 @@ def run_ask(args: AskArgs) -> None:
         from_setting = not args.model and not (conv and conv.model)
         engine = remote_backend(args, settings, model)
         if engine is None:
-            cli_io.guarded(lambda: check_prompt_before_load(options, session,
-                                                            sampling.max_tokens))
-            engine = kept_alive_backend(args, settings, model, keep_alive)
+            starting = start_kept_alive(args, settings, model, keep_alive)
+            try:  # (the started server loads meanwhile)
+                cli_io.guarded(lambda: check_prompt_before_load(options, session,
+                                                                sampling.max_tokens))
+            except KeyboardInterrupt:
+                if starting is not None:
+                    starting.stop()
+                raise
+            engine = None if starting is None else kept_alive_backend(starting, settings)
         if engine is not None:
             model = engine.model  # an endpoint asked without -m answers with its own model
         else:
@@ -173,18 +179,25 @@ def keep_alive_seconds(args: Any, settings: Any) -> float:
         raise CliUsageError(f"--keep-alive: {exc}") from None
 
 
-def kept_alive_backend(args: Any, settings: Any, model: str, seconds: float) -> Any:
-    """A ``RemoteEngine`` on a server started for ``model``, kept ``seconds`` after its last
-    request (``keep_alive.start_server``), or None to load in-process: no keep-alive (0),
-    ``--local``, an engine flag (``--draft``, ``--quant``, ``--context``: the server's own
-    choices would be used instead), or the server could not be started (said in a note)."""
+def start_kept_alive(args: Any, settings: Any, model: str, seconds: float) -> Any:
+    """A ``keep_alive.StartingServer`` for ``model``, kept ``seconds`` after its last request,
+    or None to load in-process: no keep-alive (0), ``--local``, an endpoint, an engine flag
+    (``--draft``, ``--quant``, ``--context``: a server's own choices would be used instead),
+    or ``keep_alive.start_server`` declined (model not on disk, another server registered)."""
     if (not seconds or args.local or args.endpoint or settings.endpoint
             or args.draft or args.quant or args.context):
         return None
     from localchat.app.keep_alive import start_server
+
+    return start_server(model, seconds)
+
+
+def kept_alive_backend(starting: Any, settings: Any) -> Any:
+    """A ``RemoteEngine`` on the server ``starting`` once it serves, or None (it did not
+    come up: said in a note) to load in-process."""
     from localchat.app.server.client import RemoteEngine
 
-    info = start_server(model, seconds)
+    info = starting.wait()
     if info is None:
         return None
     return RemoteEngine(info.url, settings.api_key, info.model, local_server=True)

@@ -11,8 +11,8 @@ The server is started only for a model already on disk (a download shows its pro
 ``ask`` that needs it, in-process), only when no other live server holds the state file
 (that one stays the server clients find), bound to 127.0.0.1 on a free port, in its own
 session (a Ctrl+C in the terminal does not reach it), its output in ``<runtime>/serve.log``.
-If it does not come up, ``ask`` says so in one line (the log's last line) and answers
-in-process.
+The server loads while ``ask`` checks the prompt against the context; if it does not come
+up, ``ask`` says so in one line (the log's last line) and answers in-process.
 """
 
 from __future__ import annotations
@@ -59,12 +59,49 @@ def show_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def start_server(model: str, seconds: float) -> object | None:
-    """Start ``localchat serve -m MODEL --port 0 --keep-alive SECONDS`` detached and wait
-    until it serves ``model``; returns its ``state.ServerInfo``, or None (after one note on
-    stderr when it was tried) to answer in-process instead: the model is not on disk, another
-    live server holds the state file, or the server exited or did not listen within
-    :data:`READY_TIMEOUT_S` seconds. Ctrl+C while waiting stops the server it started."""
+class StartingServer:
+    """A ``localchat serve`` this process started (:func:`start_server`), not yet waited for:
+    the caller does its own work (the prompt check) while the server loads, then
+    :meth:`wait`."""
+
+    def __init__(self, proc: subprocess.Popen, model: str, log: Path) -> None:
+        self.proc, self.model, self.log = proc, model, log
+
+    def wait(self) -> object | None:
+        """The server's ``state.ServerInfo`` once it serves the model, or None after one
+        note on stderr: it exited (the note quotes its log's last line) or did not listen
+        within :data:`READY_TIMEOUT_S` seconds (it is stopped). Ctrl+C stops it too."""
+        from localchat.app.server.state import find_server
+
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        try:
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                info = find_server(self.model)
+                if info is not None:
+                    return info
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if self.proc.poll() is None:
+            self.stop()
+            why = f"it did not listen within {READY_TIMEOUT_S:g} s"
+        else:
+            why = _last_line(self.log) or f"it exited with code {self.proc.returncode}"
+        cli_io.note(f"--keep-alive: the server did not start ({why}; see {self.log}); "
+                    "answering here")
+        return None
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: it removes its state file)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
+
+def start_server(model: str, seconds: float) -> StartingServer | None:
+    """Start ``localchat serve -m MODEL --port 0 --keep-alive SECONDS`` detached (no wait:
+    :meth:`StartingServer.wait`), or return None to answer in-process: the model is not on
+    disk, or another live server holds the state file."""
     from localchat.app.server.state import find_server, read_state, runtime_dir
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
@@ -74,8 +111,7 @@ def start_server(model: str, seconds: float) -> object | None:
         resolve_model(model, cache_dir=cache_dir(), download=False)
     except LocalchatError:
         return None
-    held = read_state()
-    if held is not None and find_server(None) is not None:
+    if read_state() is not None and find_server(None) is not None:
         return None  # another model's server is the one clients find: leave it be
     log = runtime_dir() / LOG_NAME
     cmd = [sys.executable, "-m", "localchat.app.cli", "serve", "-m", model, "--port", "0",
@@ -85,23 +121,7 @@ def start_server(model: str, seconds: float) -> object | None:
                                 start_new_session=True, close_fds=True)
     cli_io.notice(f"starting a server for {model} (pid {proc.pid}), kept loaded "
                   f"{show_duration(seconds)} after its last request ...")
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            info = find_server(model)
-            if info is not None:
-                return info
-            time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        proc.terminate()
-        raise
-    if proc.poll() is None:
-        proc.terminate()
-        why = f"it did not listen within {READY_TIMEOUT_S:g} s"
-    else:
-        why = _last_line(log) or f"it exited with code {proc.returncode}"
-    cli_io.note(f"--keep-alive: the server did not start ({why}; see {log}); answering here")
-    return None
+    return StartingServer(proc, model, log)
 
 
 def _last_line(path: Path) -> str:
