@@ -107,16 +107,10 @@ def run_ask(args: AskArgs) -> None:
             (session.add_user if role == "user" else session.add_assistant)(content)
         from_setting = not args.model and not (conv and conv.model)
         engine = remote_backend(args, settings, model)
-        if engine is None:
-            starting = start_kept_alive(args, settings, model, keep_alive)
-            try:  # (the started server loads meanwhile)
-                cli_io.guarded(lambda: check_prompt_before_load(options, session,
-                                                                sampling.max_tokens))
-            except KeyboardInterrupt:
-                if starting is not None:
-                    starting.stop()
-                raise
-            engine = None if starting is None else kept_alive_backend(starting, settings)
+        if engine is None:  # (a server started for --keep-alive loads during the check)
+            engine = cli_io.guarded(lambda: kept_alive_backend(
+                args, settings, model, keep_alive,
+                lambda: check_prompt_before_load(options, session, sampling.max_tokens)))
         if engine is not None:
             model = engine.model  # an endpoint asked without -m answers with its own model
         else:
@@ -179,25 +173,22 @@ def keep_alive_seconds(args: Any, settings: Any) -> float:
         raise CliUsageError(f"--keep-alive: {exc}") from None
 
 
-def start_kept_alive(args: Any, settings: Any, model: str, seconds: float) -> Any:
-    """A ``keep_alive.StartingServer`` for ``model``, kept ``seconds`` after its last request,
-    or None to load in-process: no keep-alive (0), ``--local``, an endpoint, an engine flag
-    (``--draft``, ``--quant``, ``--context``: a server's own choices would be used instead),
-    or ``keep_alive.start_server`` declined (model not on disk, another server registered)."""
+def kept_alive_backend(args: Any, settings: Any, model: str, seconds: float,
+                       check: Any) -> Any:
+    """A ``RemoteEngine`` on a server for ``model`` kept ``seconds`` after its last request
+    (``keep_alive.kept_alive_server``, which runs ``check``, the prompt check, while it
+    loads), or None, after ``check``, to load in-process: no keep-alive (0), ``--local``,
+    an endpoint, an engine flag (``--draft``, ``--quant``, ``--context``: a server's own
+    choices would be used instead), or no server could be used (model not on disk, another
+    model's server registered, it did not start: said in a note)."""
     if (not seconds or args.local or args.endpoint or settings.endpoint
             or args.draft or args.quant or args.context):
+        check()
         return None
-    from localchat.app.keep_alive import start_server
-
-    return start_server(model, seconds)
-
-
-def kept_alive_backend(starting: Any, settings: Any) -> Any:
-    """A ``RemoteEngine`` on the server ``starting`` once it serves, or None (it did not
-    come up: said in a note) to load in-process."""
+    from localchat.app.keep_alive import kept_alive_server
     from localchat.app.server.client import RemoteEngine
 
-    info = starting.wait()
+    info = kept_alive_server(model, seconds, check)
     if info is None:
         return None
     return RemoteEngine(info.url, settings.api_key, info.model, local_server=True)

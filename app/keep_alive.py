@@ -9,36 +9,49 @@ surprise a llama-cli user.
 
 The server is started only for a model already on disk (a download shows its progress in the
 ``ask`` that needs it, in-process), only when no other live server holds the state file
-(that one stays the server clients find), bound to 127.0.0.1 on a free port, in its own
-session (a Ctrl+C in the terminal does not reach it), its output in ``<runtime>/serve.log``.
-The server loads while ``ask`` checks the prompt against the context; if it does not come
-up, ``ask`` says so in one line (the log's last line) and answers in-process.
+(that one stays the server clients find; a note says so), bound to 127.0.0.1 on a free port,
+in its own session (a Ctrl+C in the terminal does not reach it), its output in
+``<runtime>/serve.log``. One ``ask`` at a time starts a server (a lock file beside the state
+file): an ``ask`` that comes while another one's server loads waits for it and uses it. The
+server loads while ``ask`` checks the prompt against the context; a refused prompt, Ctrl+C,
+SIGTERM or SIGHUP stops it again; if it does not come up, ``ask`` says so in one line (the
+log's last line) and answers in-process. The duration is the server's, set by the ``ask``
+that started it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from localchat.app import cli_io
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h)?")
 _UNIT_S = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_S = 7 * 24 * 3600.0
+MIN_S = 1.0  # shorter keeps nothing: the server could stop between a client's check and request
 READY_TIMEOUT_S = 300.0  # the longest wait for the started server to load and listen
 POLL_S = 0.1
 LOG_NAME = "serve.log"
+LOCK_NAME = "keep-alive.lock"
 
 
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: a number with an optional unit ``s``, ``m`` or ``h`` (``300``,
-    ``90s``, ``5m``, ``1.5h``), at most 7 days; ``0`` means "do not keep a server".
+    ``90s``, ``5m``, ``1.5h``), from 1 s to 7 days; ``0`` means "do not keep a server".
 
     Raises:
-        ValueError: not a duration or over 7 days; the message says what is accepted.
+        ValueError: not a duration, under 1 s (but 0) or over 7 days; the message says what
+            is accepted.
     """
     match = _DURATION.fullmatch(text.strip().lower())
     if match is None:
@@ -47,6 +60,8 @@ def parse_duration(text: str) -> float:
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
     if seconds > MAX_S:
         raise ValueError(f"{text!r} is longer than 7 days")
+    if 0 < seconds < MIN_S:
+        raise ValueError(f"{text!r} is shorter than 1 s (0 keeps no server)")
     return seconds
 
 
@@ -59,6 +74,51 @@ def show_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def kept_alive_server(model: str, seconds: float, check: Callable[[], None]) -> Any:
+    """The ``state.ServerInfo`` of a server for ``model`` kept ``seconds`` after its last
+    request, or None to answer in-process; ``check()`` (the prompt check) runs once while a
+    server this starts loads, or before returning None, and its exception propagates after
+    the started server is stopped. A server another ``ask`` started meanwhile is used
+    (``check`` is then the server's). Ctrl+C, SIGTERM or SIGHUP stop a server being started
+    (the signal then has its usual effect)."""
+    from localchat.app.server.state import find_server
+
+    with _start_lock():
+        info = find_server(model)  # one that another ask started while we waited for the lock
+        if info is not None:
+            return info
+        starting = start_server(model, seconds)
+        if starting is None:
+            check()
+            return None
+        with starting.stopped_by_signals():
+            try:
+                check()
+            except BaseException:
+                starting.stop()
+                raise
+            return starting.wait()
+
+
+@contextlib.contextmanager
+def _start_lock() -> Iterator[None]:
+    """Hold ``<runtime>/keep-alive.lock`` (``flock``; blocks while another ``ask`` starts a
+    server). Where ``fcntl`` is missing, no lock."""
+    from localchat.app.server.state import runtime_dir
+
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system
+        yield
+        return
+    with open(runtime_dir() / LOCK_NAME, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class StartingServer:
     """A ``localchat serve`` this process started (:func:`start_server`), not yet waited for:
     the caller does its own work (the prompt check) while the server loads, then
@@ -67,7 +127,7 @@ class StartingServer:
     def __init__(self, proc: subprocess.Popen, model: str, log: Path) -> None:
         self.proc, self.model, self.log = proc, model, log
 
-    def wait(self) -> object | None:
+    def wait(self) -> Any:
         """The server's ``state.ServerInfo`` once it serves the model, or None after one
         note on stderr: it exited (the note quotes its log's last line) or did not listen
         within :data:`READY_TIMEOUT_S` seconds (it is stopped). Ctrl+C stops it too."""
@@ -78,9 +138,11 @@ class StartingServer:
             while self.proc.poll() is None and time.monotonic() < deadline:
                 info = find_server(self.model)
                 if info is not None:
+                    if info.pid != self.proc.pid:  # a server started by hand meanwhile
+                        self.stop()
                     return info
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
+        except BaseException:
             self.stop()
             raise
         if self.proc.poll() is None:
@@ -97,12 +159,35 @@ class StartingServer:
         if self.proc.poll() is None:
             self.proc.terminate()
 
+    @contextlib.contextmanager
+    def stopped_by_signals(self) -> Iterator[None]:
+        """While the block runs, SIGTERM and SIGHUP stop the server, then act as they would
+        have (the default action: the process ends with 128 + the signal). Ctrl+C raises
+        ``KeyboardInterrupt`` as usual (the callers stop the server on it). Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            self.stop()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        names = ("SIGTERM", "SIGHUP")
+        sigs = [getattr(signal, n) for n in names if hasattr(signal, n)]
+        previous = {sig: signal.signal(sig, handler) for sig in sigs}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
 
 def start_server(model: str, seconds: float) -> StartingServer | None:
     """Start ``localchat serve -m MODEL --port 0 --keep-alive SECONDS`` detached (no wait:
     :meth:`StartingServer.wait`), or return None to answer in-process: the model is not on
-    disk, or another live server holds the state file."""
-    from localchat.app.server.state import find_server, read_state, runtime_dir
+    disk, or another model's live server holds the state file (a note says so)."""
+    from localchat.app.server.state import find_server, runtime_dir
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.resolve import resolve_model
@@ -111,8 +196,11 @@ def start_server(model: str, seconds: float) -> StartingServer | None:
         resolve_model(model, cache_dir=cache_dir(), download=False)
     except LocalchatError:
         return None
-    if read_state() is not None and find_server(None) is not None:
-        return None  # another model's server is the one clients find: leave it be
+    other = find_server(None)
+    if other is not None:  # the server clients find serves another model: leave it be
+        cli_io.note(f"--keep-alive: the {other.model} server (pid {other.pid}) is the one "
+                    f"clients find; answering here")
+        return None
     log = runtime_dir() / LOG_NAME
     cmd = [sys.executable, "-m", "localchat.app.cli", "serve", "-m", model, "--port", "0",
            "--keep-alive", f"{seconds:g}"]

@@ -192,6 +192,8 @@ def parse_value(key: Key, raw: Any) -> Any:
     Raises:
         SettingError: the value has the wrong type or is out of range; names the key.
     """
+    if key.name == "keep_alive" and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = f"{raw:g}"  # TOML ``keep_alive = 300``: seconds
     if key.type is str:
         if not isinstance(raw, str) or not raw.strip():
             raise SettingError(f"{key.name} must be a non-empty string, got {raw!r}")

@@ -90,12 +90,6 @@ class _Server:
         self.in_flight -= 1
         self.last_active = time.monotonic()
 
-    def idle_seconds(self) -> float:
-        """Seconds since the last request ended, 0.0 while one is in flight (``/health`` and
-        ``/v1/models`` are not requests here: a client looking for the server keeps nothing
-        alive)."""
-        return 0.0 if self.in_flight else time.monotonic() - self.last_active
-
     # -- checks ---------------------------------------------------------------------------
 
     def authorize(self, request: Request) -> None:
@@ -153,10 +147,12 @@ def begin_shutdown(app: FastAPI) -> None:
     app.state.server.shutdown.begin()
 
 
-def idle_seconds(app: FastAPI) -> float:
-    """Seconds ``app`` has had no generation request in flight (0.0 while one is): what
-    ``serve --keep-alive`` compares with its limit (``_Server.idle_seconds``)."""
-    return app.state.server.idle_seconds()
+def activity(app: FastAPI) -> tuple[int, float]:
+    """``app``'s generation requests in flight and the ``time.monotonic()`` at which one last
+    began or ended (``/health`` and ``/v1/models`` do not count: a client looking for the
+    server keeps nothing alive); ``serve --keep-alive`` compares them with its limit."""
+    server = app.state.server
+    return server.in_flight, server.last_active
 
 
 def create_app(engine: Any, options: ServerOptions) -> FastAPI:

@@ -9,8 +9,9 @@ and the TUI find it, unless another live server already holds it (a note says so
 one stays the one clients find); it removes its own file when it stops (Ctrl+C / SIGTERM).
 Stopping ends in-flight requests at once: streams get an error event and ``data: [DONE]``,
 waiting requests a 503 (``shutdown.py``). ``--keep-alive DURATION`` stops it the same way
-once no generation request has been in flight for DURATION (what ``ask --keep-alive`` starts,
-``app/keep_alive.py``).
+once no generation request has been in flight for DURATION: it removes its state file, and
+stops IDLE_GRACE_S later unless a request came meanwhile (a client that found it just before
+is answered, and it registers again); what ``ask --keep-alive`` starts (``app/keep_alive.py``).
 The API key is never printed or logged (``logs.RedactFilter`` guards every handler).
 """
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,9 @@ LOOPBACK_NAMES = ("localhost",)
 # uvicorn's backstop once in-flight requests have been ended (``shutdown.py``): a client that
 # does not read its stream can hold its connection this long before the task is cancelled.
 GRACEFUL_SHUTDOWN_S = 2
+# ``--keep-alive``: seconds between unregistering an idle server and stopping it, so a client
+# that read the state file just before gets its request served (the server then stays).
+IDLE_GRACE_S = 2.0
 
 
 class ServeError(LocalchatError):
@@ -204,11 +210,17 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
     from localchat.app.keep_alive import show_duration
     from localchat.app.server.routes import (
         ServerOptions,
+        activity,
         begin_shutdown,
         create_app,
-        idle_seconds,
     )
-    from localchat.app.server.state import ServerInfo, find_server, remove_state, write_state
+    from localchat.app.server.state import (
+        ServerInfo,
+        find_server,
+        read_state,
+        remove_state,
+        write_state,
+    )
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -226,10 +238,20 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         async def _idle_watch(self, limit: float) -> None:
             while not self.should_exit:
                 await asyncio.sleep(min(1.0, limit / 4))
-                if idle_seconds(app) >= limit:
+                busy, last = activity(app)
+                if busy or time.monotonic() - last < limit:
+                    continue
+                # Unregister first, then stop only if no request came in the grace period:
+                # a client that found the server just before still gets its answer.
+                registered = (read_state() or info).pid == os.getpid()
+                remove_state()
+                await asyncio.sleep(IDLE_GRACE_S)
+                if activity(app) == (0, last):
                     print(f"localchat: no request for {show_duration(limit)} (--keep-alive); "
                           "stopping", file=sys.stderr, flush=True)
                     self.should_exit = True
+                elif registered and read_state() is None:
+                    write_state(info)
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets=sockets)
