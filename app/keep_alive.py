@@ -85,7 +85,7 @@ def kept_alive_server(model: str, seconds: float, check: Callable[[], None]) -> 
 
     with _start_lock():
         info = find_server(model)  # one that another ask started while we waited for the lock
-        if info is not None:
+        if info is not None and not info.auth:  # (a keyed one ask has no key for: a note below)
             return info
         starting = start_server(model, seconds)
         if starting is None:
