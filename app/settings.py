@@ -7,7 +7,7 @@ function creates its folder on demand.
 
 The config file is ``config_dir()/config.toml``: ``default_model``, ``draft``, ``quant``,
 ``context`` (tokens per conversation, prompt + reply; as llama.cpp's ``-c``), ``theme``,
-``system_prompt``, a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
+``system_prompt``, ``endpoint``, ``api_key``, ``keep_alive`` (``ask --keep-alive``), a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
 are listed in ``KEYS``) and a ``[keys]`` table of TUI key bindings (``stop = "escape,ctrl+c"``;
 names in ``localchat.app.tui.keymap``, checked by the TUI). Each key can also come from the environment (``LOCALCHAT_`` + the key's
 last part in capitals: ``LOCALCHAT_DEFAULT_MODEL``, ``LOCALCHAT_TEMPERATURE``). Precedence, as
