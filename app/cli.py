@@ -206,7 +206,9 @@ def ask(
     ] = False,
     draft: Annotated[
         str | None,
-        typer.Option("--draft", help="Draft model for speculative decoding.", show_default=False),
+        typer.Option("--draft", help="Draft model for speculative decoding ('auto': the "
+                     "catalog's pairing; 'ngram': prompt lookup, no draft model).",
+                     show_default=False),
     ] = None,
     num_speculative_tokens: Annotated[
         int | None,
@@ -272,8 +274,9 @@ def chat(
     ] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", show_default="512")] = None,
     draft: Annotated[
-        str | None, typer.Option("--draft", help="Draft model (or 'auto') for speculative "
-                                 "decoding (with --jsonl).", show_default=False)
+        str | None, typer.Option("--draft", help="Draft model (or 'auto', or 'ngram': prompt "
+                                 "lookup) for speculative decoding (with --jsonl).",
+                                 show_default=False)
     ] = None,
     num_speculative_tokens: Annotated[
         int | None, typer.Option("--num-speculative-tokens", show_default="4")
@@ -327,8 +330,8 @@ def serve(
                            "a key (warned).")
     ] = False,
     draft: Annotated[
-        str | None, typer.Option("--draft", help="Draft model for speculative decoding.",
-                                 show_default=False)
+        str | None, typer.Option("--draft", help="Draft model for speculative decoding "
+                                 "('auto', or 'ngram': prompt lookup).", show_default=False)
     ] = None,
     quant: Annotated[
         str | None, typer.Option("--quant", help="Weight format: auto|native|none|fp8|int8|int4.",

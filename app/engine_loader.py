@@ -22,6 +22,7 @@ from localchat.app.load_options import LoadOptions
 from localchat.engine.errors import LocalchatError
 
 NO_DRAFT = ("", "none", "off")
+NGRAM = "ngram"  # --draft ngram: prompt lookup drafts, no draft model (spec_decode/ngram.py)
 Progress = Callable[[str], None]
 
 
@@ -49,9 +50,33 @@ def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
     return entry.draft
 
 
-def engine_config(options: LoadOptions, draft_path: Path | None) -> Any:
-    """``EngineConfig`` for ``options``: the weight format, speculative decoding and the
-    context (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it)."""
+def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
+                  ) -> tuple[str | None, Path | str | None]:
+    """``(draft spec, what engine_config takes)`` for the target ``source``: ``(None, None)``
+    without speculation, ``("ngram", NGRAM)`` for prompt lookup, else the draft model's
+    spec and local path (downloaded when needed, ``progress`` getting the lines).
+
+    Raises:
+        DraftChoiceError: ``auto`` with no known pairing, or the draft is the model itself.
+        LocalchatError: the draft model cannot be resolved.
+    """
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import resolve_model
+
+    draft = draft_spec(options, source.alias)
+    if draft is None or draft.lower() == NGRAM:
+        return (None, None) if draft is None else (NGRAM, NGRAM)
+    draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+                                 progress=progress)
+    if Path(draft_source.path) == Path(source.path):
+        raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
+    return draft, draft_source.path
+
+
+def engine_config(options: LoadOptions, draft_path: Path | str | None) -> Any:
+    """``EngineConfig`` for ``options``: the weight format, speculative decoding (the draft
+    model's local path, or :data:`NGRAM` for prompt lookup) and the context
+    (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it)."""
     from localchat.engine.config import (
         EngineConfig,
         QuantConfig,
@@ -59,7 +84,11 @@ def engine_config(options: LoadOptions, draft_path: Path | None) -> Any:
         SpeculativeConfig,
     )
 
-    spec = SpeculativeConfig(draft_model=str(draft_path) if draft_path is not None else None)
+    if draft_path == NGRAM:
+        spec = SpeculativeConfig(method="ngram")
+    else:
+        spec = SpeculativeConfig(
+            draft_model=str(draft_path) if draft_path is not None else None)
     if options.num_speculative_tokens is not None:  # else the engine's default k
         spec = dataclasses.replace(spec, num_speculative_tokens=options.num_speculative_tokens)
     quant = QuantConfig(scheme=options.quant) if options.quant else QuantConfig()
@@ -109,14 +138,7 @@ def load(options: LoadOptions, *, progress: Progress | None = None,
     source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                            progress=fetch_progress)
     check_context(options, source)
-    draft = draft_spec(options, source.alias)
-    draft_path = None
-    if draft is not None:
-        draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
-                                     progress=fetch_progress)
-        if Path(draft_source.path) == Path(source.path):
-            raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
-        draft_path = draft_source.path
+    draft, draft_path = resolve_draft(options, source, fetch_progress)
     name = source.alias or options.model
     line = f"loading {name}" + (f" with draft {draft}" if draft else "") + " ..."
     if progress is None:

@@ -116,7 +116,10 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     from localchat.engine.memory.planner import plan_memory
 
     target = describe_model(model, cache_dir())
-    drafted = describe_model(draft, cache_dir()) if draft else None
+    from localchat.app.engine_loader import NGRAM
+
+    # prompt lookup (--draft ngram) holds no draft weights or KV cache: nothing to plan
+    drafted = describe_model(draft, cache_dir()) if draft and draft.lower() != NGRAM else None
     if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
         cli_io.warn(f"draft {drafted.name} has a vocabulary of {drafted.config.vocab_size} "
                     f"tokens, the model {target.config.vocab_size}: not a matching pair")

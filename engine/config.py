@@ -189,24 +189,39 @@ class QuantConfig:
             raise ValueError(f"group_size must be 32, 64 or 128, got {self.group_size}")
 
 
+SPEC_METHODS = ("draft_model", "ngram")
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    """Draft-model speculative decoding: ``draft_model`` is the draft's local path (an HF
-    folder or ``.gguf``; ``None`` turns speculation off), ``num_speculative_tokens`` the most
-    draft tokens per step (k), ``adaptive`` lets each request's k follow its acceptance rate
-    and the measured step costs (``spec_decode.adaptive``).
+    """Speculative decoding: ``method`` ``"draft_model"`` drafts with the model at
+    ``draft_model`` (its local path, an HF folder or ``.gguf``; ``None`` turns speculation
+    off), ``"ngram"`` by prompt lookup (``spec_decode.ngram``: no draft model;
+    ``draft_model`` unused); ``num_speculative_tokens`` the most draft tokens per step (k),
+    ``adaptive`` lets each request's k follow its acceptance rate and the measured step costs
+    (``spec_decode.adaptive``).
 
-    Raises ``ValueError`` when ``num_speculative_tokens`` is not in [1, 16].
+    Raises ``ValueError`` when ``num_speculative_tokens`` is not in [1, 16] or ``method`` is
+    not one of :data:`SPEC_METHODS`.
     """
 
     draft_model: str | None = None
     num_speculative_tokens: int = 4
     adaptive: bool = True
+    method: str = "draft_model"
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_speculative_tokens <= 16:
             raise ValueError("num_speculative_tokens must be between 1 and 16, got "
                              f"{self.num_speculative_tokens}")
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"speculative method must be one of {', '.join(SPEC_METHODS)}, "
+                             f"got {self.method!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether requests are drafted for at all."""
+        return self.method == "ngram" or self.draft_model is not None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ def resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
     from .loader import default_group_size
     from .memory.auto import choose_scheme
 
-    draft = config.speculative.draft_model
+    draft = config.speculative.draft_model if config.speculative.method == "draft_model" \
+        else None
     draft_config = load_model_config(Path(draft), cache_dir) if draft else None
     from .loader.native import gguf_native_bytes, native_is_fast
 
@@ -91,7 +92,7 @@ def build_engine(cls: type[_E], path: Path, config: EngineConfig | None = None, 
                        quant=config.quant)
     draft = config.speculative.draft_model
     draft_model = draft_config = None
-    if draft is not None:
+    if draft is not None and config.speculative.method == "draft_model":
         from .spec_decode.speculator import Speculator
 
         draft_model, draft_config = Speculator.load_draft_model(
@@ -110,6 +111,10 @@ def build_engine(cls: type[_E], path: Path, config: EngineConfig | None = None, 
         engine.speculator = Speculator.build(
             draft_model, draft_config, model_config, config,
             engine.num_blocks * config.cache.block_size, engine.max_model_len)
+    elif config.speculative.method == "ngram":
+        from .spec_decode.speculator import Speculator
+
+        engine.speculator = Speculator.build_ngram(model_config, config, engine.max_model_len)
     return engine
 
 

@@ -174,13 +174,16 @@ class LLMEngine:
     def get_info(self) -> EngineInfo:
         """What this engine loaded (model, weight format, dtype, device, KV pool, draft, bytes
         allocated: counted now, one walk over the model's tensors)."""
-        draft = self.config.speculative.draft_model if self.speculator is not None else None
+        spec = self.config.speculative
+        draft = None
+        if self.speculator is not None:
+            draft = "ngram" if spec.method == "ngram" else Path(spec.draft_model).name
         return EngineInfo(
             model=self.model_name, weight_format=self._weight_format, dtype=self.dtype,
             device=self.device, max_model_len=self.max_model_len, num_blocks=self.num_blocks,
             block_size=self.config.cache.block_size, kv_cache_bytes=self._kv_cache_bytes,
             quant_group_size=self._group_size,
-            draft=None if draft is None else Path(draft).name,
+            draft=draft,
             num_spec_tokens=0 if draft is None
             else self.config.speculative.num_speculative_tokens,
             allocated_bytes=allocated_bytes(module_tensors(self.runner.model)

@@ -4,6 +4,11 @@ Usage::
 
     python scripts/bench_spec.py                          # 5 code + 5 chat prompts, 256 tokens
     python scripts/bench_spec.py --max-tokens 64 --prompts 2 --json spec.json
+    python scripts/bench_spec.py --draft ngram --classes edit code chat   # prompt lookup
+
+``--draft ngram`` drafts by prompt lookup (``engine/spec_decode/ngram.py``, no draft model);
+the ``edit`` class (``--classes``) asks for a small change to a pasted snippet, the reply that
+copies its input, where such drafts are accepted.
 
 Both models come from the localchat cache (``localchat pull qwen2.5-coder-1.5b`` and
 ``qwen2.5-coder-0.5b``; nothing is downloaded here). One process, one target model in memory:
@@ -38,6 +43,21 @@ CODE = [
     "Write a bash one-liner that counts lines in all .py files under the current directory.",
     "Write a Python class for a stack with push, pop and peek methods.",
 ]
+_SNIPPET = """def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Copy files between folders.")
+    parser.add_argument("source", help="the folder to copy from")
+    parser.add_argument("target", help="the folder to copy into")
+    parser.add_argument("--dry-run", action="store_true", help="only print what would be copied")
+    parser.add_argument("--verbose", action="store_true", help="print every file copied")
+    return parser.parse_args(argv)
+"""
+EDIT = [
+    f"{_SNIPPET}\nRename the variable parser to p. Output only the code.",
+    f"{_SNIPPET}\nAdd type hints to this function. Output only the code.",
+    f"{_SNIPPET}\nAdd a --quiet flag like --verbose to this function. Output only the code.",
+    f"{_SNIPPET}\nRename the function to build_parser. Output only the code.",
+    f"{_SNIPPET}\nAdd a docstring to this function. Output only the code.",
+]
 CHAT = [
     "Give me three tips for sleeping better.",
     "Explain what a black hole is to a ten-year-old.",
@@ -54,17 +74,20 @@ def load(args):
     from localchat.engine.llm_engine import LLMEngine
     from localchat.engine.spec_decode.speculator import Speculator
 
-    for name in (args.target, args.draft):
+    ngram = args.draft == "ngram"
+    for name in (args.target, *(() if ngram else (args.draft,))):
         if not is_cached(name, cache_dir()):
             sys.exit(f"bench_spec: {name} is not cached; run: localchat pull {name}")
     target = resolve_model(args.target, cache_dir=cache_dir(), download=False)
-    draft = resolve_model(args.draft, cache_dir=cache_dir(), download=False)
+    draft = None if ngram else resolve_model(args.draft, cache_dir=cache_dir(),
+                                             download=False)
     dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     config = EngineConfig(device="cpu", dtype=dtype,
                           scheduler=SchedulerConfig(max_model_len=2048),
-                          speculative=SpeculativeConfig(draft_model=str(draft.path),
-                                                        num_speculative_tokens=args.k,
-                                                        adaptive=not args.fixed_k))
+                          speculative=SpeculativeConfig(
+                              draft_model=None if ngram else str(draft.path),
+                              method="ngram" if ngram else "draft_model",
+                              num_speculative_tokens=args.k, adaptive=not args.fixed_k))
     plain = LLMEngine.from_source(target, dataclasses.replace(
         config, speculative=SpeculativeConfig()), cache_dir=cache_dir())
     # the weight format the plain engine resolved (``auto`` -> native for a GGUF on CPU), so
@@ -72,9 +95,12 @@ def load(args):
     config = dataclasses.replace(config, quant=plain.config.quant)
     spec = LLMEngine(plain.runner.model, plain.model_config, plain.tokenizer, config,
                      plain.max_model_len)
-    spec.speculator = Speculator.load(Path(draft.path), plain.model_config, config,
-                                      spec.num_blocks * config.cache.block_size,
-                                      spec.max_model_len, cache_dir=cache_dir())
+    if ngram:
+        spec.speculator = Speculator.build_ngram(plain.model_config, config, spec.max_model_len)
+    else:
+        spec.speculator = Speculator.load(Path(draft.path), plain.model_config, config,
+                                          spec.num_blocks * config.cache.block_size,
+                                          spec.max_model_len, cache_dir=cache_dir())
     return plain, spec
 
 
@@ -93,7 +119,10 @@ def run(eng, ids, temperature: float, max_tokens: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b",
+                    help="draft model, or ngram (prompt lookup)")
+    ap.add_argument("--classes", nargs="+", choices=["code", "chat", "edit"],
+                    default=["code", "chat"], help="prompt classes, in this order")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--prompts", type=int, default=5, help="prompts per class (max 5)")
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
@@ -117,7 +146,8 @@ def main() -> None:
           "mean accepted length |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []
-    for cls, prompts in (("code", CODE[:args.prompts]), ("chat", CHAT[:args.prompts])):
+    sets = {"code": CODE, "chat": CHAT, "edit": EDIT}
+    for cls, prompts in ((c, sets[c][:args.prompts]) for c in args.classes):
         for temp in args.temperatures:
             for i, text in enumerate(prompts):
                 ids = tok.apply_chat_template([{"role": "user", "content": text}])
@@ -133,7 +163,7 @@ def main() -> None:
                       f"{fast / base:.2f}x | {rate:.0%} | {row['mean_accepted_length']:.2f} |",
                       flush=True)
     print()
-    for cls in ("code", "chat"):
+    for cls in args.classes:
         for temp in args.temperatures:
             sel = [r["speedup"] for r in rows if r["class"] == cls and r["temperature"] == temp]
             if sel:

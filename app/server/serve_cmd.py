@@ -169,15 +169,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
     """Resolve and load an ``AsyncLLMEngine``; returns it and the model id to serve."""
-    from pathlib import Path
-
     from localchat.app import interrupts
-    from localchat.app.engine_loader import (
-        DraftChoiceError,
-        check_context,
-        draft_spec,
-        engine_config,
-    )
+    from localchat.app.engine_loader import check_context, engine_config, resolve_draft
     from localchat.app.settings import cache_dir
     from localchat.engine.async_engine import AsyncLLMEngine
     from localchat.engine.config import SchedulerConfig
@@ -187,14 +180,7 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
         source = resolve_model(options.model, cache_dir=cache_dir(), download=True,
                                progress=cli_io.stderr_progress)
         check_context(options, source)
-        draft = draft_spec(options, source.alias)
-        draft_path = None
-        if draft is not None:
-            draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
-                                         progress=cli_io.stderr_progress)
-            if Path(draft_source.path) == Path(source.path):
-                raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
-            draft_path = draft_source.path
+        _, draft_path = resolve_draft(options, source, cli_io.stderr_progress)
         config = engine_config(options, draft_path)
         config = dataclasses.replace(config, scheduler=SchedulerConfig(
             max_num_seqs=args.max_num_seqs, max_model_len=options.context))

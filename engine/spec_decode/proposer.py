@@ -21,8 +21,7 @@ from torch import nn
 
 from ..kv_cache import KVCacheManager
 from ..request import Request
-from ..sampler import (apply_penalties_after_drafts, exponential_race, row_argmax,
-                       sampling_probs)
+from ..sampler import apply_penalties_after_drafts, exponential_race, row_argmax, sampling_probs
 from ..step_inputs import BatchEntry, StagingBuffers, flatten_batch
 
 

@@ -19,6 +19,7 @@ from ..outputs import ModelRunnerOutput
 from ..request import Request
 from ..scheduler import SchedulerOutput
 from .adaptive import AdaptiveDraftLength
+from .ngram import NgramProposer
 from .proposer import DraftModelProposer
 
 
@@ -74,7 +75,8 @@ class Speculator:
     stats. ``LLMEngine.step`` calls ``propose`` before scheduling and ``finish_step`` after
     the scheduler applied the sampled tokens."""
 
-    def __init__(self, proposer: DraftModelProposer, controller: AdaptiveDraftLength,
+    def __init__(self, proposer: DraftModelProposer | NgramProposer,
+                 controller: AdaptiveDraftLength,
                  max_model_len: int) -> None:
         self.proposer = proposer
         self.controller = controller
@@ -108,6 +110,18 @@ class Speculator:
         model = load_model(draft_path, draft_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir, quant=config.quant)
         return model, draft_config
+
+    @classmethod
+    def build_ngram(cls, target_config: ModelConfig, config: EngineConfig,
+                    max_model_len: int) -> Speculator:
+        """A speculator drafting by prompt lookup (``ngram.NgramProposer``): no draft model
+        or KV pool; the controller prices a draft at nothing (``draft_cost_ratio`` 0), so
+        only the verification's measured cost decides how many drafts pay."""
+        spec = config.speculative
+        proposer = NgramProposer(target_config.vocab_size, config.resolved_device())
+        controller = AdaptiveDraftLength(spec.num_speculative_tokens, 0.0,
+                                         adaptive=spec.adaptive)
+        return cls(proposer, controller, max_model_len)
 
     @classmethod
     def build(cls, model, draft_config: ModelConfig, target_config: ModelConfig,
