@@ -202,6 +202,8 @@ def start_server(model: str, seconds: float) -> StartingServer | None:
                     f"clients find; answering here")
         return None
     log = runtime_dir() / LOG_NAME
+    # a fresh file: a previous server in its idle grace period still writes to the old one
+    log.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "localchat.app.cli", "serve", "-m", model, "--port", "0",
            "--keep-alive", f"{seconds:g}"]
     with open(log, "wb") as out:

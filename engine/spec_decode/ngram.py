@@ -23,7 +23,7 @@ import torch
 from ..request import Request
 
 MAX_NGRAM = 4  # the longest suffix looked up (tokens)
-MIN_NGRAM = 2  # the shortest: one token matches too often to be worth a verification
+MIN_NGRAM = 3  # the shortest: 1- and 2-token matches are too often wrong to pay a verification
 
 
 def lookup(tokens: np.ndarray, k: int, max_ngram: int = MAX_NGRAM,

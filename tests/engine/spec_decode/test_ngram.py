@@ -36,11 +36,12 @@ def test_lookup_equals_a_brute_force_search(tokens, k):
 
 
 def test_lookup_prefers_the_longest_then_the_latest_match():
-    # [2, 3] occurs at 1 and 6; [9, 2, 3] only at 5: the 3-gram wins
-    tokens = [1, 2, 3, 4, 9, 9, 2, 3, 7, 9, 2, 3]
+    # [2, 3, 4] occurs at 1 and 7; [9, 2, 3, 4] only at 6: the 4-gram wins
+    tokens = [1, 2, 3, 4, 5, 9, 9, 2, 3, 4, 7, 9, 2, 3, 4]
     assert lookup(np.array(tokens), 2) == [7, 9]
-    assert lookup(np.array([1, 2, 5, 1, 2, 6, 1, 2]), 3) == [6, 1, 2]  # the latest [1, 2]
-    assert lookup(np.array([1, 2, 3]), 4) == []  # nothing occurs twice
+    tokens = [1, 2, 3, 5, 1, 2, 3, 6, 1, 2, 3]  # the latest [1, 2, 3]
+    assert lookup(np.array(tokens), 3) == [6, 1, 2]
+    assert lookup(np.array([1, 2, 5, 1, 2]), 4) == []  # a 2-gram is too short to draft from
     assert lookup(np.array([7]), 4) == []
 
 
@@ -48,12 +49,13 @@ def test_sampled_requests_get_one_hot_draft_distributions():
     from localchat.engine.request import Request
 
     prop = NgramProposer(vocab_size=10, device=torch.device("cpu"))
-    greedy = Request("g", [1, 2, 3, 1, 2], SamplingParams(temperature=0.0))
-    sampled = Request("s", [1, 2, 3, 1, 2], SamplingParams(temperature=0.8))
+    ids = [1, 2, 3, 4, 1, 2, 3]
+    greedy = Request("g", ids, SamplingParams(temperature=0.0))
+    sampled = Request("s", ids, SamplingParams(temperature=0.8))
     drafts = prop.propose([greedy, sampled], {"g": 3, "s": 2}, {})
-    assert drafts == {"g": [3, 1, 2], "s": [3, 1]}
+    assert drafts == {"g": [4, 1, 2], "s": [4, 1]}
     assert set(prop.draft_probs) == {"s"}
-    assert torch.equal(prop.draft_probs["s"], torch.eye(10)[[3, 1]])
+    assert torch.equal(prop.draft_probs["s"], torch.eye(10)[[4, 1]])
 
 
 def test_one_hot_drafts_keep_the_target_distribution():
