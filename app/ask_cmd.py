@@ -181,8 +181,13 @@ def kept_alive_backend(args: Any, settings: Any, model: str, seconds: float,
     an endpoint, an engine flag (``--draft``, ``--quant``, ``--context``: a server's own
     choices would be used instead), or no server could be used (model not on disk, another
     model's server registered, it did not start: said in a note)."""
-    if (not seconds or args.local or args.endpoint or settings.endpoint
-            or args.draft or args.quant or args.context):
+    flags = [f for f, on in (("--local", args.local), ("--endpoint", args.endpoint),
+                             ("--draft", args.draft), ("--quant", args.quant),
+                             ("--context", args.context)) if on]
+    if not seconds or flags or settings.endpoint:
+        if seconds and args.keep_alive is not None:  # asked for on this command line
+            why = flags[0] if flags else "the endpoint setting"
+            cli_io.note(f"--keep-alive is not used with {why}; answering here")
         check()
         return None
     from localchat.app.keep_alive import kept_alive_server

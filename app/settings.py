@@ -193,10 +193,12 @@ def parse_value(key: Key, raw: Any) -> Any:
         SettingError: the value has the wrong type or is out of range; names the key.
     """
     if key.name == "keep_alive" and isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        raw = f"{raw:g}"  # TOML ``keep_alive = 300``: seconds
+        raw = f"{raw:f}".rstrip("0").rstrip(".")  # TOML ``keep_alive = 300``: seconds
     if key.type is str:
         if not isinstance(raw, str) or not raw.strip():
-            raise SettingError(f"{key.name} must be a non-empty string, got {raw!r}")
+            what = "a duration (300, 90s, 5m)" if key.name == "keep_alive" else \
+                "a non-empty string"
+            raise SettingError(f"{key.name} must be {what}, got {raw!r}")
         value: Any = raw.strip()
         if key.choices and value not in key.choices:
             raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "

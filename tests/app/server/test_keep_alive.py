@@ -91,6 +91,13 @@ def test_the_setting_is_checked_when_read(tmp_path):
     assert load_settings(config, environ={}).keep_alive == "5m"
     config.write_text('keep_alive = 300\n')  # a TOML number: seconds
     assert parse_duration(load_settings(config, environ={}).keep_alive) == 300.0
+    config.write_text('keep_alive = 1e9\n')
+    with pytest.raises(SettingError, match="longer than 7 days"):
+        load_settings(config, environ={})
+    config.write_text('keep_alive = true\n')
+    with pytest.raises(SettingError, match="keep_alive must be a duration"):
+        load_settings(config, environ={})
+    config.write_text('keep_alive = "5m"\n')
     with pytest.raises(SettingError, match="LOCALCHAT_KEEP_ALIVE.*not a duration"):
         load_settings(config, environ={"LOCALCHAT_KEEP_ALIVE": "soon"})
 
@@ -189,6 +196,7 @@ def test_engine_flags_answer_in_process_without_a_server(env):
     result = _run(env, *ASK, "--keep-alive", "30s", "--context", "1024", QUESTION)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["content"]
+    assert "note: --keep-alive is not used with --context" in result.stderr
     assert not (Path(env["LOCALCHAT_HOME"]) / "run" / "server.json").exists()
     assert not (Path(env["LOCALCHAT_HOME"]) / "run" / "serve.log").exists()
 
