@@ -76,6 +76,7 @@ def refresh_env() -> None:
 
     _kernels_env.cache_clear()
     _a8_mode.cache_clear()
+    cpu_stack_enabled.cache_clear()
     cpu.active_isa.cache_clear()
 
 
@@ -87,6 +88,19 @@ def _use_triton(t: torch.Tensor) -> bool:
 
 # Rows up to which the CPU quantized matmuls beat dequantize + GEMM (decode, verification).
 CPU_MAX_ROWS = 16
+# "0" keeps CPU decode / verification steps on the Python layers instead of the C++ decoder
+# stack (cpu_stack_enabled).
+STACK_ENV = "LOCALCHAT_CPU_STACK"
+
+
+@functools.cache
+def cpu_stack_enabled() -> bool:
+    """Whether CPU forwards of at most ``CPU_MAX_ROWS`` rows may run the whole decoder stack
+    in one C++ call (``kernels/cpu/stack_ops.cpp``, ``engine/models/cpu_stack.py``): the same
+    ops with the same arguments as the Python layers, so the same bits, minus the host's
+    per-layer work. On unless ``LOCALCHAT_CPU_STACK=0`` (an A/B switch, read once:
+    :func:`refresh_env`)."""
+    return os.environ.get(STACK_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 # CPU quantized matmuls on the integer-dot (W4A8/W8A8) kernels: "1" always, "0" never, unset
 # for 16-bit activations (cpu_a8_enabled).
 A8_ENV = "LOCALCHAT_CPU_A8"
@@ -302,21 +316,40 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None):
     multiple of 32 and G is 16 or a multiple of 32, else the exact fp32-activation kernel."""
     if _use_triton(x):
         return _triton("triton_quant").int8_matmul(x, qweight, scales, mins, group_size)
-    if qweight.dtype == torch.int8 and qweight.dim() == 2 and x.shape[-1] == qweight.shape[1] \
-            and scales.dim() in (1, 2) and scales.shape[0] == qweight.shape[0] \
-            and (group_size is None or group_size == x.shape[-1] // (
-                scales.shape[1] if scales.dim() == 2 else 1)) and _use_cpu(x):
-        cpu = _cpu_module
-        k = x.shape[-1]
-        g = k // (scales.shape[1] if scales.dim() == 2 else 1)
-        if cpu_a8_enabled(x.dtype) and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
-                and qweight.is_contiguous():
-            return cpu.int8_matmul_a8(x, qweight, scales, mins, g)
-        if _scales_ok(scales, mins):
-            return cpu.int8_matmul(x, qweight, scales, mins, group_size)
-        return cpu.int8_matmul(x, qweight, scales.float(),
-                               None if mins is None else mins.float(), group_size)
+    call = cpu_int8_call(x.dtype, x.shape[-1], qweight, scales, mins, group_size) \
+        if _use_cpu(x) else None
+    if call is not None:
+        name, args = call
+        return getattr(torch.ops.localchat_cpu, name)(x, *args[1:])
     return reference.int8_matmul(x, qweight, scales, mins, group_size)
+
+
+# The input's place in an op call described by ``cpu_int8_call`` and the linear methods'
+# ``decode_plan`` (``kernels/cpu/stack_ops.cpp`` puts each step's activations there).
+INPUT = object()
+
+
+def cpu_int8_call(dtype: torch.dtype, k: int, qweight, scales, mins=None,
+                  group_size: int | None = None) -> tuple[str, tuple] | None:
+    """The C++ op :func:`int8_matmul` runs for CPU rows (at most ``CPU_MAX_ROWS``) of ``dtype``
+    with ``k`` columns: ``(name of a torch.ops.localchat_cpu op, its arguments with INPUT for
+    x)``, or None where the reference runs (a layout the kernels do not take, or no kernels)."""
+    if not (qweight.dtype == torch.int8 and qweight.dim() == 2 and k == qweight.shape[1]
+            and scales.dim() in (1, 2) and scales.shape[0] == qweight.shape[0]):
+        return None
+    g = k // (scales.shape[1] if scales.dim() == 2 else 1)
+    if (group_size is not None and group_size != g) or _cpu() is None:
+        return None
+    isa = _cpu_module.active_isa()
+    if cpu_a8_enabled(dtype) and _a8_group_ok(k, g, False) and _scales_ok(scales, mins) \
+            and qweight.is_contiguous():
+        if scales.dim() == 1:
+            scales = scales[:, None]
+            mins = None if mins is None else mins.reshape(-1, 1)
+        return "int8_matmul_a8", (INPUT, qweight, scales, mins, g, isa)
+    if not _scales_ok(scales, mins):
+        scales, mins = scales.float(), None if mins is None else mins.float()
+    return "int8_matmul", (INPUT, qweight, scales, mins, g, isa)
 
 
 def _kscales_ok(qweight, scales, mins, super_scales, group_size: int) -> bool:

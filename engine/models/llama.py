@@ -30,6 +30,7 @@ from ..layers.linear import Linear, MergedLinear, QKVLinear
 from ..layers.module_attrs import mirror_module_attributes
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
+from .cpu_stack import CpuDecoderStack
 
 
 class LlamaAttention(nn.Module):
@@ -108,17 +109,25 @@ class LlamaModel(nn.Module):
             LlamaDecoderLayer(config, max_position) for _ in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.cpu_stack = CpuDecoderStack()
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata):
         # a quantized embedding dequantizes its rows to fp32; activations follow the norms
         hidden_states = self.embed_tokens.forward(input_ids)
         if hidden_states.dtype != self.norm.weight.dtype:  # a no-op .to() still costs an op
             hidden_states = hidden_states.to(self.norm.weight.dtype)
-        residual = None
-        for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden_states, residual = layer.forward(
-                positions, hidden_states, residual, kv_cache, attn_metadata
-            )
+        stack = self.cpu_stack.get(self, hidden_states, kv_caches, attn_metadata)
+        if stack is not None:  # CPU decode / verification rows: the same ops, called from C++
+            meta = attn_metadata
+            hidden_states, residual = stack.forward(
+                hidden_states, positions, meta.slot_mapping, meta.block_tables, meta.seq_lens,
+                None if meta.is_decode_only else meta.query_start_loc)
+        else:
+            residual = None
+            for layer, kv_cache in zip(self.layers, kv_caches):
+                hidden_states, residual = layer.forward(
+                    positions, hidden_states, residual, kv_cache, attn_metadata
+                )
         hidden_states, _ = self.norm.forward(hidden_states, residual)
         return hidden_states
 

@@ -37,6 +37,9 @@ from .int4 import (
 from .int8 import dequantize_int8, int8_weight_bytes, quantize_int8
 from .schemes import QuantScheme
 
+# (parts, bias) of LinearMethod.decode_plan
+DecodePlan = tuple[list[tuple[str, tuple]], "torch.Tensor | None"]
+
 _CPU_MAX_ROWS = _kernels.CPU_MAX_ROWS
 
 
@@ -123,6 +126,21 @@ class LinearMethod:
     def weight_bytes(self, out_features: int, in_features: int, dtype: torch.dtype) -> int:
         """Bytes the layer's weight occupies once loaded (bias not included)."""
         return out_features * in_features * dtype.itemsize
+
+    def decode_plan(self, layer: nn.Module, dtype: torch.dtype) -> DecodePlan | None:
+        """What :meth:`apply` computes for CPU activations ``[M, K]`` of ``dtype`` with ``M <=
+        CPU_MAX_ROWS``, as C++ op calls (for ``kernels/cpu/stack_ops.cpp``): ``(parts, bias)``,
+        ``parts`` a list of ``(op name in torch.ops.localchat_cpu, arguments with
+        kernels.INPUT in the input's place)`` whose outputs, concatenated on the last dim,
+        plus ``bias`` (or None) are the layer's output, bit for bit. None where apply would
+        run anything else (no C++ kernels, a PyTorch kernel, a reference)."""
+        cpu = _kernels._cpu()
+        if cpu is None or type(self).apply is not LinearMethod.apply:
+            return None
+        isa = cpu.active_isa()
+        if layer.weight_t is not None:
+            return [("float_matmul_t", (_kernels.INPUT, layer.weight_t, layer.bias, isa))], None
+        return [("float_matmul", (_kernels.INPUT, layer.weight, layer.bias, isa, False))], None
 
 
 class _PerChannelLinearMethod(LinearMethod):
@@ -265,6 +283,13 @@ class Int4LinearMethod(LinearMethod):
                       layer._buffers.get("super_scales")))
             layer.__dict__["_cpu_a8_direct"] = ok
         return ok
+
+    def decode_plan(self, layer, dtype):
+        if not (self._a8_direct(layer) and _kernels.cpu_a8_enabled(dtype)):
+            return None
+        return [("int4_matmul_a8", (
+            _kernels.INPUT, layer.qweight, layer.scales, layer.mins, self.group_size,
+            _kernels.cpu.active_isa(), layer._buffers.get("super_scales")))], layer.bias
 
     def apply(self, layer, x):
         if x.dim() == 2 and x.shape[0] <= _CPU_MAX_ROWS and self._a8_direct(layer) \

@@ -73,6 +73,15 @@ class Int8GroupLinearMethod(LinearMethod):
     def _mins(self, layer):
         return layer.mins if self.has_mins else None
 
+    def decode_plan(self, layer, dtype):
+        if self.kernel != "packed" or not _cpu_kernel_rows():
+            return None
+        from localchat import kernels
+
+        call = kernels.cpu_int8_call(dtype, layer.in_features, layer.qweight, layer.scales,
+                                     self._mins(layer), self.group_size)
+        return None if call is None else ([call], layer.bias)
+
     def apply(self, layer, x):
         x2 = _flat(x)
         # CUDA: the Triton kernel. CPU: the C++ kernel for decode and verification rows

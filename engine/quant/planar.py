@@ -54,6 +54,14 @@ class PlanarLinearMethod(LinearMethod):
     def process_weights_after_loading(self, layer):
         pass
 
+    def decode_plan(self, layer, dtype):
+        if kernels._cpu() is None:
+            return None
+        op = self._matmul_a8 if kernels.cpu_a8_enabled(dtype) else self._matmul
+        # the layout's kernels.cpu wrappers call the op of their own name with (x, *w, isa)
+        return [(op.__name__, (kernels.INPUT, *self._weights(layer),
+                               kernels.cpu.active_isa()))], layer.bias
+
     def apply(self, layer, x):
         x2 = _flat(x)
         w = self._weights(layer)

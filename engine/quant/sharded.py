@@ -106,6 +106,15 @@ class ShardedLinearMethod(LinearMethod):
                 return child, start - a, end - a
         raise ValueError(f"rows [{start}, {end}) span shards at {self.offsets}")
 
+    def decode_plan(self, layer, dtype):
+        parts = []
+        for child in self.children(layer):
+            plan = child.quant_method.decode_plan(child, dtype)
+            if plan is None or plan[1] is not None:
+                return None
+            parts += plan[0]
+        return parts, layer.bias
+
     def apply(self, layer, x):
         ys = [child.quant_method.apply(child, x) for child in self.children(layer)]
         return _add_bias(torch.cat(ys, dim=-1), layer.bias)

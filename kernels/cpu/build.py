@@ -25,7 +25,7 @@ SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "repack_ops.cpp",
            "qa6_ops.cpp", "qa6_scalar.cpp", "qa6_avx2.cpp", "qa6_avx512.cpp", "qa6_vnni.cpp",
            "qa5_ops.cpp", "qa5_scalar.cpp", "qa5_avx2.cpp", "qa5_avx512.cpp", "qa5_vnni.cpp",
-           "strip_gemm.cpp", "amx_bf16.cpp", "amx_fill_planes.cpp")
+           "strip_gemm.cpp", "amx_bf16.cpp", "amx_fill_planes.cpp", "stack_ops.cpp")
 _NAME = "localchat_cpu_kernels"
 # at::parallel_for is an OpenMP region only in code compiled with -fopenmp: without it every
 # kernel runs on the calling thread whatever torch.set_num_threads says. The library then
