@@ -352,6 +352,31 @@ def cpu_int8_call(dtype: torch.dtype, k: int, qweight, scales, mins=None,
     return "int8_matmul", (INPUT, qweight, scales, mins, g, isa)
 
 
+def cpu_int4_call(dtype: torch.dtype, k: int, qweight, scales, mins, group_size: int,
+                  super_scales=None) -> tuple[str, tuple] | None:
+    """The C++ op :func:`int4_matmul` runs for CPU rows (at most ``CPU_MAX_ROWS``) of ``dtype``
+    with ``k`` columns: ``(name of a torch.ops.localchat_cpu op, its arguments with INPUT for
+    x)``, or None where the reference runs. Two-level scales the kernels do not read in
+    place are folded here (once per call of this function)."""
+    if not (qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0
+            and k == 2 * qweight.shape[1] and k % group_size == 0
+            and scales.shape == mins.shape == (qweight.shape[0], k // group_size)) \
+            or _cpu() is None:
+        return None
+    isa = _cpu_module.active_isa()
+    if super_scales is not None and not _kscales_ok(qweight, scales, mins, super_scales,
+                                                    group_size):
+        scales, mins = reference.fold_kscales(scales, mins, super_scales)
+        super_scales = None
+    ok = super_scales is not None or _scales_ok(scales, mins)
+    if cpu_a8_enabled(dtype) and _a8_group_ok(k, group_size, True) and ok \
+            and qweight.is_contiguous():
+        return "int4_matmul_a8", (INPUT, qweight, scales, mins, group_size, isa, super_scales)
+    if not ok:
+        scales, mins = scales.float(), mins.float()
+    return "int4_matmul", (INPUT, qweight, scales, mins, group_size, isa, super_scales)
+
+
 def _kscales_ok(qweight, scales, mins, super_scales, group_size: int) -> bool:
     """Whether two-level int4 scales (``reference.fold_kscales``) are what the C++ kernels
     read in place: uint8 ``[N, K // 32]`` scales / mins, fp16 ``[N, K // 256, 2]``
@@ -392,22 +417,9 @@ def int4_matmul(x, qweight, scales, mins, group_size: int, super_scales=None):
         if super_scales is not None:
             scales, mins = reference.fold_kscales(scales, mins, super_scales)
         return _triton("triton_quant").int4_matmul(x, qweight, scales, mins, group_size)
-    if qweight.dtype == torch.uint8 and qweight.dim() == 2 and group_size % 32 == 0 \
-            and x.shape[-1] == 2 * qweight.shape[1] and x.shape[-1] % group_size == 0 \
-            and scales.shape == mins.shape == (qweight.shape[0], x.shape[-1] // group_size) \
-            and _use_cpu(x):
-        cpu = _cpu_module
-        if super_scales is not None and not _kscales_ok(qweight, scales, mins, super_scales,
-                                                        group_size):
-            scales, mins = reference.fold_kscales(scales, mins, super_scales)
-            super_scales = None
-        ok = super_scales is not None or _scales_ok(scales, mins)
-        if cpu_a8_enabled(x.dtype) and _a8_group_ok(x.shape[-1], group_size, True) \
-                and ok and qweight.is_contiguous():
-            return cpu.int4_matmul_a8(x, qweight, scales, mins, group_size,
-                                      super_scales=super_scales)
-        if ok:
-            return cpu.int4_matmul(x, qweight, scales, mins, group_size,
-                                   super_scales=super_scales)
-        return cpu.int4_matmul(x, qweight, scales.float(), mins.float(), group_size)
+    call = cpu_int4_call(x.dtype, x.shape[-1], qweight, scales, mins, group_size,
+                         super_scales) if _use_cpu(x) else None
+    if call is not None:
+        name, args = call
+        return getattr(torch.ops.localchat_cpu, name)(x, *args[1:])
     return reference.int4_matmul(x, qweight, scales, mins, group_size, super_scales)

@@ -285,11 +285,18 @@ class Int4LinearMethod(LinearMethod):
         return ok
 
     def decode_plan(self, layer, dtype):
-        if not (self._a8_direct(layer) and _kernels.cpu_a8_enabled(dtype)):
+        sup = layer._buffers.get("super_scales")
+        if self._a8_direct(layer) and _kernels.cpu_a8_enabled(dtype):
+            return [("int4_matmul_a8", (
+                _kernels.INPUT, layer.qweight, layer.scales, layer.mins, self.group_size,
+                _kernels.cpu.active_isa(), sup))], layer.bias
+        if not (self._packed_cpu() and getattr(layer, "qweight", None) is not None
+                and self._own_cpu()):
             return None
-        return [("int4_matmul_a8", (
-            _kernels.INPUT, layer.qweight, layer.scales, layer.mins, self.group_size,
-            _kernels.cpu.active_isa(), layer._buffers.get("super_scales")))], layer.bias
+        # apply's int4_linear: kernels.int4_matmul for up to CPU_MAX_ROWS rows
+        call = _kernels.cpu_int4_call(dtype, layer.in_features, layer.qweight, layer.scales,
+                                      layer.mins, self.group_size, sup)
+        return None if call is None else ([call], layer.bias)
 
     def apply(self, layer, x):
         if x.dim() == 2 and x.shape[0] <= _CPU_MAX_ROWS and self._a8_direct(layer) \

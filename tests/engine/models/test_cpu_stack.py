@@ -8,9 +8,10 @@ arguments, so every logit must be the same bits, not merely close.
   layouts in half the layers, with Qwen2's q/k/v bias): the same, 40 tokens.
 - The engine: two concurrent greedy requests (decode rows of two sequences) give the same
   tokens with and without the stack.
-- Where the stack must not run it is not built (fp32 activations on int4 weights take the
-  exact kernels, which have no decode plan; the switch off; prefill rows), and a malformed
-  description is refused with a clear error.
+- fp32 activations (the exact fp32-activation kernels) the same, on SmolLM2 native.
+- Where the stack must not run it is not built (PyTorch's int4pack kernel, which has no
+  decode plan; the switch off; prefill rows), and a malformed description is refused with a
+  clear error.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ def _both(model, ids, chunks, monkeypatch):
     return out["1"], out["0"]
 
 
-def test_smollm2_stack_equals_python_layers(smollm2_gguf, cache_dir, monkeypatch):
-    model = _load(smollm2_gguf, cache_dir, torch.bfloat16)
-    ids = _ids(smollm2_gguf, cache_dir, 64)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_smollm2_stack_equals_python_layers(smollm2_gguf, cache_dir, monkeypatch, dtype):
+    model = _load(smollm2_gguf, cache_dir, dtype)
+    ids = _ids(smollm2_gguf, cache_dir, 64 if dtype == torch.bfloat16 else 24)
     on, off = _both(model, ids, (1, 5, 16), monkeypatch)
     for a, b in zip(on, off):
         assert torch.equal(a, b)
@@ -109,13 +111,14 @@ def test_engine_greedy_equal_with_and_without_stack(smollm2_gguf, cache_dir, mon
 
 
 def test_stack_is_not_built_where_it_must_not_run(smollm2_gguf, cache_dir, monkeypatch):
-    # fp32 activations on int4 weights take the exact kernels: no decode plan, no stack
-    model = _load(smollm2_gguf, cache_dir, torch.float32)
+    # PyTorch's int4pack kernel (LOCALCHAT_CPU_INT4=int4pack): no decode plan, no stack
+    monkeypatch.setenv("LOCALCHAT_CPU_INT4", "int4pack")
+    model = _load(smollm2_gguf, cache_dir, torch.bfloat16)
     ids = _ids(smollm2_gguf, cache_dir, 20)
-    monkeypatch.delenv("LOCALCHAT_CPU_A8", raising=False)
     with torch.inference_mode():
         teacher_forced_logits(model, ids, chunk=1)
     assert model.model.cpu_stack._key is not None and model.model.cpu_stack._stack is None
+    monkeypatch.delenv("LOCALCHAT_CPU_INT4")
     # the switch off, and prefill rows (more than CPU_MAX_ROWS): the Python layers
     bf16 = _load(smollm2_gguf, cache_dir, torch.bfloat16)
     monkeypatch.setenv(kernels.STACK_ENV, "0")
