@@ -81,8 +81,8 @@ class CpuDecoderStack:
         if cpu is None or kernels._kernels_env() == "triton" or not kv_caches:
             return None
         dtype = hidden.dtype
-        key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype, cpu.active_isa(),
-               kernels.cpu_a8_enabled(dtype))
+        key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype,
+               cpu.active_isa(), kernels.cpu_a8_enabled(dtype))
         if key != self._key:
             self._key, self._stack = key, self._build(model, dtype, kv_caches, cpu.active_isa())
         return self._stack
