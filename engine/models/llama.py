@@ -9,7 +9,8 @@ microsecond per call, some 300 calls per SmolLM2 step, and no module of the engi
 hooks (register one on the top-level model if you need one). For the same reason the model's
 parameters, buffers and submodules are mirrored into instance attributes
 (``layers/module_attrs.py``): each ``self.<submodule>`` read would otherwise cost a failed
-lookup plus ``nn.Module.__getattr__``, some 640 reads per step. Reference design: transformers'
+lookup plus ``nn.Module.__getattr__``, some 640 reads per step. On CPU, forwards of up to 16
+rows skip the Python layers altogether: ``cpu_stack.py`` runs the same ops from C++. Reference design: transformers'
 ``modeling_llama.py`` / ``modeling_qwen3.py`` and vLLM's ``llama.py``.
 """
 
