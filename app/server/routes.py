@@ -6,29 +6,27 @@ are prefilled once). Routes: ``POST /v1/chat/completions`` and ``POST /v1/comple
 (server-sent events with ``stream: true``), ``GET /v1/models``, ``GET /v1/models/{model}``,
 ``GET /health``, ``GET /metrics``. A client that disconnects aborts its request (its KV
 blocks are freed). Every path but ``/health`` needs the API key when one is set, checked
-before the body is read (``limits.BodyLimitMiddleware``).
+before the body is read (``limits.BodyLimitMiddleware``). A request's prompt ids come from
+``prompt_ids.py``; answering it (JSON or server-sent events, aborts, errors) is ``generation.py``.
 Reference design: vLLM's OpenAI server (``serving_chat``), llama-cpp-python's server.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-import uuid
-import warnings
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from localchat.app.server import encode
 from localchat.app.server.errors import APIError, install_handlers
+from localchat.app.server.generation import generate
 from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, check_api_key
 from localchat.app.server.metrics import ServerMetrics, StatusCounter
+from localchat.app.server.prompt_ids import encode_prompt, render_chat
 from localchat.app.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -213,12 +211,12 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                            code="invalid_value")
-        prompt_ids = _render_chat(engine.tokenizer, body)
+        prompt_ids = render_chat(engine.tokenizer, body)
         max_tokens = server.check_lengths(
             len(prompt_ids), body.max_completion_tokens or body.max_tokens, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         params = encode.sampling_params(body, max_tokens, logprobs)
-        return await _generate(server, request, "chat", prompt_ids, params, body)
+        return await generate(server, request, "chat", prompt_ids, params, body)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -226,10 +224,10 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         body = parse_body(await request.body(), CompletionRequest)
         _log_ignored(request, body)
         server.check_model(body.model)
-        prompt_ids = _encode_prompt(engine.tokenizer, body.prompt)
+        prompt_ids = encode_prompt(engine.tokenizer, body.prompt)
         max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
-        return await _generate(server, request, "text", prompt_ids, params, body)
+        return await generate(server, request, "text", prompt_ids, params, body)
 
     return app
 
@@ -240,178 +238,3 @@ def _log_ignored(request: Request, body: Any) -> None:
         names = ignored_fields(body)
         if names:
             logger.debug("%s: ignored request fields: %s", request.url.path, ", ".join(names))
-
-
-# -- generation ---------------------------------------------------------------------------
-
-
-async def _generate(server: _Server, request: Request, kind: str, prompt_ids: list[int],
-                    params: Any, body: Any) -> Any:
-    """Admit the request, wait for its first output (errors get their status), then answer
-    as one JSON body or as server-sent events. A disconnect at any point aborts it."""
-    server.admit()
-    server.begin_request()
-    rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
-    outputs = server.engine.generate(prompt_ids, params, request_id=rid)
-    shape = encode.ResponseShape(kind, rid, server.options.model_id, int(time.time()),
-                                 server.engine.tokenizer, params.logprobs)
-    handed_over = False
-    try:
-        first = await _until_disconnect(server, request, outputs.__anext__())
-        if first is None:  # the client left before the first token
-            await outputs.aclose()
-            server.metrics.record_finished(None, aborted=True)
-            return JSONResponse({}, status_code=499)
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            handed_over = True
-            return StreamingResponse(
-                _sse(server, outputs, first, shape, include_usage),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        collected = await _until_disconnect(server, request, _collect(outputs, first))
-        if collected is None:
-            await outputs.aclose()
-            server.metrics.record_finished(None, aborted=True)
-            return JSONResponse({}, status_code=499)
-        server.metrics.record_finished(collected[-1], aborted=False)
-        return JSONResponse(shape.whole(collected))
-    except StopAsyncIteration:
-        raise APIError(500, "the engine ended the request without output") from None
-    except Exception as exc:  # noqa: BLE001 - mapped to an OpenAI error, never a trace
-        await _close(outputs)
-        raise _as_api_error(exc, _prompt_param(kind)) from None
-    finally:
-        if not handed_over:
-            server.end_request()
-
-
-async def _until_disconnect(server: _Server, request: Request, awaitable: Any) -> Any:
-    """Await ``awaitable``, or return None (cancelling it) when the client disconnects.
-
-    Raises:
-        APIError: 503 when the server begins shutting down first (``awaitable`` cancelled).
-    """
-    done, work = await server.shutdown.race(
-        awaitable, asyncio.ensure_future(_disconnected(request)))
-    if work in done:
-        return work.result()
-    if server.shutdown.stopping:
-        raise shutting_down_error()
-    return None
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def _collect(outputs: AsyncIterator[Any], first: Any) -> list[Any]:
-    collected = [first]
-    if not first.finished:
-        async for out in outputs:
-            collected.append(out)
-            if out.finished:
-                break
-    return collected
-
-
-async def _sse(server: _Server, outputs: Any, first: Any, shape: encode.ResponseShape,
-               include_usage: bool) -> AsyncIterator[bytes]:
-    """The event stream: a role chunk (chat), content chunks, the finish chunk, the usage
-    chunk when asked, ``[DONE]``. Cancelled (client gone) -> the request is aborted. The
-    server stopping -> the request is aborted, an error event (503 ``server_shutting_down``)
-    and ``[DONE]`` end the stream."""
-    last = None
-    finished = False
-    try:
-        for chunk in shape.opening():
-            yield encode.sse(chunk)
-        out = first
-        while True:
-            last = out
-            for chunk in shape.delta(out):
-                yield encode.sse(chunk)
-            if out.finished:
-                finished = True
-                break
-            out = await server.shutdown.next_output(outputs)
-            if out is None:
-                yield encode.sse(shutting_down_error().body())
-                yield b"data: [DONE]\n\n"
-                return
-        if include_usage:
-            yield encode.sse(shape.usage_chunk(last))
-        yield b"data: [DONE]\n\n"
-    except StopAsyncIteration:
-        yield b"data: [DONE]\n\n"
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the client gets an error event, never a trace
-        err = _as_api_error(exc, _prompt_param(shape.kind))
-        yield encode.sse(err.body())
-    finally:
-        server.end_request()
-        server.metrics.record_finished(last, aborted=not finished)
-        await _close(outputs)
-
-
-async def _close(outputs: Any) -> None:
-    with contextlib.suppress(Exception):
-        await outputs.aclose()
-
-
-def _prompt_param(kind: str) -> str:
-    """The request field that holds the prompt: ``messages`` (chat) or ``prompt``."""
-    return "messages" if kind == "chat" else "prompt"
-
-
-def _as_api_error(exc: BaseException, prompt_param: str | None = None) -> APIError:
-    from localchat.engine.errors import ContextLengthError
-
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, ContextLengthError):
-        return APIError(400, str(exc), param=prompt_param, code="context_length_exceeded")
-    if isinstance(exc, ValueError):
-        return APIError(400, str(exc), code="invalid_value")
-    if type(exc).__name__ == "EngineDeadError":
-        return APIError(503, "the engine has stopped; restart the server", code="engine_dead")
-    logger.error("generation failed: %s: %s", type(exc).__name__, exc)
-    return APIError(500, f"generation failed ({type(exc).__name__})", code="internal_error")
-
-
-# -- prompts --------------------------------------------------------------------------------
-
-
-def _render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
-    """Prompt token ids of the request's messages, by the model's chat template."""
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in body.messages]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a folded system prompt is not the client's error
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    except ValueError as exc:
-        raise APIError(400, f"the messages cannot be rendered: {exc}", param="messages",
-                       code="invalid_value") from None
-    return [int(t) for t in ids]
-
-
-def _encode_prompt(tokenizer: Any, prompt: Any) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-        vocab = getattr(tokenizer, "vocab_size", None)
-        if vocab is not None and max(prompt) >= vocab:
-            raise APIError(400, f"token id {max(prompt)} is outside the vocabulary "
-                           f"(size {vocab})", param="prompt", code="invalid_value")
-        return list(prompt)
-    text = prompt[0] if isinstance(prompt, list) else prompt
-    if not text:
-        raise APIError(400, "'prompt' is empty", param="prompt", code="invalid_value")
-    ids = tokenizer.encode(text, add_special_tokens=True)
-    if not ids:
-        raise APIError(400, "'prompt' encodes to no tokens", param="prompt",
-                       code="invalid_value")
-    return ids
