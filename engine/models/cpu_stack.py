@@ -80,11 +80,11 @@ class CpuDecoderStack:
         cpu = kernels._cpu()
         if cpu is None or kernels._kernels_env() == "triton" or not kv_caches:
             return None
-        dtype = hidden.dtype
-        key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype,
-               cpu.active_isa(), kernels.cpu_a8_enabled(dtype))
+        dtype, isa = hidden.dtype, cpu.active_isa()
+        key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype, isa,
+               kernels.cpu_a8_enabled(dtype))
         if key != self._key:
-            self._key, self._stack = key, self._build(model, dtype, kv_caches, cpu.active_isa())
+            self._key, self._stack = key, self._build(model, dtype, kv_caches, isa)
         return self._stack
 
     @staticmethod

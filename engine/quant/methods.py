@@ -285,17 +285,14 @@ class Int4LinearMethod(LinearMethod):
         return ok
 
     def decode_plan(self, layer, dtype):
-        sup = layer._buffers.get("super_scales")
-        if self._a8_direct(layer) and _kernels.cpu_a8_enabled(dtype):
-            return [("int4_matmul_a8", (
-                _kernels.INPUT, layer.qweight, layer.scales, layer.mins, self.group_size,
-                _kernels.cpu.active_isa(), sup))], layer.bias
+        # both of apply's paths over localchat's kernels (the direct W4A8 call and
+        # int4_linear's kernels.int4_matmul) make the call kernels.cpu_int4_call describes
         if not (self._packed_cpu() and getattr(layer, "qweight", None) is not None
                 and self._own_cpu()):
             return None
-        # apply's int4_linear: kernels.int4_matmul for up to CPU_MAX_ROWS rows
         call = _kernels.cpu_int4_call(dtype, layer.in_features, layer.qweight, layer.scales,
-                                      layer.mins, self.group_size, sup)
+                                      layer.mins, self.group_size,
+                                      layer._buffers.get("super_scales"))
         return None if call is None else ([call], layer.bias)
 
     def apply(self, layer, x):
