@@ -82,6 +82,7 @@ def refresh_env() -> None:
     _a8_mode.cache_clear()
     cpu_stack_enabled.cache_clear()
     cpu.active_isa.cache_clear()
+    cpu.amx_decode_enabled.cache_clear()
 
 
 def _use_triton(t: torch.Tensor) -> bool:

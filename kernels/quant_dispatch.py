@@ -88,7 +88,8 @@ def cpu_int4_call(dtype: torch.dtype, k: int, qweight, scales, mins, group_size:
     ok = super_scales is not None or _scales_ok(scales, mins)
     if cpu_a8_enabled(dtype) and _a8_group_ok(k, group_size, True) and ok \
             and qweight.is_contiguous():
-        return "int4_matmul_a8", (INPUT, qweight, scales, mins, group_size, isa, super_scales)
+        return "int4_matmul_a8", (INPUT, qweight, scales, mins, group_size, cpu.int4_a8_isa(),
+                                  super_scales)
     if not ok:
         scales, mins = scales.float(), mins.float()
     return "int4_matmul", (INPUT, qweight, scales, mins, group_size, isa, super_scales)

@@ -112,7 +112,7 @@ def _reread_env_switches() -> None:
 @pytest.fixture(autouse=True)
 def _env_switches_follow_monkeypatch(monkeypatch):
     """localchat reads ``LOCALCHAT_CPU_ISA``, ``LOCALCHAT_CPU_A8``, ``LOCALCHAT_CPU_STACK``,
-    ``LOCALCHAT_CPU_INT4`` and ``LOCALCHAT_KERNELS=triton`` once per process (they sit on every
+    ``LOCALCHAT_CPU_INT4``, ``LOCALCHAT_CPU_AMX_DECODE`` and ``LOCALCHAT_KERNELS=triton`` once per process (they sit on every
     op call); a test that
     changes one through ``monkeypatch.setenv`` / ``delenv`` gets it re-read at once, and the
     caches are cleared again before ``monkeypatch`` restores the environment."""

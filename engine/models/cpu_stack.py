@@ -82,7 +82,7 @@ class CpuDecoderStack:
             return None
         dtype, isa = hidden.dtype, cpu.active_isa()
         key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype, isa,
-               kernels.cpu_a8_enabled(dtype))
+               kernels.cpu_a8_enabled(dtype), cpu.int4_a8_isa())
         if key != self._key:
             self._key, self._stack = key, self._build(model, dtype, kv_caches, isa)
         return self._stack

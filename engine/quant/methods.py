@@ -302,7 +302,7 @@ class Int4LinearMethod(LinearMethod):
             # would take the same kernel after re-checking the layout)
             y = torch.ops.localchat_cpu.int4_matmul_a8(
                 x, layer.qweight, layer.scales, layer.mins, self.group_size,
-                _kernels.cpu.active_isa(), layer._buffers.get("super_scales"))
+                _kernels.cpu.int4_a8_isa(), layer._buffers.get("super_scales"))
             return y if layer.bias is None else y.add_(layer.bias)
         if self._int4pack and x.dtype == torch.bfloat16 and x.dim() == 2:
             # the decode path on CPU: one op, no no-op casts / reshapes (some 480 ATen calls

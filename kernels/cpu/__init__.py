@@ -305,6 +305,10 @@ from . import amx as _amx
 
 amx_enabled = _amx.amx_enabled
 has_amx = _amx.has_amx
+has_amx_int8 = _amx.has_amx_int8
+amx_decode_enabled = _amx.amx_decode_enabled
+int4_a8_isa = _amx.int4_a8_isa
+AMX_INT8_LEVEL = _amx.AMX_INT8_LEVEL
 int4_dequant_mm = _amx.int4_dequant_mm
 int5_dequant_mm = _amx.int5_dequant_mm
 int6_dequant_mm = _amx.int6_dequant_mm

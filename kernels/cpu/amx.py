@@ -19,6 +19,11 @@ import os
 from . import _ops, active_isa, available
 
 AMX_ENV = "LOCALCHAT_CPU_AMX"
+# "1" runs the W4A8 int4 matmuls of decode and verification rows on the AMX-INT8 tile unit
+# (kernels/cpu/qa8_amx.cpp) instead of VNNI; off by default (amx_decode_enabled).
+AMX_DECODE_ENV = "LOCALCHAT_CPU_AMX_DECODE"
+# The ISA level that asks int4_matmul_a8 for the AMX-INT8 kernel (kAmxInt8 in qa8.h).
+AMX_INT8_LEVEL = 3
 
 
 @functools.cache
@@ -36,6 +41,37 @@ def amx_enabled() -> bool:
     if os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no"):
         return False
     return has_amx() and active_isa() >= 2
+
+
+@functools.cache
+def has_amx_int8() -> bool:
+    """Whether this CPU and OS run the AMX-INT8 W4A8 kernel (AMX-TILE, AMX-INT8 and AVX-512
+    VNNI, the tile state granted; False without the C++ kernels). Decided once per process."""
+    return available() and bool(_ops().has_amx_int8())
+
+
+@functools.cache
+def amx_decode_enabled() -> bool:
+    """Whether the int4 W4A8 matmuls of up to 16 rows run on the AMX-INT8 tile unit:
+    ``LOCALCHAT_CPU_AMX_DECODE=1`` on a CPU with :func:`has_amx_int8`, unless
+    ``LOCALCHAT_CPU_AMX`` is off or ``LOCALCHAT_CPU_ISA`` caps the ISA below AVX-512. Off by
+    default: the kernel's cost per extra row is small (a 16-row call about 1.4x a 1-row one,
+    VNNI's 6-7x) but its 1-row call is 2-3x VNNI's, which decode pays on every step (README,
+    "AMX-INT8 for verification rows"). Read once per process
+    (``localchat.kernels.refresh_env()`` re-reads it)."""
+    if os.environ.get(AMX_DECODE_ENV, "").strip().lower() not in ("1", "true", "on", "yes"):
+        return False
+    if os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return has_amx_int8() and active_isa() >= 2
+
+
+def int4_a8_isa() -> int:
+    """The ISA level to pass ``int4_matmul_a8``: :data:`AMX_INT8_LEVEL` where
+    :func:`amx_decode_enabled`, else :func:`localchat.kernels.cpu.active_isa`. One kernel
+    serves every row count of a process, so row i of an M-row call equals the 1-row call
+    (batch invariance) whichever it is."""
+    return AMX_INT8_LEVEL if amx_decode_enabled() else active_isa()
 
 
 def int4_dequant_mm(x, qweight, scales, mins, group_size: int, super_scales=None):

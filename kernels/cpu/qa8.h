@@ -71,6 +71,15 @@ void int4_a8_avx2(const A8Args& a, int64_t n0, int64_t n1);
 void int8_a8_avx2(const A8Args& a, int64_t n0, int64_t n1);
 void int4_a8_vnni(const A8Args& a, int64_t n0, int64_t n1);
 void int8_a8_vnni(const A8Args& a, int64_t n0, int64_t n1);
+// AMX-INT8 int4 kernel (qa8_amx.cpp; its own summation order, batch invariant, M <= 16),
+// for CPUs where amx_int8_ready(); asked for with ISA level kAmxInt8 (3).
+void int4_a8_amx(const A8Args& a, int64_t n0, int64_t n1);
+constexpr int64_t kAmxInt8 = 3;
+// Whether qa8_amx.cpp was compiled with the AMX kernel; whether this CPU and OS run AMX-INT8
+// tiles (CPUID AMX-TILE + AMX-INT8 + AVX512-VNNI, and the kernel grants the tile data
+// state; decided once per process in strip_gemm.cpp).
+bool amx_int8_built();
+bool amx_int8_ready();
 
 // One output value (fp32 or bf16, round to nearest even).
 inline void a8_store(const A8Args& a, int64_t m, int64_t n, float v) {

@@ -128,7 +128,11 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
            M, N, K, (K + 127) / 128 * 128, group_size, ng};
   // two-level scales are read in place (each kernel forms the exact products itself)
   if (two_level) a.super = reinterpret_cast<const uint16_t*>(ks.sup);
-  return run_a8(x, a, true, pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar),
+  // ISA level kAmxInt8 asks for the AMX tile kernel (its own summation order) where the CPU
+  // runs it; otherwise the level is clamped as for every op
+  const bool amx = isa >= kAmxInt8 && M <= 16 && amx_int8_ready();
+  return run_a8(x, a, true,
+                amx ? int4_a8_amx : pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar),
                 pick_a8_quant(isa));
 }
 

@@ -15,19 +15,18 @@
 #endif
 
 #include "isa.h"
+#include "qa8.h"
 
 namespace localchat_cpu {
 namespace {
 
-bool detect_amx() {
+// AMX-TILE and the unit `bit` of CPUID leaf 7 EDX (22 AMX-BF16, 25 AMX-INT8), granted.
+bool detect_amx(unsigned bit) {
 #if defined(__x86_64__)
-  if (!amx_bf16_built() || cpu_best_isa() < 2) return false;
+  if (cpu_best_isa() < 2) return false;
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return false;
-  if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;  // AMX-TILE, AMX-BF16
-  unsigned a1, b1, c1, d1;
-  // AVX512-BF16 (the fills' vcvtne2ps2bf16)
-  if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 & (1u << 5))) return false;
+  if (!(d & (1u << 24)) || !(d & (1u << bit))) return false;
   // Linux grants the tile data state (8 KiB of XSAVE area) only on request, per process.
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -37,11 +36,18 @@ bool detect_amx() {
 }
 
 bool has_amx() { return amx_bf16_ready(); }
+bool has_amx_int8() { return amx_int8_ready(); }
 
 }  // namespace
 
 bool amx_bf16_ready() {
-  static const bool ready = detect_amx();
+  // AVX512-BF16 too (the fills' vcvtne2ps2bf16)
+  static const bool ready = amx_bf16_built() && cpu_has_avx512_bf16() && detect_amx(22);
+  return ready;
+}
+
+bool amx_int8_ready() {
+  static const bool ready = amx_int8_built() && cpu_has_vnni() && detect_amx(25);
   return ready;
 }
 
@@ -81,4 +87,5 @@ at::Tensor strip_gemm(const char* op, const at::Tensor& x, int64_t N, int64_t K,
 
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("has_amx() -> bool", &localchat_cpu::has_amx);
+  m.def("has_amx_int8() -> bool", &localchat_cpu::has_amx_int8);
 }

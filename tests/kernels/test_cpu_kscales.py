@@ -21,7 +21,9 @@ from localchat.kernels import cpu, reference
 
 from .batch_invariance import assert_batch_invariant
 
-ISAS = [2, 1, 0]  # avx512 (VNNI where present), avx2, scalar; clamped to what the CPU has
+# avx512 (VNNI where present), avx2, scalar, clamped to what the CPU has; 3 the AMX-INT8
+# int4 W4A8 kernel where the CPU has it (the other ops clamp it to avx512)
+ISAS = [3, 2, 1, 0]
 
 
 def kscale_weights(n: int, k: int, seed: int):

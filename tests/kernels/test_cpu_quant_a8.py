@@ -11,7 +11,8 @@ reference against the fp32-activation references.
 - Reference vs fp32 activations: ``|x - d * q| <= d / 2`` per element (round to nearest;
   ``d`` the block's scale), so ``|a8 - fp32| <= sum_k |w[n, k]| * d[m, b(k)] / 2`` plus both
   sides' fp32 rounding.
-- Every ISA path (``avx512`` = VNNI where the CPU has it, else AVX2; ``avx2``; ``scalar``),
+- Every ISA path (``avx512`` = VNNI where the CPU has it, else AVX2; ``avx2``; ``scalar``;
+  for int4 also ``amx``, the AMX-INT8 tile kernel, on CPUs that have it),
   fp32 and fp16 scales/mins, M from 1 to 16, odd N, K of 1..many blocks including a trailing
   32-column half chunk, group sizes 16 (int8), 32, 64, 128 and per channel.
 - Batch invariance: row i of any M-row call equals the 1-row call bit for bit; 1 thread
@@ -34,6 +35,9 @@ from localchat.kernels import cpu, reference
 from .batch_invariance import assert_batch_invariant
 
 ISAS = ["avx512", "avx2", "scalar"]
+# the int4 kernel also has the AMX-INT8 tile path (qa8_amx.cpp), asked for with its own level;
+# on a CPU without AMX-INT8 that level runs the avx512 path
+INT4_LEVELS = {**cpu.ISAS, "amx": cpu.AMX_INT8_LEVEL}
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 U = 2.0**-24
 
@@ -100,13 +104,13 @@ INT8_CASES = [(1, 32, 16, False), (7, 48 + 16, 16, True), (13, 96, 16, True),
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", INT4_LEVELS)
 @pytest.mark.parametrize("n,k,g", INT4_CASES)
 def test_int4_a8_matches_reference(built, isa, dtype, n, k, g):
     q, s, m = int4_weights(n, k, g, dtype, seed=n * k + g)
     for rows in (1, 2, 5, 16):
         x = activations(rows, k, seed=rows)
-        out = cpu.int4_matmul_a8(x, q, s, m, g, cpu.ISAS[isa])
+        out = cpu.int4_matmul_a8(x, q, s, m, g, INT4_LEVELS[isa])
         assert out.dtype == torch.float32
         assert_summation_close(out, x, reference.unpack_int4(q), s, m, g)
 
@@ -162,23 +166,24 @@ def test_activation_quantizer_gives_the_reference_integers(built, isa, int4, dty
             assert not xq[:, k:].any()
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", INT4_LEVELS)
 def test_bf16_activations_read_in_place(built, isa):
     """bf16 rows (the CPU decode dtype) are quantized where they lie (no fp32 copy) and the
     bf16 result is the fp32 result rounded once: equal to quantizing their fp32 values."""
     q, s, m = int4_weights(37, 576, 32, torch.float16, seed=3)
     q8, s8, _ = int8_weights(37, 576, 32, False, torch.float16, seed=3)
     x = activations(5, 576, seed=9).bfloat16()
-    for got, want in ((cpu.int4_matmul_a8(x, q, s, m, 32, cpu.ISAS[isa]),
-                       cpu.int4_matmul_a8(x.float(), q, s, m, 32, cpu.ISAS[isa])),
-                      (cpu.int8_matmul_a8(x, q8, s8, None, 32, cpu.ISAS[isa]),
-                       cpu.int8_matmul_a8(x.float(), q8, s8, None, 32, cpu.ISAS[isa]))):
+    level = INT4_LEVELS[isa]  # (the int8 op clamps the amx level to avx512)
+    for got, want in ((cpu.int4_matmul_a8(x, q, s, m, 32, level),
+                       cpu.int4_matmul_a8(x.float(), q, s, m, 32, level)),
+                      (cpu.int8_matmul_a8(x, q8, s8, None, 32, level),
+                       cpu.int8_matmul_a8(x.float(), q8, s8, None, 32, level))):
         assert got.dtype == torch.bfloat16
         assert torch.equal(got, want.bfloat16())
     # a row-strided view (a slice of a wider tensor) reads the same rows
     wide = torch.cat([x, torch.zeros(5, 64, dtype=torch.bfloat16)], 1)[:, :576]
-    assert torch.equal(cpu.int4_matmul_a8(wide, q, s, m, 32, cpu.ISAS[isa]),
-                       cpu.int4_matmul_a8(x, q, s, m, 32, cpu.ISAS[isa]))
+    assert torch.equal(cpu.int4_matmul_a8(wide, q, s, m, 32, level),
+                       cpu.int4_matmul_a8(x, q, s, m, 32, level))
 
 
 def test_activation_quantization():
@@ -240,6 +245,50 @@ def test_a8_batch_invariance(built, isa, op):
         def call(a):
             return cpu.int8_matmul_a8(a, q, s, m, g, level)
     assert_batch_invariant(call, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("n,k,g", [(45, 224, 32), (37, 384, 128), (16, 96, 32)])
+def test_int4_amx_batch_invariance(built, dtype, n, k, g):
+    """The AMX-INT8 path too: row i of any M-row call equals the 1-row call bit for bit,
+    across tails of output rows (N not a multiple of its 16-row tiles), odd block counts and
+    groups spanning several blocks; one thread equals two."""
+    q, s, m = int4_weights(n, k, g, dtype, seed=n + k)
+    x = activations(16, k, seed=12)
+    assert_batch_invariant(
+        lambda a: cpu.int4_matmul_a8(a, q, s, m, g, cpu.AMX_INT8_LEVEL), x)
+
+
+def test_amx_path_is_distinct(built):
+    """On an AMX-INT8 CPU the amx level runs the tile kernel (per-block dots summed in its
+    own order: fp32 low bits differ from VNNI's on random data); elsewhere there is no tile
+    kernel to tell apart."""
+    if not cpu.has_amx_int8():
+        pytest.skip("this CPU has no AMX-INT8")  # hardware-specific, like the VNNI check
+    q, s, m = int4_weights(64, 1024, 32, torch.float32, seed=1)
+    x = activations(2, 1024, seed=2)
+    assert not torch.equal(cpu.int4_matmul_a8(x, q, s, m, 32, cpu.AMX_INT8_LEVEL),
+                           cpu.int4_matmul_a8(x, q, s, m, 32, 2))
+
+
+def test_amx_decode_switch(built, monkeypatch):
+    """``LOCALCHAT_CPU_AMX_DECODE=1`` sends ``kernels.int4_matmul``'s rows (and the level
+    the linear methods pass) to the AMX-INT8 kernel where the CPU has it; unset, the VNNI /
+    AVX2 path; ``LOCALCHAT_CPU_AMX=0`` overrides it."""
+    q, s, m = int4_weights(40, 256, 32, torch.float16, seed=6)
+    x = activations(3, 256, seed=7).bfloat16()
+    monkeypatch.delenv(cpu.amx.AMX_DECODE_ENV, raising=False)
+    assert cpu.int4_a8_isa() == cpu.active_isa()
+    assert torch.equal(kernels.int4_matmul(x, q, s, m, 32),
+                       cpu.int4_matmul_a8(x, q, s, m, 32, cpu.active_isa()))
+    monkeypatch.setenv(cpu.amx.AMX_DECODE_ENV, "1")
+    assert cpu.amx_decode_enabled() == cpu.has_amx_int8()
+    assert torch.equal(kernels.int4_matmul(x, q, s, m, 32),
+                       cpu.int4_matmul_a8(x, q, s, m, 32, cpu.int4_a8_isa()))
+    if cpu.has_amx_int8():
+        assert cpu.int4_a8_isa() == cpu.AMX_INT8_LEVEL
+    monkeypatch.setenv(cpu.amx.AMX_ENV, "0")
+    assert not cpu.amx_decode_enabled() and cpu.int4_a8_isa() == cpu.active_isa()
 
 
 def test_vnni_path_is_distinct(built):

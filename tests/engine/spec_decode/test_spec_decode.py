@@ -255,6 +255,31 @@ def test_smollm2_bf16_with_a_weak_draft_equals_plain_greedy(smollm2_bf16):
     _weak_draft_equals_plain_greedy(smollm2_bf16)
 
 
+@pytest.fixture(scope="module")
+def smollm2_bf16_native(smollm2_gguf, cache_dir):
+    """SmolLM2 in its own format (Q4_1 / Q8_0) with bf16 activations: its int4 layers take the
+    W4A8 kernels."""
+    from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
+    from localchat.engine.llm_engine import LLMEngine
+
+    config = EngineConfig(device="cpu", dtype=torch.bfloat16,
+                          quant=QuantConfig(scheme="native"),
+                          scheduler=SchedulerConfig(max_model_len=2048))
+    return LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+
+
+def test_smollm2_amx_decode_with_a_weak_draft_equals_plain_greedy(smollm2_bf16_native,
+                                                                   monkeypatch):
+    # LOCALCHAT_CPU_AMX_DECODE=1: every int4 row (decode and verification) on the AMX-INT8
+    # tile kernel, whose own summation order is batch invariant too (on a CPU without
+    # AMX-INT8 the switch is a no-op and this repeats the VNNI run)
+    from localchat.kernels import cpu
+
+    monkeypatch.setenv(cpu.amx.AMX_DECODE_ENV, "1")
+    assert (cpu.int4_a8_isa() == cpu.AMX_INT8_LEVEL) == cpu.has_amx_int8()
+    _weak_draft_equals_plain_greedy(smollm2_bf16_native)
+
+
 def _weak_draft_equals_plain_greedy(base):
     from localchat.engine.kv_cache import allocate_kv_caches
     from localchat.engine.spec_decode.adaptive import AdaptiveDraftLength
