@@ -16,19 +16,12 @@
 #include <cstring>
 
 #include "amx.h"
+#include "amx_tiles.h"
 
 namespace localchat_cpu {
 
 #ifdef LOCALCHAT_AMX
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 // One pass over the whole strip pair (weight rows n0 .. n0 + 31: A tiles tmm0 / tmm1) for
 // activation row tiles t0 (B tmm2, C tmm4 / tmm6) and, when T == 2, t0 + 1 (B tmm3, C tmm5 /
@@ -173,9 +166,7 @@ void int8_rows_bf16_amx(const int8_t* q, const void* scales, const void* mins, b
 }
 
 void amx_bf16_strips(const AmxGemmArgs& a, int64_t s0, int64_t s1, uint16_t* strip) {
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof cfg);
-  cfg.palette_id = 1;
+  TileConfig cfg = tile_config();
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;

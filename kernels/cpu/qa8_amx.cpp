@@ -36,6 +36,7 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "qa8.h"
 
 namespace localchat_cpu {
@@ -43,20 +44,10 @@ namespace localchat_cpu {
 #ifdef LOCALCHAT_AMX
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
 // Tiles: 0 / 3 A (M x 32 bytes), 1 / 4 B (8 x 64), 2 / 5 C (M x 16 int32); two blocks in
 // flight so one block's tile product overlaps the other's B build and float work.
 void configure(int64_t M) {
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof cfg);
-  cfg.palette_id = 1;
+  TileConfig cfg = tile_config();
   for (int t : {0, 3}) {
     cfg.rows[t] = static_cast<uint8_t>(M);
     cfg.colsb[t] = 32;
