@@ -19,7 +19,9 @@ Ops (shapes and contracts as in ``localchat.kernels.reference``):
 ``int8_matmul(x, qweight, scales, mins, group_size, isa)`` (exact fp32 activations), and the
 integer-dot ``int4_matmul_a8`` / ``int8_matmul_a8`` (activations quantized per 32 columns to
 int8; ``reference.int4_matmul_a8``): at the ``avx512`` level they use AVX-512 VNNI
-(``vpdpbusd``) when the CPU has it (:func:`has_vnni`) and the AVX2 ``maddubs`` path otherwise.
+(``vpdpbusd``) when the CPU has it (:func:`has_vnni`) and the AVX2 ``maddubs`` path otherwise;
+``int4_matmul_a8`` at level :data:`AMX_INT8_LEVEL` (:func:`int4_a8_isa`, opt-in) runs the
+AMX-INT8 tile kernel where the CPU has it (``amx.py``).
 ``int4_dequantize`` / ``int8_dequantize`` write blocks of dequantized weight rows (fp32 or bf16)
 for the prefill GEMMs (``localchat.engine.quant.cpu_prefill``). ``gguf_repack`` moves a GGUF
 tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repack``, whose numpy

@@ -1,6 +1,7 @@
 // Checking launcher of the AMX prefill GEMM (contract: amx.h, strip_gemm.h), compiled for the
-// baseline ISA: the CPU and OS check, the activation packing, the thread split, and the
-// `has_amx` op. The tile kernel is amx_bf16.cpp.
+// baseline ISA: the CPU and OS checks (AMX-BF16 for it, AMX-INT8 for qa8_amx.cpp's decode
+// kernel), the activation packing, the thread split, and the `has_amx` / `has_amx_int8` ops.
+// The tile kernel is amx_bf16.cpp.
 #include "strip_gemm.h"
 
 #include <ATen/Parallel.h>
