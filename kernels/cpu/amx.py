@@ -38,9 +38,12 @@ def amx_enabled() -> bool:
     """:func:`has_amx`, unless ``LOCALCHAT_CPU_AMX`` is ``0`` / ``false`` / ``off`` or
     ``LOCALCHAT_CPU_ISA`` caps the ISA below AVX-512. Read once per process (call
     ``amx_enabled.cache_clear()`` after changing either variable)."""
-    if os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no"):
-        return False
-    return has_amx() and active_isa() >= 2
+    return not _amx_off() and has_amx() and active_isa() >= 2
+
+
+def _amx_off() -> bool:
+    """``LOCALCHAT_CPU_AMX`` is 0 / false / off / no: no AMX path at all."""
+    return os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no")
 
 
 @functools.cache
@@ -61,9 +64,7 @@ def amx_decode_enabled() -> bool:
     (``localchat.kernels.refresh_env()`` re-reads it)."""
     if os.environ.get(AMX_DECODE_ENV, "").strip().lower() not in ("1", "true", "on", "yes"):
         return False
-    if os.environ.get(AMX_ENV, "").strip().lower() in ("0", "false", "off", "no"):
-        return False
-    return has_amx_int8() and active_isa() >= 2
+    return not _amx_off() and has_amx_int8() and active_isa() >= 2
 
 
 def int4_a8_isa() -> int:

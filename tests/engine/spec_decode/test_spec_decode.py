@@ -258,7 +258,8 @@ def test_smollm2_bf16_with_a_weak_draft_equals_plain_greedy(smollm2_bf16):
 @pytest.fixture(scope="module")
 def smollm2_bf16_native(smollm2_gguf, cache_dir):
     """SmolLM2 in its own format (Q4_1 / Q8_0) with bf16 activations: its int4 layers take the
-    W4A8 kernels."""
+    W4A8 kernels. Its own engine, not ``smollm2_bf16``'s: prefix-cached KV blocks computed
+    with the AMX kernel would otherwise feed the VNNI runs of the tests sharing it."""
     from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
     from localchat.engine.llm_engine import LLMEngine
 
