@@ -79,7 +79,10 @@ def test_triton_int4_matmul_equals_reference(m, group_size, dtype, device):
 def test_split_k_is_deterministic_and_batch_invariant(op, device):
     """K = 1024 splits in 4 (the reduction is a fixed-order sum, not atomics): equals the
     single-pass result within fp32 rounding, and every row of the 16-row call equals its
-    1-row call bit for bit, split or not."""
+    1-row call bit for bit, split or not. Bit for bit on the GPU only: the CPU interpreter
+    computes ``tl.dot`` with ``np.matmul``, whose OpenBLAS may round a tile's rows with
+    different micro-kernels by their position (on AMD Zen rows 12-15 of a 16-row tile differ
+    from row 0 in the last bit), so there a row only agrees within fp32 rounding."""
     gen = torch.Generator().manual_seed(3)
     n, k = 64, 1024
     w = torch.randn(n, k, generator=gen)
@@ -100,7 +103,11 @@ def test_split_k_is_deterministic_and_batch_invariant(op, device):
         full = fn(x, *args, split_k=split_k)
         assert torch.equal(fn(x, *args, split_k=split_k), full)  # deterministic
         for i in (0, 5, 15):
-            assert torch.equal(fn(x[i: i + 1], *args, split_k=split_k)[0], full[i])
+            row = fn(x[i: i + 1], *args, split_k=split_k)[0]
+            if torch.device(device).type == "cuda":
+                assert torch.equal(row, full[i])
+            else:
+                torch.testing.assert_close(row, full[i], atol=1e-4, rtol=1e-5)
 
 
 def test_triton_int4_rejects_unsupported_group(device):
