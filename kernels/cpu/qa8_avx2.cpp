@@ -1,15 +1,17 @@
 // AVX2 integer-dot matmuls (qa8.h) and the AVX2 activation quantizer. int4: per two 32-column
 // blocks one 32-byte weight load; low nibbles (even columns) and high nibbles (odd columns)
 // `maddubs` (u8 x s8 -> pairs of int16) against the two halves of the chunk's activations
-// (qa8.h's layout), summed in int16 (at most 4 * 15 * 127), then `madd` with ones (-> 8 int32,
-// lanes 0-3 the first block, 4-7 the second), converted and FMA'd with the per-lane combined
-// scale. int8: per 32-column block, the sign trick (|w| x sign(w) * xq, at most
-// 2 * 128 * 127 per int16 pair: no saturation).
+// (qa8.h's layout), summed in int16 (at most 4 * 15 * 127), then `madd` with ones (-> 8 int32
+// partial dots, 4 per block); per 8 blocks (256 columns) two rounds of `hadd` fold them into
+// one exact int32 dot per block, then one convert, one scale product and one FMA (tile4).
+// int8: per 32-column block, the sign trick (|w| x sign(w) * xq, at most 2 * 128 * 127 per
+// int16 pair: no saturation).
 // Also the path for AVX-512 CPUs without VNNI. Design after llama.cpp's ggml_vec_dot_q4_1_q8_1
 // / q8_0_q8_0 AVX2 kernels (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "qa8.h"
@@ -74,43 +76,102 @@ inline void finish(const A8Args& a, int64_t n, int64_t m0, const __m256* acc) {
   }
 }
 
-// int4: two blocks (bl, bl + 1) per step; lanes 0-3 <- block bl, 4-7 <- block bl + 1.
+// The weight scales of blocks b8 .. b8 + 7 (b8 % 8 == 0) of output row n as fp32, lanes past
+// the last block zero: two-level d * sc (exact products; K % 256 == 0), else each block's
+// group scale (one vector load for groups of 32).
+template <class ST>
+inline __m256 scales8(const A8Args& a, int64_t n, int64_t b8, int64_t nb) {
+  const ST* s = static_cast<const ST*>(a.scales) + n * a.ngroups;
+  if constexpr (sizeof(ST) == 1) {
+    const float d = _cvtsh_ss(a.super[(n * (a.ngroups / 8) + b8 / 8) * 2]);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + b8)))),
+                         _mm256_set1_ps(d));
+  } else {
+    if (a.group_size == 32 && b8 + 8 <= nb) {
+      if constexpr (sizeof(ST) == 2)
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b8)));
+      else
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(s + b8));
+    }
+    alignas(32) float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = b8 + j < nb ? ld1(s + a.blk2grp[b8 + j]) : 0.0f;
+    return _mm256_load_ps(t);
+  }
+}
+
+// int4, per 8 blocks (256 columns): four steps of two blocks (one 32-byte weight load, low
+// nibbles against the chunk's even-column half, high nibbles against the odd one, `maddubs`
+// + `madd` -> 8 int32 partial dots, 4 per block), then two rounds of `hadd` fold the four
+// steps' 32 partials into one exact int32 dot per block (lanes: blocks 0 2 4 6 1 3 5 7), and
+// one convert, one product of the weight and activation scales (permuted to that lane order)
+// and one FMA per 8 blocks; so each lane sums the blocks b = lane's b % 8 in block order, and
+// the 8 lanes are summed at the end (then the min term). The float work and the FMA chain
+// are once per 256 columns, not per 64. The same order for every MT: batch invariant.
 template <int MT, class ST>
 inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
-  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nb = K / 32;
+  const int64_t K = a.K, Kp = a.Kp, nb = K / 32, nbp = Kp / 32;
   const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
-  const ST* s = static_cast<const ST*>(a.scales) + n * ng;
   const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t bl = 0; bl < nb; bl += 2) {
-    const __m256i w = bl + 1 < nb
-        ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 16 * bl))
-        : _mm256_inserti128_si256(_mm256_setzero_si256(),
-                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 16 * bl)),
-                                  0);
-    const __m256i lo = _mm256_and_si256(w, nib);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
-    __m256 sv;
-    if constexpr (sizeof(ST) == 1) {  // two-level: sc times the super-block's d (bl even)
-      const float d = _cvtsh_ss(a.super[(n * (ng / 8) + bl / 8) * 2]);
-      sv = _mm256_set_m128(_mm_set1_ps(d * static_cast<float>(s[bl + 1])),
-                           _mm_set1_ps(d * static_cast<float>(s[bl])));
-    } else {
-      sv = _mm256_set_m128(_mm_set1_ps(ld1(s + a.blk2grp[bl + 1])),
-                           _mm_set1_ps(ld1(s + a.blk2grp[bl])));
+  // steps 2q and 2q + 1 of a span (blocks b8 + 4q .. b8 + 4q + 3; nw0 / nw1 of each step's 32
+  // weight bytes real: 16 for a last odd block, 0 past the end) for every row: 8 int32
+  // partial dots per step (maddubs + madd), the two steps folded at once (hadd) so each row
+  // holds one vector per pair
+  const auto pair = [&](int64_t b8, int q, int nw0, int nw1, __m256i* hq) {
+    __m256i lo[2], hi[2];
+    for (int t = 0; t < 2; ++t) {
+      const uint8_t* wp = wr + 16 * b8 + 64 * q + 32 * t;
+      const int nwt = t ? nw1 : nw0;
+      const __m256i w = nwt == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp))
+          : nwt == 16
+              ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp)))
+              : _mm256_setzero_si256();
+      lo[t] = _mm256_and_si256(w, nib);
+      hi[t] = _mm256_and_si256(_mm256_srli_epi16(w, 4), nib);
     }
+    const int64_t xo = 32 * b8 + 128 * q;
     for (int r = 0; r < MT; ++r) {
-      const int64_t m = m0 + r;
-      const int8_t* xe = a.xq + m * Kp + (bl / 4) * 128 + (bl % 4) * 16;
-      const __m256i p = _mm256_add_epi16(
-          _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-          _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
-                                       reinterpret_cast<const __m256i*>(xe + 64))));
-      const __m256i dot = _mm256_madd_epi16(p, ones);
-      const __m256 dv = _mm256_loadu_ps(a.dv + (m * (Kp / 32) + bl) * 4);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sv, dv), acc[r]);
+      const int8_t* xe = a.xq + (m0 + r) * Kp + xo;
+      __m256i dt[2];
+      for (int t = 0; t < 2; ++t) {
+        const int8_t* x = xe + 32 * t;
+        dt[t] = _mm256_madd_epi16(_mm256_add_epi16(
+            _mm256_maddubs_epi16(lo[t], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+            _mm256_maddubs_epi16(hi[t], _mm256_loadu_si256(
+                                            reinterpret_cast<const __m256i*>(x + 64)))), ones);
+      }
+      hq[r] = _mm256_hadd_epi32(dt[0], dt[1]);
     }
+  };
+  const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23, bool full) {
+    const __m256 sv = _mm256_permutevar8x32_ps(scales8<ST>(a, n, b8, nb), order);
+    for (int r = 0; r < MT; ++r) {
+      const __m256i d8 = _mm256_hadd_epi32(h01[r], h23[r]);
+      const float* dp = a.d + (m0 + r) * nbp + b8;
+      const __m256 d = full ? _mm256_loadu_ps(dp)
+          : _mm256_maskload_ps(dp, _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, nbp - b8))), lane));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8),
+                               _mm256_mul_ps(sv, _mm256_permutevar8x32_ps(d, order)), acc[r]);
+    }
+  };
+  __m256i h01[MT], h23[MT];
+  int64_t b8 = 0;
+  for (; b8 + 8 <= nb; b8 += 8) {
+    pair(b8, 0, 32, 32, h01);
+    pair(b8, 1, 32, 32, h23);
+    fold(b8, h01, h23, true);
+  }
+  if (b8 < nb) {  // 1..7 blocks left
+    const int64_t left = nb - b8;
+    const auto nw = [&](int h) { return 2 * h + 1 < left ? 32 : (2 * h < left ? 16 : 0); };
+    pair(b8, 0, nw(0), nw(1), h01);
+    pair(b8, 1, nw(2), nw(3), h23);
+    fold(b8, h01, h23, false);
   }
   finish<MT, ST>(a, n, m0, acc);
 }
@@ -143,21 +204,24 @@ inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
   finish<MT, ST>(a, n, m0, acc);
 }
 
+// Activation rows per pass: int4 up to 6 (M split evenly: 5 -> 5, 8 -> 4 + 4, 16 -> 6 + 5
+// + 5), int8 up to 4.
 template <bool INT4, class ST>
 void rows(const A8Args& a, int64_t n0, int64_t n1) {
+  constexpr int64_t kMax = INT4 ? 6 : 4;
   for (int64_t n = n0; n < n1; ++n) {
-    int64_t m = 0;
-#define LC_TILE(MT)                  \
-  if constexpr (INT4) tile4<MT, ST>(a, n, m); \
-  else tile8<MT, ST>(a, n, m)
-    for (; m + 4 <= a.M; m += 4) LC_TILE(4);
-    switch (a.M - m) {
-      case 3: LC_TILE(3); break;
-      case 2: LC_TILE(2); break;
-      case 1: LC_TILE(1); break;
-      default: break;
-    }
+    for (int64_t m = 0; m < a.M;) {
+      const int64_t passes = (a.M - m + kMax - 1) / kMax;
+      const int64_t mt = (a.M - m + passes - 1) / passes;
+#define LC_TILE(MT)                                   \
+  case MT:                                            \
+    if constexpr (INT4) tile4<MT, ST>(a, n, m);       \
+    else if constexpr (MT <= 4) tile8<MT, ST>(a, n, m); \
+    break;
+      switch (mt) { LC_TILE(1) LC_TILE(2) LC_TILE(3) LC_TILE(4) LC_TILE(5) LC_TILE(6) default: break; }
 #undef LC_TILE
+      m += mt;
+    }
   }
 }
 
