@@ -24,8 +24,10 @@
 // (llama.cpp's Q6_K design subtracts 32 * sum(xq) the same way), and the kernels sum in fp32
 //   out[m, n] = sum_{c, L} float(dot_L) * ((d[c / 2] * sc[8 c + L / 2]) * dact[m, 4 c + L / 4])
 // in an order that depends only on (n, k) and the ISA: VNNI 16 lanes across chunks then a
-// fixed reduction tree, AVX2 8 lanes (two 32-column blocks at a time) then a fixed tree, scalar
-// per 16-column sub-block in k order. Row m of an M-row call equals the 1-row call bit for bit.
+// fixed reduction tree, scalar per 16-column sub-block in k order. AVX2 applies sc in integers
+// instead: per 32-column activation block b the exact int32 sum_{L in b} sc * dot_L (at most
+// 32 * 32 * 127 * 128 < 2^24), then float(that) * (d * dact[m, b]) into 8 lanes (blocks b % 8)
+// and a fixed tree. Row m of an M-row call equals the 1-row call bit for bit.
 //
 // int6_matmul (exact fp32 activations): each weight dequantized exactly as above into fp32,
 // one fma per (n, m, k) into a fixed set of vector accumulators per (n, m) (AVX-512: four of

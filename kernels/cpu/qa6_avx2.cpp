@@ -1,8 +1,9 @@
-// AVX2 kernels of the int6 layout (qa6.h): plane_avx2.h over Row2 below; also the
-// integer-dot path of AVX-512 CPUs without VNNI. Per half chunk bp the u bytes as in
-// qa6_row.h (the chunk's 32 qhigh bytes, shifted right by 2 for the second half); offset 32;
-// scales d * sc per 16-column sub-block. Design after llama.cpp's AVX2 Q6_K x Q8_K dot product
-// (own code).
+// AVX2 kernels of the int6 layout (qa6.h); also the integer-dot path of AVX-512 CPUs without
+// VNNI. Per half chunk bp the u bytes as in qa6_row.h (the chunk's 32 qhigh bytes, shifted
+// right by 2 for the second half); offset 32. The integer-dot matmul is int6_tile below (sc
+// in integers); the fp32-activation matmul and the dequantizer are plane_avx2.h's over Row2
+// (scales d * sc per 16-column sub-block). Design after llama.cpp's AVX2 Q6_K x Q8_K dot
+// product (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
