@@ -7,12 +7,14 @@ streaming convenience the CLI uses. Reference design: vLLM's ``LLMEngine``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import kernels
 from .config import EngineConfig, ModelConfig
 from .detokenizer import IncrementalDetokenizer
 from .engine_build import build_engine, loaded_weight_format, plan_num_blocks
@@ -21,6 +23,7 @@ from .kv_cache import KVCacheManager, allocate_kv_caches
 from .memory.footprint import kv_bytes
 from .memory.report import MemoryReport, allocated_bytes, memory_report, module_tensors
 from .model_runner import ModelRunner
+from .quant.schemes import auto_fp32_takes_a8
 from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
@@ -51,6 +54,9 @@ class LLMEngine:
         self.max_model_len = max_model_len
         self.device = config.resolved_device()
         self.dtype = config.resolved_dtype()
+        # fp32 by default on a CPU without native bf16: decode as a bf16 engine would, through
+        # the integer-dot kernels (quant.schemes.auto_fp32_takes_a8); step() applies it
+        self.a8_fp32 = auto_fp32_takes_a8(self.device, config.dtype, self.dtype)
         block_size = config.cache.block_size
         self.num_blocks = config.cache.num_blocks or plan_num_blocks(
             config, model_config, self.device, self.dtype, max_model_len)
@@ -205,6 +211,10 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, and report each request that progressed."""
+        with kernels.a8_fp32() if self.a8_fp32 else contextlib.nullcontext():
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
         spec = self.speculator
         drafts = draft_probs = None
         if spec is not None:

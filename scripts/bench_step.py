@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/bench_step.py                       # SmolLM2-135M, native weights, fp32
+    python scripts/bench_step.py                       # SmolLM2-135M, native, the engine's dtype
     python scripts/bench_step.py --quant int4 --dtype float32 --steps 64 --threads 2
 
 One request, batch 1, a 512-token prompt (ids 100..611, EOS ignored), greedy. After the
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_GGUF)
     ap.add_argument("--quant", default="native")
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="auto",
+                    help="float32, bfloat16, ... or auto (the engine's default for this CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--prof-steps", type=int, default=8, help="steps under the profiler")
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     eng = LLMEngine.from_path(args.model, EngineConfig(
-        device="cpu", dtype=getattr(torch, args.dtype), quant=QuantConfig(scheme=args.quant)))
+        device="cpu", dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+        quant=QuantConfig(scheme=args.quant)))
     ids = list(range(100, 100 + args.prompt_len))
     params = SamplingParams(temperature=0.0, max_tokens=10_000, ignore_eos=True)
     for _ in range(1):  # a warm-up request (first steps after a load are slow)

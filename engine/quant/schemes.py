@@ -60,6 +60,21 @@ def cpu_has_native_bf16() -> bool:
     return False
 
 
+def auto_fp32_takes_a8(device: torch.device | str, requested: torch.dtype | None,
+                       dtype: torch.dtype) -> bool:
+    """Whether an engine's CPU decode matmuls over quantized weights take the integer-dot
+    kernels (activations rounded to int8 per 32 columns, llama.cpp's Q8_0 blocks) although its
+    activations are fp32: when fp32 was not asked for (``requested`` is None) but picked by
+    :func:`default_float_dtype` because the CPU lacks native bf16 (AVX2, AVX-512 without
+    BF16). On such a CPU bf16 activations would take them by default (``kernels.cpu_a8_enabled``)
+    and the exact fp32-activation kernels do 2-3x their work (Qwen2.5-Coder-1.5B Q4_K_M on a
+    2-core AMD EPYC (Zen 3, AVX2), 2 threads: a decode step 155 ms exact, 57 ms integer-dot).
+    An explicit ``--dtype float32`` keeps the exact kernels (the precise engine). Prefill (more
+    than ``kernels.CPU_MAX_ROWS`` rows) is fp32 either way."""
+    return torch.device(device).type == "cpu" and requested is None \
+        and dtype == torch.float32
+
+
 def cuda_float_dtype(capability: tuple[int, int]) -> torch.dtype:
     """The unquantized format of a CUDA GPU of compute ``capability`` ``(major, minor)``:
     bf16 from sm_80 (Ampere) on, fp16 before (Turing/Volta have no bf16 tensor cores; Triton
