@@ -1,10 +1,11 @@
 // AVX2 kernels shared by the bit-plane layouts (int5: qa5_avx2.cpp, int6: qa6_avx2.cpp); also
 // the integer-dot path of AVX-512 CPUs without VNNI. Per half chunk bp (64 columns: 32 qlow
 // bytes) the layout's Row2 gives the u bytes of the even (lo) and odd (hi) columns.
-//   integer dot: `maddubs` (u8 x s8 -> int16 pairs, at most 2 * 63 * 127 each, the even and
-//   odd halves summed: at most 32004, no saturation), `madd` with ones -> 8 int32 lanes (lane
-//   i = lane 8 bp + i of qa5.h / qa6.h), plus corr = -offset * (lane's activation sum),
-//   converted and FMA'd with the lane's weight scale times dact; one 8-lane accumulator per
+//   integer dot (int5; int6 has its own, qa6_avx2.cpp): `maddubs` (u8 x s8 -> int16 pairs, at
+//   most 2 * 31 * 127 each, the even and odd halves summed: no saturation), `madd` with ones
+//   -> 8 int32 lanes (lane i = lane 8 bp + i of qa5.h), plus corr = -offset * (lane's
+//   activation sum), folded per 256 columns into one int32 per 32-column block (plane_a8_tile),
+//   converted and FMA'd with the block's weight scale times dact; one 8-lane accumulator per
 //   (column, row), a fixed horizontal sum at the end.
 //   fp32 decode: the even / odd columns interleaved back by unpacklo / unpackhi (per 128-bit
 //   lane), minus the offset, widened, times the 16-column unit's scale; the fp32 matmul does
@@ -17,6 +18,7 @@
 //     void prefetch(int64_t c, int64_t ahead) const;   // the chunk's qhigh bytes
 //     void u_half(int64_t c, int bp, __m256i q, __m256i* lo, __m256i* hi) const;  // q: qlow
 //     void lane_scales(int64_t c, __m256* sv) const;   // sv[bp] lane i's weight scale
+//     __m256 block_scales8(int64_t c, bool two) const;  // blocks 4c..4c+7 (4c+3 if !two)
 //     void unit_scales(int64_t c, int bp, float* s) const;  // s[u]: 16-column unit u
 //   };
 // and store(a, m, n, v).
@@ -39,36 +41,59 @@ inline void plane_u_half(const Row2& row, const uint8_t* wl, int64_t c, int bp, 
              hi);
 }
 
+// Integer dot, per 256 columns (chunks c, c + 1: 8 activation blocks): each half chunk's 8
+// int32 lanes (4 per block) plus corr, two rounds of `hadd` fold the four half chunks into one
+// exact int32 per block (lanes: blocks 0 2 4 6 1 3 5 7), then one convert, one product of the
+// block scales (Row2::block_scales8, permuted to that order) with dact and one FMA; a last
+// single chunk (K % 256 == 128) folds with zeros. For layouts with one weight scale per
+// 32-column block (int5).
 template <class Row2, int MT>
 inline void plane_a8_tile(const typename Row2::Args& a, int64_t n, int64_t m0) {
-  const int64_t K = a.K;
+  const int64_t K = a.K, nc = K / 128;
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const uint8_t* wl = a.qlow + n * (K / 2);
   const Row2 row(a, n);
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < K / 128; ++c) {
-    _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * c + kPrefetch), _MM_HINT_T0);
-    row.prefetch(c, kPrefetch);
-    __m256 sv[2];
-    row.lane_scales(c, sv);
-    for (int bp = 0; bp < 2; ++bp) {
-      __m256i lo, hi;
-      plane_u_half(row, wl, c, bp, &lo, &hi);
-      for (int r = 0; r < MT; ++r) {
-        const int64_t m = m0 + r;
-        const int8_t* xe = a.xq + m * K + 128 * c + 32 * bp;
-        const __m256i p = _mm256_add_epi16(
-            _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-            _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
-                                         reinterpret_cast<const __m256i*>(xe + 64))));
-        const __m256i dot = _mm256_add_epi32(
-            _mm256_madd_epi16(p, ones),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                a.corr + m * (K / 8) + 16 * c + 8 * bp)));
-        const __m256 dv = _mm256_loadu_ps(a.dv + (m * (K / 32) + 4 * c + 2 * bp) * 4);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sv[bp], dv), acc[r]);
+  for (int64_t c = 0; c < nc; c += 2) {
+    __m256i h[2][MT];
+    for (int cc = 0; cc < 2; ++cc) {
+      const int64_t ch = c + cc;
+      if (ch >= nc) {
+        for (int r = 0; r < MT; ++r) h[cc][r] = _mm256_setzero_si256();
+        continue;
       }
+      _mm_prefetch(reinterpret_cast<const char*>(wl + 64 * ch + kPrefetch), _MM_HINT_T0);
+      row.prefetch(ch, kPrefetch);
+      __m256i dt[2][MT];
+      for (int bp = 0; bp < 2; ++bp) {
+        __m256i lo, hi;
+        plane_u_half(row, wl, ch, bp, &lo, &hi);
+        for (int r = 0; r < MT; ++r) {
+          const int64_t m = m0 + r;
+          const int8_t* xe = a.xq + m * K + 128 * ch + 32 * bp;
+          const __m256i p = _mm256_add_epi16(
+              _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
+              _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
+                                           reinterpret_cast<const __m256i*>(xe + 64))));
+          dt[bp][r] = _mm256_add_epi32(
+              _mm256_madd_epi16(p, ones),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                  a.corr + m * (K / 8) + 16 * ch + 8 * bp)));
+        }
+      }
+      for (int r = 0; r < MT; ++r) h[cc][r] = _mm256_hadd_epi32(dt[0][r], dt[1][r]);
+    }
+    const bool two = c + 1 < nc;
+    const __m256 sv = _mm256_permutevar8x32_ps(row.block_scales8(c, two), order);
+    const __m256i dmask = _mm256_setr_epi32(-1, -1, -1, -1, two ? -1 : 0, two ? -1 : 0,
+                                            two ? -1 : 0, two ? -1 : 0);
+    for (int r = 0; r < MT; ++r) {
+      const __m256i d8 = _mm256_hadd_epi32(h[0][r], h[1][r]);
+      const __m256 dact = _mm256_permutevar8x32_ps(
+          _mm256_maskload_ps(a.dact + (m0 + r) * (K / 32) + 4 * c, dmask), order);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, dact), acc[r]);
     }
   }
   for (int r = 0; r < MT; ++r) store(a, m0 + r, n, hsum(acc[r]));
@@ -139,18 +164,20 @@ inline __m256i plane_to_bf16(__m256 a, __m256 b) {
   return _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
 }
 
+// Activation rows per pass up to 4 (M split evenly: 5 -> 3 + 2, 8 -> 4 + 4).
 template <class Row2>
 void plane_a8_avx2(const typename Row2::Args& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    int64_t m = 0;
-    for (; m + 4 <= a.M; m += 4) plane_a8_tile<Row2, 4>(a, n, m);
-    switch (a.M - m) {
-      case 3: plane_a8_tile<Row2, 3>(a, n, m); break;
-      case 2: plane_a8_tile<Row2, 2>(a, n, m); break;
-      case 1: plane_a8_tile<Row2, 1>(a, n, m); break;
-      default: break;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < a.M;) {
+      const int64_t passes = (a.M - m + 3) / 4, mt = (a.M - m + passes - 1) / passes;
+      switch (mt) {
+        case 1: plane_a8_tile<Row2, 1>(a, n, m); break;
+        case 2: plane_a8_tile<Row2, 2>(a, n, m); break;
+        case 3: plane_a8_tile<Row2, 3>(a, n, m); break;
+        default: plane_a8_tile<Row2, 4>(a, n, m); break;
+      }
+      m += mt;
     }
-  }
 }
 
 template <class Row2>

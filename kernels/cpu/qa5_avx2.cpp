@@ -49,6 +49,12 @@ struct Row2 {
       sv[bp] = _mm256_set_m128(_mm_set1_ps(_cvtsh_ss(sd[4 * c + 2 * bp + 1])),
                                _mm_set1_ps(_cvtsh_ss(sd[4 * c + 2 * bp])));
   }
+  // blocks 4 c .. 4 c + 7 (the last 4 zero unless `two`: chunk c + 1 exists)
+  __m256 block_scales8(int64_t c, bool two) const {
+    const __m128i h = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 4 * c))
+                          : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sd + 4 * c));
+    return _mm256_cvtph_ps(h);
+  }
   // unit u (16 columns) of half bp lies in block 4 c + 2 bp + u / 2
   void unit_scales(int64_t c, int bp, float* s) const {
     for (int u = 0; u < 4; ++u) s[u] = _cvtsh_ss(sd[4 * c + 2 * bp + u / 2]);
