@@ -176,6 +176,60 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
   finish<MT, ST>(a, n, m0, acc);
 }
 
+// int8, groups of 32 or more: per 8 blocks (256 columns) the blocks' 8-lane partial dots
+// (sign trick, `maddubs` + `madd`) folded by `hadd` and one 128-bit half add into one exact
+// int32 per block in block order, then one convert, scale product and FMA (lane j sums the
+// blocks b % 8 == j).
+template <int MT, class ST>
+inline void tile8_fold(const A8Args& a, int64_t n, int64_t m0) {
+  const int64_t K = a.K, Kp = a.Kp, nb = K / 32, nbp = Kp / 32;
+  const int8_t* wr = static_cast<const int8_t*>(a.qweight) + n * K;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b8 = 0; b8 < nb; b8 += 8) {
+    const int64_t left = std::min<int64_t>(8, nb - b8);
+    __m256i y[2][MT];
+    for (int half = 0; half < 2; ++half) {
+      __m256i x[2][MT];
+      for (int pr = 0; pr < 2; ++pr) {
+        __m256i v[2][MT];
+        for (int t = 0; t < 2; ++t) {
+          const int64_t j = 4 * half + 2 * pr + t;
+          if (j >= left) {
+            for (int r = 0; r < MT; ++r) v[t][r] = _mm256_setzero_si256();
+            continue;
+          }
+          const int64_t b = b8 + j;
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32 * b));
+          const __m256i ax = _mm256_sign_epi8(w, w);
+          for (int r = 0; r < MT; ++r) {
+            const __m256i xq = _mm256_sign_epi8(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(a.xq + (m0 + r) * Kp + 32 * b)), w);
+            v[t][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, xq), ones);
+          }
+        }
+        for (int r = 0; r < MT; ++r) x[pr][r] = _mm256_hadd_epi32(v[0][r], v[1][r]);
+      }
+      for (int r = 0; r < MT; ++r) y[half][r] = _mm256_hadd_epi32(x[0][r], x[1][r]);
+    }
+    const __m256 sv = scales8<ST>(a, n, b8, nb);
+    const bool full = b8 + 8 <= nbp;
+    for (int r = 0; r < MT; ++r) {
+      const __m256i d8 = _mm256_add_epi32(_mm256_permute2x128_si256(y[0][r], y[1][r], 0x20),
+                                          _mm256_permute2x128_si256(y[0][r], y[1][r], 0x31));
+      const float* dp = a.d + (m0 + r) * nbp + b8;
+      const __m256 d = full ? _mm256_loadu_ps(dp)
+          : _mm256_maskload_ps(dp, _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(static_cast<int>(nbp - b8)), lane));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, d), acc[r]);
+    }
+  }
+  finish<MT, ST>(a, n, m0, acc);
+}
+
+// int8, groups of 16 (two scales per 32-column block): per block one 8-lane FMA.
 template <int MT, class ST>
 inline void tile8(const A8Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups, nb = K / 32;
@@ -216,7 +270,10 @@ void rows(const A8Args& a, int64_t n0, int64_t n1) {
 #define LC_TILE(MT)                                   \
   case MT:                                            \
     if constexpr (INT4) tile4<MT, ST>(a, n, m);       \
-    else if constexpr (MT <= 4) tile8<MT, ST>(a, n, m); \
+    else if constexpr (MT <= 4) {                     \
+      if (a.group_size == 16) tile8<MT, ST>(a, n, m); \
+      else tile8_fold<MT, ST>(a, n, m);               \
+    }                                                 \
     break;
       switch (mt) { LC_TILE(1) LC_TILE(2) LC_TILE(3) LC_TILE(4) LC_TILE(5) LC_TILE(6) default: break; }
 #undef LC_TILE
