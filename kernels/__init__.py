@@ -276,16 +276,18 @@ _a8_fp32 = False  # inside a8_fp32(): fp32 activations take the integer-dot kern
 
 
 @contextlib.contextmanager
-def a8_fp32():
+def a8_fp32(enabled: bool = True):
     """Within this context (one thread: the engine's), CPU quantized matmuls given fp32
     activations take the integer-dot kernels wherever they would for 16-bit ones
-    (:func:`cpu_a8_enabled` in ``auto`` mode). For the output layer of a bf16 model: the
+    (:func:`cpu_a8_enabled` in ``auto`` mode); with ``enabled=False`` they keep the exact
+    kernels, also inside an enclosing ``a8_fp32()`` (an fp32 engine's output layer, whose
+    logits greedy decoding compares: ``LlamaForCausalLM.compute_logits``). For the output layer of a bf16 model: the
     kernels round activations to int8 either way, so the exactly widened fp32 input gives the
     same integer products as the bf16 one, and the logits come out of the kernel in fp32
     instead of rounded to bf16 (8 mantissa bits: logits near 20 in steps of 0.125, so
     near-ties in greedy decoding collapsed and went to the lower token id) and widened again."""
     global _a8_fp32
-    old, _a8_fp32 = _a8_fp32, True
+    old, _a8_fp32 = _a8_fp32, enabled
     try:
         yield
     finally:

@@ -179,6 +179,12 @@ class LlamaForCausalLM(nn.Module):
             # never rounded to bf16 (kernels.a8_fp32)
             with kernels.a8_fp32():
                 logits = head.quant_method.apply(head, hidden_states.float())
+        elif head.weight is None and hidden_states.is_cpu:
+            # fp32 hidden states: exact logits even where the engine decodes its layers through
+            # the integer-dot kernels (LLMEngine.a8_fp32): rounding the activations to int8
+            # here moves logits by ~0.1-0.4 and flips near-ties (SmolLM2's first answer token)
+            with kernels.a8_fp32(False):
+                logits = head.quant_method.apply(head, hidden_states)
         else:
             logits = head.quant_method.apply(head, hidden_states)
         return logits if logits.dtype == torch.float32 else logits.float()
