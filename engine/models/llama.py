@@ -179,12 +179,14 @@ class LlamaForCausalLM(nn.Module):
             # never rounded to bf16 (kernels.a8_fp32)
             with kernels.a8_fp32():
                 logits = head.quant_method.apply(head, hidden_states.float())
-        elif head.weight is None and hidden_states.is_cpu:
-            # fp32 hidden states: exact logits even where the engine decodes its layers through
-            # the integer-dot kernels (LLMEngine.a8_fp32): rounding the activations to int8
-            # here moves logits by ~0.1-0.4 and flips near-ties (SmolLM2's first answer token)
-            with kernels.a8_fp32(False):
-                logits = head.quant_method.apply(head, hidden_states)
+        elif head.weight is None and hidden_states.is_cpu \
+                and kernels.cpu_a8_enabled(torch.float32):
+            # fp32 hidden states where the engine decodes through the integer-dot kernels
+            # (LLMEngine.a8_fp32): logits within ~0.002 of the exact kernel's. One int8
+            # rounding of the activations here moves them by 0.1-0.4 and flips near-ties
+            # (SmolLM2's first answer token); the exact kernel costs ~2.5x a 1-row call
+            logits = kernels.a8_two_pass(
+                lambda x: head.quant_method.apply(head, x), hidden_states)
         else:
             logits = head.quant_method.apply(head, hidden_states)
         return logits if logits.dtype == torch.float32 else logits.float()
