@@ -33,6 +33,15 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(q);
 }
 
+// int16 lanes of a half chunk's integer dot: the u bytes of its even (lo) and odd (hi)
+// columns `maddubs` the activations at xe (even columns) and xe + 64 (odd), summed (no
+// saturation for u <= 63: at most 4 * 63 * 127).
+inline __m256i plane_pairs(__m256i lo, __m256i hi, const int8_t* xe) {
+  return _mm256_add_epi16(
+      _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
+      _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 64))));
+}
+
 template <class Row2>
 inline void plane_u_half(const Row2& row, const uint8_t* wl, int64_t c, int bp, __m256i* lo,
                          __m256i* hi) {
@@ -73,10 +82,7 @@ inline void plane_a8_tile(const typename Row2::Args& a, int64_t n, int64_t m0) {
         for (int r = 0; r < MT; ++r) {
           const int64_t m = m0 + r;
           const int8_t* xe = a.xq + m * K + 128 * ch + 32 * bp;
-          const __m256i p = _mm256_add_epi16(
-              _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-              _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
-                                           reinterpret_cast<const __m256i*>(xe + 64))));
+          const __m256i p = plane_pairs(lo, hi, xe);
           dt[bp][r] = _mm256_add_epi32(
               _mm256_madd_epi16(p, ones),
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(

@@ -90,10 +90,7 @@ inline void int6_tile(const Int6Args& a, int64_t n, int64_t m0) {
         for (int r = 0; r < MT; ++r) {
           const int64_t m = m0 + r;
           const int8_t* xe = a.xq + m * K + 128 * ch + 32 * bp;
-          const __m256i p = _mm256_add_epi16(
-              _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-              _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
-                                           reinterpret_cast<const __m256i*>(xe + 64))));
+          const __m256i p = plane_pairs(lo, hi, xe);
           const __m256i corr = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(a.corr + m * (K / 8) + 16 * ch + 8 * bp));
           dt[bp][r] = _mm256_add_epi32(_mm256_madd_epi16(p, sc16), _mm256_madd_epi16(corr, sc32));
