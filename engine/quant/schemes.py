@@ -68,8 +68,9 @@ def auto_fp32_takes_a8(device: torch.device | str, requested: torch.dtype | None
     :func:`default_float_dtype` because the CPU lacks native bf16 (AVX2, AVX-512 without
     BF16). On such a CPU bf16 activations would take them by default (``kernels.cpu_a8_enabled``)
     and the exact fp32-activation kernels do 2-3x their work (Qwen2.5-Coder-1.5B Q4_K_M on a
-    2-core AMD EPYC (Zen 3, AVX2), 2 threads: a decode step 155 ms exact, 57 ms integer-dot).
-    An explicit ``--dtype float32`` keeps the exact kernels (the precise engine). Prefill (more
+    2-core AMD EPYC (Zen 3, AVX2), 2 threads: a decode step 155 ms exact, 51 ms integer-dot).
+    An explicit fp32 (``EngineConfig(dtype=torch.float32)``) keeps the exact kernels (the precise
+    engine), as ``LOCALCHAT_CPU_A8=0`` does for every engine. Prefill (more
     than ``kernels.CPU_MAX_ROWS`` rows) is fp32 either way."""
     return torch.device(device).type == "cpu" and requested is None \
         and dtype == torch.float32
