@@ -23,8 +23,8 @@ from .kv_cache import KVCacheManager, allocate_kv_caches
 from .memory.footprint import kv_bytes
 from .memory.report import MemoryReport, allocated_bytes, memory_report, module_tensors
 from .model_runner import ModelRunner
-from .quant.schemes import auto_fp32_takes_a8
 from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput
+from .quant.schemes import auto_fp32_takes_a8
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler

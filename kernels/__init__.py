@@ -280,8 +280,7 @@ def a8_fp32(enabled: bool = True):
     """Within this context (one thread: the engine's), CPU quantized matmuls given fp32
     activations take the integer-dot kernels wherever they would for 16-bit ones
     (:func:`cpu_a8_enabled` in ``auto`` mode); with ``enabled=False`` they keep the exact
-    kernels, also inside an enclosing ``a8_fp32()`` (an fp32 engine's output layer, whose
-    logits greedy decoding compares: ``LlamaForCausalLM.compute_logits``). For the output layer of a bf16 model: the
+    kernels, also inside an enclosing ``a8_fp32()``. For the output layer of a bf16 model: the
     kernels round activations to int8 either way, so the exactly widened fp32 input gives the
     same integer products as the bf16 one, and the logits come out of the kernel in fp32
     instead of rounded to bf16 (8 mantissa bits: logits near 20 in steps of 0.125, so
@@ -301,8 +300,8 @@ def a8_two_pass(fn, x: torch.Tensor) -> torch.Tensor:
     and the remainder ``lo = x - hi``, both go through one ``fn`` call of twice the rows and the
     two results are summed. ``hi`` re-quantizes to the same integers and ``lo`` (at most
     ``d / 2`` per element) rounds to int8 with a 254x smaller step, so the activation error
-    falls from ``d / 2`` to about ``d / 508``: logits within ~0.002 of the exact kernel's where
-    one pass moves them by 0.1-0.4, for the price of a 2-row call (the weights are read once;
+    falls from ``d / 2`` to about ``d / 508``: logits within ~0.005 of the exact kernel's where
+    one pass moves them by 0.1-1.0 (``tests/kernels/test_a8_two_pass.py``), for the price of a 2-row call (the weights are read once;
     about 1.4x a 1-row call) rather than the exact kernel's ~2.5x. Where ``fn`` takes the exact
     kernels instead the sum is ``fn(hi) + fn(lo) = fn(x)`` up to fp32 rounding, so the result
     is right either way. Rows go 8 at a time (16-row calls, ``CPU_MAX_ROWS``), and each row's
