@@ -122,6 +122,10 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
   // partial dots per step (maddubs + madd), the two steps folded at once (hadd) so each row
   // holds one vector per pair
   const auto pair = [&](int64_t b8, int q, int nw0, int nw1, __m256i* hq) {
+    if (nw0 == 0) {  // no block of this 128-column chunk exists: nothing to read (past Kp)
+      for (int r = 0; r < MT; ++r) hq[r] = _mm256_setzero_si256();
+      return;
+    }
     __m256i lo[2], hi[2];
     for (int t = 0; t < 2; ++t) {
       const uint8_t* wp = wr + 16 * b8 + 64 * q + 32 * t;
