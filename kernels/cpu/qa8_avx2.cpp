@@ -100,6 +100,15 @@ inline __m256 scales8(const A8Args& a, int64_t n, int64_t b8, int64_t nb) {
   }
 }
 
+// The activation block scales d[m, b8 .. b8 + 7] (lanes past Kp / 32 zero, never read).
+inline __m256 dact8(const A8Args& a, int64_t m, int64_t b8) {
+  const int64_t nbp = a.Kp / 32;
+  const float* dp = a.d + m * nbp + b8;
+  if (b8 + 8 <= nbp) return _mm256_loadu_ps(dp);
+  return _mm256_maskload_ps(dp, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nbp - b8)),
+                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
 // int4, per 8 blocks (256 columns): four steps of two blocks (one 32-byte weight load, low
 // nibbles against the chunk's even-column half, high nibbles against the odd one, `maddubs`
 // + `madd` -> 8 int32 partial dots, 4 per block), then two rounds of `hadd` fold the four
@@ -110,11 +119,10 @@ inline __m256 scales8(const A8Args& a, int64_t n, int64_t b8, int64_t nb) {
 // are once per 256 columns, not per 64. The same order for every MT: batch invariant.
 template <int MT, class ST>
 inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
-  const int64_t K = a.K, Kp = a.Kp, nb = K / 32, nbp = Kp / 32;
+  const int64_t K = a.K, Kp = a.Kp, nb = K / 32;
   const uint8_t* wr = static_cast<const uint8_t*>(a.qweight) + n * (K / 2);
   const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(0x0F);
   const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   // steps 2q and 2q + 1 of a span (blocks b8 + 4q .. b8 + 4q + 3; nw0 / nw1 of each step's 32
@@ -151,16 +159,12 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
       hq[r] = _mm256_hadd_epi32(dt[0], dt[1]);
     }
   };
-  const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23, bool full) {
+  const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23) {
     const __m256 sv = _mm256_permutevar8x32_ps(scales8<ST>(a, n, b8, nb), order);
     for (int r = 0; r < MT; ++r) {
       const __m256i d8 = _mm256_hadd_epi32(h01[r], h23[r]);
-      const float* dp = a.d + (m0 + r) * nbp + b8;
-      const __m256 d = full ? _mm256_loadu_ps(dp)
-          : _mm256_maskload_ps(dp, _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(static_cast<int>(std::min<int64_t>(8, nbp - b8))), lane));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8),
-                               _mm256_mul_ps(sv, _mm256_permutevar8x32_ps(d, order)), acc[r]);
+      const __m256 d = _mm256_permutevar8x32_ps(dact8(a, m0 + r, b8), order);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, d), acc[r]);
     }
   };
   __m256i h01[MT], h23[MT];
@@ -168,14 +172,14 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
   for (; b8 + 8 <= nb; b8 += 8) {
     pair(b8, 0, 32, 32, h01);
     pair(b8, 1, 32, 32, h23);
-    fold(b8, h01, h23, true);
+    fold(b8, h01, h23);
   }
   if (b8 < nb) {  // 1..7 blocks left
     const int64_t left = nb - b8;
     const auto nw = [&](int h) { return 2 * h + 1 < left ? 32 : (2 * h < left ? 16 : 0); };
     pair(b8, 0, nw(0), nw(1), h01);
     pair(b8, 1, nw(2), nw(3), h23);
-    fold(b8, h01, h23, false);
+    fold(b8, h01, h23);
   }
   finish<MT, ST>(a, n, m0, acc);
 }
@@ -186,10 +190,9 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
 // blocks b % 8 == j).
 template <int MT, class ST>
 inline void tile8_fold(const A8Args& a, int64_t n, int64_t m0) {
-  const int64_t K = a.K, Kp = a.Kp, nb = K / 32, nbp = Kp / 32;
+  const int64_t K = a.K, Kp = a.Kp, nb = K / 32;
   const int8_t* wr = static_cast<const int8_t*>(a.qweight) + n * K;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
@@ -219,15 +222,11 @@ inline void tile8_fold(const A8Args& a, int64_t n, int64_t m0) {
       for (int r = 0; r < MT; ++r) y[half][r] = _mm256_hadd_epi32(x[0][r], x[1][r]);
     }
     const __m256 sv = scales8<ST>(a, n, b8, nb);
-    const bool full = b8 + 8 <= nbp;
     for (int r = 0; r < MT; ++r) {
       const __m256i d8 = _mm256_add_epi32(_mm256_permute2x128_si256(y[0][r], y[1][r], 0x20),
                                           _mm256_permute2x128_si256(y[0][r], y[1][r], 0x31));
-      const float* dp = a.d + (m0 + r) * nbp + b8;
-      const __m256 d = full ? _mm256_loadu_ps(dp)
-          : _mm256_maskload_ps(dp, _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(static_cast<int>(nbp - b8)), lane));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, d), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, dact8(a, m0 + r, b8)),
+                               acc[r]);
     }
   }
   finish<MT, ST>(a, n, m0, acc);
