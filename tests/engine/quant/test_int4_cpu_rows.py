@@ -71,7 +71,7 @@ def test_prefill_blocks_cover_ragged_rows(monkeypatch):
     """N not a multiple of the row block, fp16 scales (GGUF Q4_0 / Q4_1) read in place."""
     from localchat.engine.quant import cpu_int4, cpu_prefill
 
-    monkeypatch.setattr(cpu_prefill, "MAX_BLOCK_BYTES", 128 * 4 * 100)  # blocks of 100 rows
+    monkeypatch.setattr(cpu_prefill, "MAX_BLOCK_BYTES", 128 * 4 * 100)  # blocks of at most 100 rows (4 x 80)
     layer, (q, s, m) = _layer(monkeypatch, "exact", k=128, n=3 * 100 + 20)  # ragged
     if not cpu.available():
         return

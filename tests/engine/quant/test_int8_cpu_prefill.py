@@ -87,7 +87,8 @@ def test_prefill_matches_dequantize_and_mm(g, n, k, scale_dtype, with_mins):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_blocks_cover_ragged_rows(monkeypatch, dtype):
-    """A weight larger than the scratch budget: blocks of 100 rows and a ragged last one."""
+    """A weight larger than the scratch budget: 307 rows in blocks of at most 100, evened out
+    to 77 + 77 + 77 + 76, each GEMM writing into its columns of the result."""
     k = 64
     monkeypatch.setattr(cpu_prefill, "MAX_BLOCK_BYTES", 100 * k * dtype.itemsize)
     layer, w = _layer(307, k, 32, True, torch.float16)
