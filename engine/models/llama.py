@@ -170,7 +170,13 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
 
-    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden_states: torch.Tensor, draft: bool = False) -> torch.Tensor:
+        """Logits ``[n, vocab_size]`` fp32 of ``hidden_states [n, hidden_size]`` (the model's
+        dtype). ``draft=True`` (a speculative decoder's draft model, whose logits only choose
+        which tokens the target verifies): where the quantized CPU output layer would take
+        :func:`localchat.kernels.a8_two_pass` it takes one integer-dot pass, logits within
+        ~1.0 instead of ~0.005 of the exact kernel's, for a 1-row call instead of a 2-row
+        one."""
         # tied: the embedding matrix doubles as the output layer
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         if head.weight is None and hidden_states.is_cpu \
@@ -179,7 +185,7 @@ class LlamaForCausalLM(nn.Module):
             # never rounded to bf16 (kernels.a8_fp32)
             with kernels.a8_fp32():
                 logits = head.quant_method.apply(head, hidden_states.float())
-        elif head.weight is None and hidden_states.is_cpu \
+        elif head.weight is None and hidden_states.is_cpu and not draft \
                 and kernels.cpu_a8_enabled(torch.float32):
             # fp32 hidden states where the engine decodes through the integer-dot kernels
             # (LLMEngine.a8_fp32): logits within ~0.005 of the exact kernel's. One int8

@@ -116,7 +116,9 @@ class DraftModelProposer:
                 input_ids = torch.stack([drafts[req.request_id][-1] for req, _, _ in round_])
             hidden = self.model(input_ids, positions, self.kv_caches, meta)
             picked = hidden[index] if first else hidden[: len(round_)]
-            logits = self.model.compute_logits(picked).float()
+            # one integer-dot pass where the target's output layer takes two: a draft's logits
+            # only pick the proposals, and the target verifies each of them
+            logits = self.model.compute_logits(picked, draft=True).float()
             for i, (req, shadow, _) in enumerate(round_):
                 shadow.num_computed_tokens += len(entries[i].token_ids)
                 token, p = self._sample(logits[i], req, host_drafts[req.request_id],

@@ -69,3 +69,32 @@ def test_smollm2_compute_logits_are_fp32_from_its_q8_0_head(smollm2_gguf, cache_
     with torch.inference_mode():
         got = model.compute_logits(x)
         assert torch.equal(got, _check(head, x))
+
+
+def test_draft_logits_take_one_integer_dot_pass(smollm2_gguf, cache_dir):
+    """An fp32 model decoding through the integer-dot kernels (``kernels.a8_fp32``): its
+    output layer takes two passes (``kernels.a8_two_pass``), a draft model's one
+    (``compute_logits(..., draft=True)``). Against the exact fp32-activation kernel (outside
+    the context): the draft's logits are the one-pass kernel's bit for bit, the target's are
+    much closer to exact than those."""
+    from localchat.engine.config import QuantConfig
+    from localchat.engine.loader import load_model, load_model_config
+
+    if kernels._a8_mode() == "never":
+        pytest.skip("LOCALCHAT_CPU_A8=0: no integer-dot kernels to compare")
+    config = load_model_config(smollm2_gguf, cache_dir)
+    model = load_model(smollm2_gguf, config, dtype=torch.float32, device=torch.device("cpu"),
+                       max_position=256, cache_dir=cache_dir, quant=QuantConfig(scheme="native"))
+    head = model.model.embed_tokens
+    assert head.weight is None
+    x = torch.randn(3, config.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        exact = model.compute_logits(x)
+        with kernels.a8_fp32():
+            one_pass = head.quant_method.apply(head, x)
+            draft = model.compute_logits(x, draft=True)
+            target = model.compute_logits(x)
+    assert torch.equal(draft, one_pass)
+    err_draft = (draft - exact).abs().max().item()
+    err_target = (target - exact).abs().max().item()
+    assert err_draft > 0.01 and err_target < err_draft / 20
