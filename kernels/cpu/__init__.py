@@ -99,14 +99,17 @@ def int8_matmul(x, qweight, scales, mins=None, group_size: int | None = None,
         x, qweight, scales, mins, group_size, active_isa() if isa is None else isa)
 
 
-def int4_dequantize(qweight, scales, mins, group_size: int, out, super_scales=None) -> None:
+def int4_dequantize(qweight, scales, mins, group_size: int, out, super_scales=None,
+                    isa: int | None = None) -> None:
     """``out [N, K]`` fp32 or bf16 (contiguous, written in place) <- ``q * scales + mins`` of
     int4 ``qweight [N, K // 2]`` (contiguous ``scales`` / ``mins [N, K // G]``, fp32 or fp16,
     or uint8 with two-level ``super_scales`` fp16 ``[N, K // 256, 2]``): the values the
     matmuls dequantize to (``reference.dequantize_int4``'s, exact for GGUF scales; rounded
-    once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM.
-    Raises ``RuntimeError`` on a bad layout."""
-    _ops().int4_dequantize(qweight, scales, mins, group_size, out, super_scales)
+    once to bf16 for a bf16 ``out``), for the row blocks of a prefill GEMM. ISA paths
+    AVX-512 / AVX2 (G a multiple of 32) / scalar, the same bits on each (``isa`` None =
+    :func:`active_isa`); threads over rows. Raises ``RuntimeError`` on a bad layout."""
+    _ops().int4_dequantize(qweight, scales, mins, group_size, out, super_scales,
+                           active_isa() if isa is None else isa)
 
 
 def int8_dequantize(qweight, scales, mins, group_size: int, out, isa: int | None = None) -> None:

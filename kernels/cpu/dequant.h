@@ -41,6 +41,7 @@ struct Int4DequantArgs {
   int64_t K, group_size, ngroups;
 };
 
+void int4_dequant_rows_avx2(const Int4DequantArgs& a, int64_t r0, int64_t r1);
 void int4_dequant_rows_avx512(const Int4DequantArgs& a, int64_t r0, int64_t r1);
 
 }  // namespace localchat_cpu

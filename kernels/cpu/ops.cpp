@@ -197,7 +197,7 @@ void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, OT* out, int64_t 
 
 void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
                      int64_t group_size, at::Tensor out,
-                     const c10::optional<at::Tensor>& super_scales) {
+                     const c10::optional<at::Tensor>& super_scales, int64_t isa) {
   TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
               "int4_dequantize: qweight must be contiguous uint8 [N, K/2]");
   const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
@@ -213,15 +213,16 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
     // two-level scales: chunks of rows with widened fp32 scales (kscales.h)
     const KScales ks = check_kscales("int4_dequantize", scales, mins, *super_scales, N, K,
                                      group_size);
-    const bool vec = clamp_isa(kAvx512) == kAvx512;
+    const int64_t use = clamp_isa(isa);  // G = 32: both vector paths apply
     const size_t osz = bf16 ? 2 : 4;
     at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
       for_kscale_chunks(ks, n0, n1, [&](int64_t r0, int64_t r1, float* s, float* m) {
         const uint8_t* qc = q + r0 * (K / 2);
         void* oc = static_cast<char*>(out.data_ptr()) + r0 * K * osz;
-        if (vec) {
+        if (use != kScalar) {
           const Int4DequantArgs a{qc, s, m, false, oc, bf16, K, group_size, ng};
-          int4_dequant_rows_avx512(a, 0, r1 - r0);
+          if (use == kAvx512) int4_dequant_rows_avx512(a, 0, r1 - r0);
+          else int4_dequant_rows_avx2(a, 0, r1 - r0);
         } else if (bf16) {
           dequant4_rows(qc, s, m, static_cast<at::BFloat16*>(oc), 0, r1 - r0, K, group_size);
         } else {
@@ -234,10 +235,12 @@ void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const 
   const bool half = exact_scales("int4_dequantize", scales, &mins, N, ng);
   TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous(),
               "int4_dequantize: scales and mins must be contiguous");
-  if (clamp_isa(kAvx512) == kAvx512 && group_size % 32 == 0) {  // the vector path: same values
+  const int64_t use = clamp_isa(isa);
+  if (use != kScalar && group_size % 32 == 0) {  // the vector paths: the same values
     const Int4DequantArgs a{q, scales.data_ptr(), mins.data_ptr(), half, out.data_ptr(), bf16,
                             K, group_size, ng};
-    at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) { int4_dequant_rows_avx512(a, r0, r1); });
+    const auto rows = use == kAvx512 ? int4_dequant_rows_avx512 : int4_dequant_rows_avx2;
+    at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) { rows(a, r0, r1); });
     return;
   }
   at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
@@ -332,7 +335,7 @@ TORCH_LIBRARY(localchat_cpu, m) {
   m.def("int8_matmul(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, int group_size, "
         "int isa) -> Tensor");
   m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group_size, "
-        "Tensor(a!) out, Tensor? super_scales=None) -> ()");
+        "Tensor(a!) out, Tensor? super_scales=None, int isa=2) -> ()");
   m.def("int4_dequant_mm(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group_size, "
         "Tensor? super_scales=None) -> Tensor");
 }

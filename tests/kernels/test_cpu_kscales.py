@@ -78,14 +78,17 @@ def test_batch_invariant(built, isa):
         lambda xs: cpu.int4_matmul(xs.float(), q, sc, mn, 32, isa, super_scales=sup), x)
 
 
+@pytest.mark.parametrize("isa", [2, 1, 0])
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
-def test_dequantize_equals_folded(built, out_dtype):
+def test_dequantize_equals_folded(built, out_dtype, isa):
+    """Two-level scales widened per chunk of rows, on every ISA path (one wider than the CPU
+    runs the CPU's): the folded scales' values, the reference's bit for bit."""
     q, sc, mn, sup = kscale_weights(75, 512, seed=3)
     s, m = reference.fold_kscales(sc, mn, sup)
     got = torch.empty(75, 512, dtype=out_dtype)
     want = torch.empty(75, 512, dtype=out_dtype)
-    cpu.int4_dequantize(q, sc, mn, 32, got, sup)
-    cpu.int4_dequantize(q, s, m, 32, want)
+    cpu.int4_dequantize(q, sc, mn, 32, got, sup, isa=isa)
+    cpu.int4_dequantize(q, s, m, 32, want, isa=isa)
     assert torch.equal(got, want)
     ref = reference.dequantize_int4(q, sc, mn, 32, super_scales=sup).to(out_dtype)
     assert torch.equal(got, ref)

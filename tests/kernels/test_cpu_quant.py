@@ -174,32 +174,38 @@ def test_k_chunks_keep_batch_invariance(built, monkeypatch, isa, op):
     assert_fp32_close(call(x), x @ w.t(), x, w)
 
 
-@pytest.mark.parametrize("g", [32, 64, 128])
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("g", [32, 48, 64, 128])
 @pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float16])
-def test_int4_dequantize_equals_reference(built, scale_dtype, g):
-    """The prefill path's row-block dequantization (AVX-512 where the CPU has it, else a
-    scalar table) gives the reference's fp32 weights: bit for bit with fp16 scales (q * s is
-    then exact, as for every GGUF type), within one rounding of the add otherwise (the kernel
-    fuses q * s + m); bf16 out is the fp32 out rounded to nearest even."""
+def test_int4_dequantize_equals_reference(built, scale_dtype, g, isa):
+    """The prefill path's row-block dequantization (AVX-512 or AVX2 vector code for groups of
+    a multiple of 32, else a scalar table) gives the reference's fp32 weights: bit for bit
+    with fp16 scales (q * s is then exact, as for every GGUF type), within one rounding of the
+    add otherwise (the kernel fuses q * s + m), and the scalar path's bits on every path; bf16
+    out is the fp32 out rounded to nearest even."""
     if not built:  # then the engine's int4 layers do not take this path either
         from localchat.engine.quant import cpu_int4
 
         assert not cpu_int4.own_kernels()
         return
+    level = cpu.ISAS[isa]
     q, s, m = random_int4(37, 384, g, seed=8)
     s, m = as_scales(s, m, scale_dtype)
     out = torch.empty(37, 384)
-    cpu.int4_dequantize(q, s, m, g, out)
+    cpu.int4_dequantize(q, s, m, g, out, isa=level)
     ref = reference.dequantize_int4(q, s, m, g)
     if scale_dtype == torch.float16:
         assert torch.equal(out, ref)
     else:
         assert torch.allclose(out, ref, rtol=2.0**-23, atol=1e-7)
+    scalar = torch.empty(37, 384)
+    cpu.int4_dequantize(q, s, m, g, scalar, isa=0)
+    assert torch.equal(out, scalar)
     out16 = torch.empty(37, 384, dtype=torch.bfloat16)
-    cpu.int4_dequantize(q, s, m, g, out16)
+    cpu.int4_dequantize(q, s, m, g, out16, isa=level)
     assert torch.equal(out16, out.bfloat16())
     with pytest.raises(RuntimeError, match="out must be"):
-        cpu.int4_dequantize(q, s, m, g, torch.empty(37, 383))
+        cpu.int4_dequantize(q, s, m, g, torch.empty(37, 383), isa=level)
 
 
 def test_isa_paths_are_distinct_code(built, monkeypatch):
