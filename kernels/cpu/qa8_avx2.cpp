@@ -1,9 +1,10 @@
 // AVX2 integer-dot matmuls (qa8.h) and the AVX2 activation quantizer. int4: per two 32-column
 // blocks one 32-byte weight load; low nibbles (even columns) and high nibbles (odd columns)
 // `maddubs` (u8 x s8 -> pairs of int16) against the two halves of the chunk's activations
-// (qa8.h's layout), summed in int16 (at most 4 * 15 * 127), then `madd` with ones (-> 8 int32
-// partial dots, 4 per block); per 8 blocks (256 columns) two rounds of `hadd` fold them into
-// one exact int32 dot per block, then one convert, one scale product and one FMA (tile4).
+// (qa8.h's layout), summed in int16 (8 partials per block, at most 4 * 15 * 127 each); per 8
+// blocks (256 columns) two rounds of int16 `hadd` fold them (at most 16 * 15 * 127 = 30480:
+// no overflow) and one `madd` with ones gives one exact int32 dot per block, then one
+// convert, one scale product and one FMA (tile4).
 // int8: per 32-column block, the sign trick (|w| x sign(w) * xq, at most 2 * 128 * 127 per
 // int16 pair: no saturation).
 // Also the path for AVX-512 CPUs without VNNI. Design after llama.cpp's ggml_vec_dot_q4_1_q8_1
@@ -110,9 +111,10 @@ inline __m256 dact8(const A8Args& a, int64_t m, int64_t b8) {
 }
 
 // int4, per 8 blocks (256 columns): four steps of two blocks (one 32-byte weight load, low
-// nibbles against the chunk's even-column half, high nibbles against the odd one, `maddubs`
-// + `madd` -> 8 int32 partial dots, 4 per block), then two rounds of `hadd` fold the four
-// steps' 32 partials into one exact int32 dot per block (lanes: blocks 0 2 4 6 1 3 5 7), and
+// nibbles against the chunk's even-column half, high nibbles against the odd one, two
+// `maddubs` summed -> 16 int16 partial dots, 8 per block), then two rounds of int16 `hadd`
+// and one `madd` with ones fold the four steps' 64 partials into one exact int32 dot per
+// block (lanes: blocks 0 2 4 6 1 3 5 7; a madd per 256 columns, not one per 64), and
 // one convert, one product of the weight and activation scales (permuted to that lane order)
 // and one FMA per 8 blocks; so each lane sums the blocks b = lane's b % 8 in block order, and
 // the 8 lanes are summed at the end (then the min term). The float work and the FMA chain
@@ -126,9 +128,9 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   // steps 2q and 2q + 1 of a span (blocks b8 + 4q .. b8 + 4q + 3; nw0 / nw1 of each step's 32
-  // weight bytes real: 16 for a last odd block, 0 past the end) for every row: 8 int32
-  // partial dots per step (maddubs + madd), the two steps folded at once (hadd) so each row
-  // holds one vector per pair
+  // weight bytes real: 16 for a last odd block, 0 past the end) for every row: 16 int16
+  // partial dots per step (two maddubs summed), the two steps folded at once (int16 hadd) so
+  // each row holds one vector per pair
   const auto pair = [&](int64_t b8, int q, int nw0, int nw1, __m256i* hq) {
     if (nw0 == 0) {  // no block of this 128-column chunk exists: nothing to read (past Kp)
       for (int r = 0; r < MT; ++r) hq[r] = _mm256_setzero_si256();
@@ -151,18 +153,18 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
       __m256i dt[2];
       for (int t = 0; t < 2; ++t) {
         const int8_t* x = xe + 32 * t;
-        dt[t] = _mm256_madd_epi16(_mm256_add_epi16(
+        dt[t] = _mm256_add_epi16(
             _mm256_maddubs_epi16(lo[t], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
             _mm256_maddubs_epi16(hi[t], _mm256_loadu_si256(
-                                            reinterpret_cast<const __m256i*>(x + 64)))), ones);
+                                            reinterpret_cast<const __m256i*>(x + 64))));
       }
-      hq[r] = _mm256_hadd_epi32(dt[0], dt[1]);
+      hq[r] = _mm256_hadd_epi16(dt[0], dt[1]);
     }
   };
   const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23) {
     const __m256 sv = _mm256_permutevar8x32_ps(scales8<ST>(a, n, b8, nb), order);
     for (int r = 0; r < MT; ++r) {
-      const __m256i d8 = _mm256_hadd_epi32(h01[r], h23[r]);
+      const __m256i d8 = _mm256_madd_epi16(_mm256_hadd_epi16(h01[r], h23[r]), ones);
       const __m256 d = _mm256_permutevar8x32_ps(dact8(a, m0 + r, b8), order);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, d), acc[r]);
     }
