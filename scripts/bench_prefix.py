@@ -4,10 +4,11 @@ Usage::
 
     python scripts/bench_prefix.py                       # smollm2-135m (+ qwen2.5-coder-0.5b if cached)
     python scripts/bench_prefix.py --models smollm2-135m --turns 10 --json prefix.json
-    python scripts/bench_prefix.py --dtype bfloat16 --concurrency-only   # the engine's CPU default
+    python scripts/bench_prefix.py --dtype auto --concurrency-only   # the engine's own CPU choice
 
 Weights are ``--quant auto`` (the GGUF's own format on CPU where the C++ kernels are built);
-activations fp32 unless ``--dtype bfloat16`` (the CPU default of ``ask`` and ``serve``).
+activations fp32 unless ``--dtype bfloat16``, or ``--dtype auto``: what ``ask`` and ``serve``
+pick (bf16 on a CPU with native bf16, else fp32 decoding through the integer-dot kernels).
 
 1. A 10-turn conversation growing to about 2,000 tokens. Each turn appends a ~150-token user
    message; the reply (greedy, up to ``--reply-tokens``) is generated once, with prefix
@@ -148,8 +149,7 @@ def concurrency(eng, n: int = 8, tokens: int = 64):
 
 
 def bench(model: str, args) -> dict | None:
-    dtype = getattr(torch, args.dtype)
-    eng, path = load(model, dtype)
+    eng, path = load(model, None if args.dtype == "auto" else getattr(torch, args.dtype))
     if eng is None:
         print(f"# {model}: not in the localchat cache, skipped", file=sys.stderr)
         return None
@@ -164,7 +164,7 @@ def bench(model: str, args) -> dict | None:
     cached_tokens = [r[2].num_cached_tokens for r in rows]
     prev_context = [0] + [len(r[1]) + r[2].num_output_tokens for r in rows[:-1]]
     recompute = ttft_recompute(eng, rows)
-    hf = ttft_transformers(path, dtype, rows) if not args.no_transformers else None
+    hf = ttft_transformers(path, eng.dtype, rows) if not args.no_transformers else None
     seq, batched = concurrency(eng)
     result = {
         "model": model, "prompt_tokens": [len(r[1]) for r in rows],
@@ -212,8 +212,9 @@ def main() -> None:
     ap.add_argument("--reply-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-transformers", action="store_true")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                    help="activation dtype (weights: --quant auto, native on a GGUF)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32",
+                    help="activation dtype, auto: the engine's choice (weights: --quant auto, "
+                    "native on a GGUF)")
     ap.add_argument("--concurrency-only", action="store_true",
                     help="only the 8 concurrent vs sequential requests")
     ap.add_argument("--json", type=Path)
