@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from localchat import kernels
+
 from ..quant.methods import LinearMethod
 
 
@@ -34,6 +36,13 @@ class Linear(nn.Module):
         self.quant_method: LinearMethod = LinearMethod()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if kernels.short_prefill_chunks(x) and self.quant_method.exact_cpu_rows(self):
+            # a short fp32 prefill: chunks of decode rows on the exact C++ kernels (also inside
+            # an a8_fp32 engine step: prompts stay fp32-exact), not a GEMM over every weight
+            # dequantized
+            with kernels.a8_fp32(enabled=False):
+                return torch.cat([self.quant_method.apply(self, c)
+                                  for c in x.split(kernels.CPU_MAX_ROWS)])
         return self.quant_method.apply(self, x)
 
     def process_weights_after_loading(self) -> None:

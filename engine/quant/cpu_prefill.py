@@ -1,7 +1,9 @@
 """Prefill GEMMs of quantized CPU layers: weight rows dequantized a block at a time into ONE
 scratch buffer shared by every layer, each block multiplied with ``torch.mm``.
 
-For ``M > localchat.kernels.CPU_MAX_ROWS`` activation rows a GEMM is compute bound, so the
+For ``M > localchat.kernels.CPU_MAX_ROWS`` activation rows (fp32 ones beyond
+``SHORT_PREFILL_MAX_ROWS`` where the layer has exact C++ row kernels: shorter prompts run as
+16-row chunks on those, ``kernels.short_prefill_chunks``) a GEMM is compute bound, so the
 weight is best turned back into floats (into a bounded scratch, never a float copy per layer)
 and handed to the CPU's fastest GEMM: in bf16 when the activations are bf16 (the ``none`` format's
 precision; oneDNN / MKL run it on AMX or AVX-512 BF16 units where the CPU has them), else in

@@ -101,6 +101,14 @@ class LinearMethod:
     def quantize_weights(self, layer: nn.Module) -> None:
         """Float ``layer.weight`` -> this scheme's stored layout (nothing to do here)."""
 
+    def exact_cpu_rows(self, layer: nn.Module) -> bool:
+        """Whether this CPU layer's calls of at most ``CPU_MAX_ROWS`` fp32 rows run localchat's
+        exact fp32-activation C++ matmul (outside ``kernels.a8_fp32``): ``Linear.forward``
+        then runs a short prefill as such calls (``kernels.short_prefill_chunks``). Not for
+        float weights (``torch.mm`` is as fast for them) nor for layers on PyTorch's
+        int8pack / int4pack kernels (bf16 activations)."""
+        return False
+
     def create_weights(self, layer: nn.Module, device: torch.device) -> None:
         """Allocate empty stored-layout tensors (to be filled from the cache)."""
 
@@ -271,6 +279,10 @@ class Int4LinearMethod(LinearMethod):
             _set_buffer(layer, "qweight_cpu", packed)
             _set_buffer(layer, "scales_and_zeros", scales_and_zeros)
             self._int4pack = True
+
+    def exact_cpu_rows(self, layer) -> bool:
+        return (self._packed_cpu() and getattr(layer, "qweight", None) is not None
+                and self._own_cpu())
 
     def _a8_direct(self, layer) -> bool:
         """Whether decode rows of this CPU layer may call the W4A8 op directly: own C++

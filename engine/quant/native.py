@@ -73,6 +73,9 @@ class Int8GroupLinearMethod(LinearMethod):
     def _mins(self, layer):
         return layer.mins if self.has_mins else None
 
+    def exact_cpu_rows(self, layer):
+        return self.kernel == "packed" and layer.qweight.is_cpu and _cpu_kernel_rows() > 0
+
     def decode_plan(self, layer, dtype):
         if self.kernel != "packed" or not _cpu_kernel_rows():
             return None

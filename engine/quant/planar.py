@@ -62,6 +62,9 @@ class PlanarLinearMethod(LinearMethod):
         return [(op.__name__, (kernels.INPUT, *self._weights(layer),
                                kernels.cpu.active_isa()))], layer.bias
 
+    def exact_cpu_rows(self, layer):
+        return self._weights(layer)[0].is_cpu
+
     def apply(self, layer, x):
         x2 = _flat(x)
         w = self._weights(layer)

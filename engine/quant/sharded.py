@@ -106,6 +106,9 @@ class ShardedLinearMethod(LinearMethod):
                 return child, start - a, end - a
         raise ValueError(f"rows [{start}, {end}) span shards at {self.offsets}")
 
+    def exact_cpu_rows(self, layer):
+        return all(child.quant_method.exact_cpu_rows(child) for child in self.children(layer))
+
     def decode_plan(self, layer, dtype):
         parts = []
         for child in self.children(layer):
