@@ -17,6 +17,7 @@ from localchat import kernels
 from localchat.engine.config import ModelConfig
 from localchat.engine.layers.linear import Linear
 from localchat.engine.models.llama import LlamaForCausalLM
+from localchat.engine.quant.methods import LinearMethod
 from localchat.engine.step_inputs import BatchEntry, build_batch
 
 from .test_quant_matmul import quantize_int4, quantize_int8
@@ -34,7 +35,7 @@ BLOCK = 16
 LOGIT_TOL = {torch.float32: 2e-4, torch.bfloat16: 6e-2, torch.float16: 1e-2}
 
 
-class _KernelQuant:
+class _KernelQuant(LinearMethod):
     """A linear method over ``localchat.kernels`` int8/int4 ops on the shared layout."""
 
     def __init__(self, scheme: str, weight: torch.Tensor) -> None:
