@@ -3,7 +3,8 @@
 // integer arithmetic; group tails narrower than 8 in scalar code with the same formula. The
 // target below has no FMA on purpose: nothing can fuse the product and the sum into one
 // rounding (the reference rounds each). int4 (G a multiple of 32): the fused q * s + m its
-// layout defines, in a function of its own target. No torch headers; internal linkage but the entry.
+// layout defines, in a function of its own target. No torch headers; internal linkage but the
+// entries.
 #pragma GCC target("avx2,f16c")
 #include <immintrin.h>
 
