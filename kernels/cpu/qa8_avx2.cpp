@@ -287,6 +287,13 @@ void rows(const A8Args& a, int64_t n0, int64_t n1) {
   }
 }
 
+inline int32_t hsum_i32(__m256i v) {
+  __m128i q = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  q = _mm_add_epi32(q, _mm_unpackhi_epi64(q, q));
+  q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 1));
+  return _mm_cvtsi128_si32(q);
+}
+
 inline __m256 load8(const void* x, bool bf16, int64_t i) {
   if (bf16) {
     const __m128i h = _mm_loadu_si128(
@@ -298,13 +305,22 @@ inline __m256 load8(const void* x, bool bf16, int64_t i) {
 
 }  // namespace
 
+// The AVX2 kernels (sign trick) read no ncorr, so it is not written here (VNNI's quantizer
+// writes it for its own kernels).
 void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args& a,
                       const A8Buffers& b, bool int4) {
   a8_zero_fill(a, b, int4);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+  // packs' dword order (per 128-bit lane: 4 of each source vector) back to column order
+  const __m256i unlane = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // per 128-bit lane: the 8 even bytes, then the 8 odd bytes
+  const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const int64_t K = a.K, Kp = a.Kp;
   for (int64_t m = 0; m < a.M; ++m) {
-    for (int64_t bl = 0; bl < a.K / 32; ++bl) {
+    int8_t* qr = b.xq + m * Kp;
+    for (int64_t bl = 0; bl < K / 32; ++bl) {
       __m256 v[4];
       __m256 mx = _mm256_setzero_ps();
       for (int i = 0; i < 4; ++i) {
@@ -316,17 +332,26 @@ void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args
       h = _mm_max_ss(h, _mm_movehdup_ps(h));
       const float db = _mm_cvtss_f32(h) / 127.0f;
       const float id = db != 0.0f ? 1.0f / db : 0.0f;
-      alignas(32) int32_t qi[32];
-      for (int i = 0; i < 4; ++i) {
-        const __m256i q = _mm256_max_epi32(nlim, _mm256_min_epi32(
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i)
+        q[i] = _mm256_max_epi32(nlim, _mm256_min_epi32(
             lim, _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)))));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(qi + 8 * i), q);
+      // 32 int8 in column order (the values fit: packs never saturates)
+      const __m256i nat = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+          unlane);
+      if (int4) {
+        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(nat, deint), 0xD8);
+        int8_t* p = qr + (bl / 4) * 128 + (bl % 4) * 16;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(eo));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 64), _mm256_extracti128_si256(eo, 1));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + bl * 32), nat);
       }
-      int8_t q8[32];
-      for (int j = 0; j < 32; ++j) q8[j] = static_cast<int8_t>(qi[j]);
-      a8_put_block(a, b, int4, m, bl, q8, db);
+      a8_put_scale(a, b, int4, m, bl, db);
+      if (b.xs) a8_add_xs(a, b, m, bl, db, hsum_i32(_mm256_add_epi32(q[0], q[1])),
+                          hsum_i32(_mm256_add_epi32(q[2], q[3])));
     }
-    a8_row_sums(a, b, int4, m);
   }
 }
 
