@@ -161,20 +161,47 @@ inline void tile4(const A8Args& a, int64_t n, int64_t m0) {
       hq[r] = _mm256_hadd_epi16(dt[0], dt[1]);
     }
   };
-  const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23) {
-    const __m256 sv = _mm256_permutevar8x32_ps(scales8<ST>(a, n, b8, nb), order);
+  // one span's fold: the block scales s8 and each row's activation block scales dact(r), both
+  // in block order, permuted to the lanes' order
+  const auto fold_rows = [&](__m256 s8, auto dact, const __m256i* h01, const __m256i* h23) {
+    const __m256 sv = _mm256_permutevar8x32_ps(s8, order);
     for (int r = 0; r < MT; ++r) {
       const __m256i d8 = _mm256_madd_epi16(_mm256_hadd_epi16(h01[r], h23[r]), ones);
-      const __m256 d = _mm256_permutevar8x32_ps(dact8(a, m0 + r, b8), order);
+      const __m256 d = _mm256_permutevar8x32_ps(dact(r), order);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, d), acc[r]);
     }
+  };
+  const auto fold = [&](int64_t b8, const __m256i* h01, const __m256i* h23) {
+    fold_rows(scales8<ST>(a, n, b8, nb), [&](int r) { return dact8(a, m0 + r, b8); }, h01, h23);
+  };
+  // whole spans of groups of 32 or two-level scales: the same values as scales8 / dact8's,
+  // through pointers set up once (no index arithmetic or masks per span: 4-11% less time at
+  // M = 1 in L2)
+  const ST* srow = static_cast<const ST*>(a.scales) + n * a.ngroups;
+  const uint16_t* sup = nullptr;
+  if constexpr (sizeof(ST) == 1) sup = a.super + n * (a.ngroups / 8) * 2;
+  const bool direct = sizeof(ST) == 1 || a.group_size == 32;
+  const float* drow[MT];
+  for (int r = 0; r < MT; ++r) drow[r] = a.d + (m0 + r) * (Kp / 32);
+  const auto fold_span = [&](int64_t b8, const __m256i* h01, const __m256i* h23) {
+    __m256 s8;
+    if constexpr (sizeof(ST) == 1)
+      s8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(srow + b8)))),
+                         _mm256_set1_ps(_cvtsh_ss(sup[b8 / 4])));
+    else if constexpr (sizeof(ST) == 2)
+      s8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(srow + b8)));
+    else
+      s8 = _mm256_loadu_ps(reinterpret_cast<const float*>(srow + b8));
+    fold_rows(s8, [&](int r) { return _mm256_loadu_ps(drow[r] + b8); }, h01, h23);
   };
   __m256i h01[MT], h23[MT];
   int64_t b8 = 0;
   for (; b8 + 8 <= nb; b8 += 8) {
     pair(b8, 0, 32, 32, h01);
     pair(b8, 1, 32, 32, h23);
-    fold(b8, h01, h23);
+    if (direct) fold_span(b8, h01, h23);
+    else fold(b8, h01, h23);
   }
   if (b8 < nb) {  // 1..7 blocks left
     const int64_t left = nb - b8;
