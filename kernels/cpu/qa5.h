@@ -52,6 +52,7 @@ struct Int5Args {
   void* out;              // [M, N] fp32, or bf16 bits when out_bf16
   bool out_bf16;
   int64_t M, N, K;
+  static constexpr bool kAvx2SubSums = false;  // int5's AVX2 kernel reads corr
 };
 
 // Output columns [n0, n1) for every row.

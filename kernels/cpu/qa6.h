@@ -48,7 +48,11 @@ struct Int6Args {
   const uint16_t* ssc;    // [N, K / 256] fp16 bits
   // int6_matmul_a8's activation buffers (qa8.h's int4 layout; K == Kp)
   const int8_t* xq;       // [M, K]
-  const int32_t* corr;    // [M, K / 8]: lane L of chunk c at 16 c + L (above)
+  const int32_t* corr;    // [M, K / 8]: lane L of chunk c at 16 c + L (above; not AVX2)
+  // AVX2 only, instead of corr: [M, K / 16] int16 sums of each 16-column sub-block's xq, per
+  // 256 columns in the kernel's block-lane order (sub-blocks 0 1 4 5 8 9 12 13 2 3 6 7 10 11
+  // 14 15, kSubSumOrder), so one `madd` with sc gives each block's -corr / 32 (plane_ops.h)
+  const int16_t* ssum;
   const float* dact;      // [M, K / 32] activation block scales
   const float* dv;        // [M, K / 32, 4] the same, repeated per lane
   // int6_matmul's activations
@@ -56,6 +60,12 @@ struct Int6Args {
   void* out;              // [M, N] fp32, or bf16 bits when out_bf16
   bool out_bf16;
   int64_t M, N, K;
+  static constexpr bool kAvx2SubSums = true;  // plane_matmul_a8 fills ssum for int6_a8_avx2
+  // ssum's order within 256 columns: position 2 i, 2 i + 1 holds the two 16-column
+  // sub-blocks of 32-column block B = (0 2 4 6 1 3 5 7)[i], the AVX2 kernel's block lanes
+  // (also its pshufb indices for the sc bytes)
+  alignas(16) static constexpr int8_t kSubSumOrder[16] = {0, 1, 4, 5, 8,  9,  12, 13,
+                                                          2, 3, 6, 7, 10, 11, 14, 15};
 };
 
 // Output columns [n0, n1) for every row.
