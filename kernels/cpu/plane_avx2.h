@@ -3,8 +3,8 @@
 // bytes) the layout's Row2 gives the u bytes of the even (lo) and odd (hi) columns.
 //   integer dot (int5; int6 has its own, qa6_avx2.cpp): `maddubs` (u8 x s8 -> int16 pairs, at
 //   most 2 * 31 * 127 each, the even and odd halves summed: no saturation), `madd` with ones
-//   -> 8 int32 lanes (lane i = lane 8 bp + i of qa5.h), plus corr = -offset * (lane's
-//   activation sum), folded per 256 columns into one int32 per 32-column block (plane_a8_tile),
+//   -> 8 int32 lanes (lane i = lane 8 bp + i of qa5.h), folded per 256 columns into one int32
+//   per 32-column block plus -offset * (the block's activation sum) (plane_a8_tile),
 //   converted and FMA'd with the block's weight scale times dact; one 8-lane accumulator per
 //   (column, row), a fixed horizontal sum at the end.
 //   fp32 decode: the even / odd columns interleaved back by unpacklo / unpackhi (per 128-bit
@@ -51,8 +51,9 @@ inline void plane_u_half(const Row2& row, const uint8_t* wl, int64_t c, int bp, 
 }
 
 // Integer dot, per 256 columns (chunks c, c + 1: 8 activation blocks): each half chunk's 8
-// int32 lanes (4 per block) plus corr, two rounds of `hadd` fold the four half chunks into one
-// exact int32 per block (lanes: blocks 0 2 4 6 1 3 5 7), then one convert, one product of the
+// int32 lanes (4 per block), two rounds of `hadd` fold the four half chunks into one int32 per
+// block (lanes: blocks 0 2 4 6 1 3 5 7), plus the offset's share of each block from the row's
+// block sums (Args::put_avx2_sums, in that lane order): exact; then one convert, one product of the
 // block scales (Row2::block_scales8, permuted to that order) with dact and one FMA; a last
 // single chunk (K % 256 == 128) folds with zeros. For layouts with one weight scale per
 // 32-column block (int5).
@@ -80,13 +81,8 @@ inline void plane_a8_tile(const typename Row2::Args& a, int64_t n, int64_t m0) {
         __m256i lo, hi;
         plane_u_half(row, wl, ch, bp, &lo, &hi);
         for (int r = 0; r < MT; ++r) {
-          const int64_t m = m0 + r;
-          const int8_t* xe = a.xq + m * K + 128 * ch + 32 * bp;
-          const __m256i p = plane_pairs(lo, hi, xe);
-          dt[bp][r] = _mm256_add_epi32(
-              _mm256_madd_epi16(p, ones),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                  a.corr + m * (K / 8) + 16 * ch + 8 * bp)));
+          const int8_t* xe = a.xq + (m0 + r) * K + 128 * ch + 32 * bp;
+          dt[bp][r] = _mm256_madd_epi16(plane_pairs(lo, hi, xe), ones);
         }
       }
       for (int r = 0; r < MT; ++r) h[cc][r] = _mm256_hadd_epi32(dt[0][r], dt[1][r]);
@@ -96,7 +92,10 @@ inline void plane_a8_tile(const typename Row2::Args& a, int64_t n, int64_t m0) {
     const __m256i dmask = _mm256_setr_epi32(-1, -1, -1, -1, two ? -1 : 0, two ? -1 : 0,
                                             two ? -1 : 0, two ? -1 : 0);
     for (int r = 0; r < MT; ++r) {
-      const __m256i d8 = _mm256_hadd_epi32(h[0][r], h[1][r]);
+      const __m256i d8 = _mm256_add_epi32(
+          _mm256_hadd_epi32(h[0][r], h[1][r]),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              static_cast<const int32_t*>(a.avx2_sums) + (m0 + r) * (K / 8) + 4 * c)));
       const __m256 dact = _mm256_permutevar8x32_ps(
           _mm256_maskload_ps(a.dact + (m0 + r) * (K / 32) + 4 * c, dmask), order);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d8), _mm256_mul_ps(sv, dact), acc[r]);

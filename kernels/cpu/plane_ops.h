@@ -79,9 +79,9 @@ at::Tensor plane_matmul_a8(const at::Tensor& x, Args a, int32_t offset, int64_t 
   const bool vnni = use == 2 && vnni_ok;
   (vnni ? a8_quantize_avx512 : use >= 1 ? a8_quantize_avx2 : a8_quantize_scalar)(
       xs.data_ptr(), bf16, xs.stride(0), qa, b, true);
+  // the AVX2 kernels take each layout's own per-256-column sums (Args::put_avx2_sums) in
+  // place of corr
   const bool avx2 = !vnni && use >= 1;
-  bool sub_sums = false;
-  if constexpr (Args::kAvx2SubSums) sub_sums = avx2;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t c = 0; c < K / 128; ++c) {
       const int8_t* q = xq + m * K + 128 * c;
@@ -91,23 +91,13 @@ at::Tensor plane_matmul_a8(const at::Tensor& x, Args a, int32_t offset, int64_t 
         for (int t = 0; t < 4; ++t) s += q[4 * L + t] + q[64 + 4 * L + t];
         lane[L] = s;
       }
-      if (!sub_sums) {
+      if (avx2) Args::put_avx2_sums(lane, m, c, K, corr);
+      else
         for (int L = 0; L < 16; ++L) corr[m * (K / 8) + 16 * c + L] = -offset * lane[L];
-        continue;
-      }
-      // int6 on AVX2 (K % 256 == 0): sub-block s of this chunk (lanes 2 s, 2 s + 1) is
-      // sub-block 8 (c % 2) + s of its 256 columns, stored at ssum's position for it
-      if constexpr (Args::kAvx2SubSums) {
-        int16_t* ss = reinterpret_cast<int16_t*>(corr) + m * (K / 16) + 16 * (c / 2);
-        for (int p = 0; p < 16; ++p) {
-          const int s = Args::kSubSumOrder[p] - 8 * static_cast<int>(c % 2);
-          if (s >= 0 && s < 8) ss[p] = static_cast<int16_t>(lane[2 * s] + lane[2 * s + 1]);
-        }
-      }
     }
   a.xq = xq;
   a.corr = corr;
-  if constexpr (Args::kAvx2SubSums) a.ssum = reinterpret_cast<const int16_t*>(corr);
+  a.avx2_sums = corr;
   a.dact = d;
   a.dv = dv;
   at::Tensor out = at::empty({M, N}, x.options().dtype(bf16 ? at::kBFloat16 : at::kFloat));

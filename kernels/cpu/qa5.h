@@ -44,7 +44,8 @@ struct Int5Args {
   const uint16_t* sc;     // [N, K / 32] fp16 bits
   // int5_matmul_a8's activation buffers (qa8.h's int4 layout; K == Kp)
   const int8_t* xq;       // [M, K]
-  const int32_t* corr;    // [M, K / 8]: lane L of chunk c at 16 c + L (above)
+  const int32_t* corr;    // [M, K / 8]: lane L of chunk c at 16 c + L (above; not AVX2)
+  const void* avx2_sums;  // AVX2 only, instead of corr: put_avx2_sums' int32 [M, K / 8]
   const float* dact;      // [M, K / 32] activation block scales
   const float* dv;        // [M, K / 32, 4] the same, repeated per lane
   // int5_matmul's activations
@@ -52,7 +53,20 @@ struct Int5Args {
   void* out;              // [M, N] fp32, or bf16 bits when out_bf16
   bool out_bf16;
   int64_t M, N, K;
-  static constexpr bool kAvx2SubSums = false;  // int5's AVX2 kernel reads corr
+  // The AVX2 kernel's offset sums, instead of corr: per row, per 256 columns (a last 128
+  // alone: its blocks 4..7 zero), 8 int32 = -16 * (the sum of each 32-column block's xq) in
+  // the kernel's block-lane order 0 2 4 6 1 3 5 7, added once per span. lane[L]: the sum of
+  // the 8 xq lane L of chunk c meets; out: [M, K / 8] int32 (the corr buffer).
+  static void put_avx2_sums(const int32_t* lane, int64_t m, int64_t c, int64_t K, void* out) {
+    int32_t* bs = static_cast<int32_t*>(out) + m * (K / 8) + 8 * (c / 2);
+    if (c % 2 == 0)  // the span's second chunk, if any, overwrites these
+      for (int j = 4; j < 8; ++j) bs[j / 2 + 4 * (j % 2)] = 0;
+    for (int b = 0; b < 4; ++b) {
+      const int j = 4 * static_cast<int>(c % 2) + b;  // block of the span
+      bs[j / 2 + 4 * (j % 2)] =
+          -16 * (lane[4 * b] + lane[4 * b + 1] + lane[4 * b + 2] + lane[4 * b + 3]);
+    }
+  }
 };
 
 // Output columns [n0, n1) for every row.

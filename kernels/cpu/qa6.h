@@ -49,10 +49,7 @@ struct Int6Args {
   // int6_matmul_a8's activation buffers (qa8.h's int4 layout; K == Kp)
   const int8_t* xq;       // [M, K]
   const int32_t* corr;    // [M, K / 8]: lane L of chunk c at 16 c + L (above; not AVX2)
-  // AVX2 only, instead of corr: [M, K / 16] int16 sums of each 16-column sub-block's xq, per
-  // 256 columns in the kernel's block-lane order (sub-blocks 0 1 4 5 8 9 12 13 2 3 6 7 10 11
-  // 14 15, kSubSumOrder), so one `madd` with sc gives each block's -corr / 32 (plane_ops.h)
-  const int16_t* ssum;
+  const void* avx2_sums;  // AVX2 only, instead of corr: put_avx2_sums' int16 [M, K / 16]
   const float* dact;      // [M, K / 32] activation block scales
   const float* dv;        // [M, K / 32, 4] the same, repeated per lane
   // int6_matmul's activations
@@ -60,12 +57,21 @@ struct Int6Args {
   void* out;              // [M, N] fp32, or bf16 bits when out_bf16
   bool out_bf16;
   int64_t M, N, K;
-  static constexpr bool kAvx2SubSums = true;  // plane_matmul_a8 fills ssum for int6_a8_avx2
-  // ssum's order within 256 columns: position 2 i, 2 i + 1 holds the two 16-column
-  // sub-blocks of 32-column block B = (0 2 4 6 1 3 5 7)[i], the AVX2 kernel's block lanes
-  // (also its pshufb indices for the sc bytes)
+  // The AVX2 kernel's offset sums, instead of corr: per row, per 256 columns, the 16 int16
+  // sums of each 16-column sub-block's xq, position 2 i, 2 i + 1 holding the two sub-blocks
+  // of 32-column block B = (0 2 4 6 1 3 5 7)[i] (the kernel's block lanes), so one `madd`
+  // with sc in the same order (kSubSumOrder, also its pshufb indices) and a shift by 5 give
+  // each block's 32 * sum sc * (sub-block sum). lane[L]: the sum of the 8 xq lane L of chunk c
+  // meets; out: [M, K / 16] int16 (in the [M, K / 8] int32 corr buffer).
   alignas(16) static constexpr int8_t kSubSumOrder[16] = {0, 1, 4, 5, 8,  9,  12, 13,
                                                           2, 3, 6, 7, 10, 11, 14, 15};
+  static void put_avx2_sums(const int32_t* lane, int64_t m, int64_t c, int64_t K, void* out) {
+    int16_t* ss = static_cast<int16_t*>(out) + m * (K / 16) + 16 * (c / 2);
+    for (int p = 0; p < 16; ++p) {
+      const int s = kSubSumOrder[p] - 8 * static_cast<int>(c % 2);  // sub-block of chunk c
+      if (s >= 0 && s < 8) ss[p] = static_cast<int16_t>(lane[2 * s] + lane[2 * s + 1]);
+    }
+  }
 };
 
 // Output columns [n0, n1) for every row.

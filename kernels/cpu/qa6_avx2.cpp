@@ -60,9 +60,9 @@ struct Row2 {
 // per 256 columns (one Q6_K super-block, 8 activation blocks) two rounds of `hadd` fold the
 // four half chunks into one int32 per activation block (lanes: blocks 0 2 4 6 1 3 5 7), then
 // the offset's share, 32 * sum_s sc_s * (sum of sub-block s's xq), is subtracted: one `madd`
-// of the row's ssum (laid out in that lane order) with the sc bytes shuffled to match. The
-// result is exact (|sum| <= 32 * 32 * 127 * 128 < 2^24, so its convert too), then one FMA
-// with d * dact. Design after llama.cpp's AVX2 Q6_K x Q8_K dot product, which also applies sc
+// of the row's sub-block sums (Int6Args::put_avx2_sums, in that lane order) with the sc bytes
+// shuffled to match. The result is exact (|sum| <= 32 * 32 * 127 * 128 < 2^24, so its convert
+// too), then one FMA with d * dact. Design after llama.cpp's AVX2 Q6_K x Q8_K dot product, which also applies sc
 // in integers and subtracts the offset once per super-block from block sums (own code).
 template <int MT>
 inline void int6_tile(const Int6Args& a, int64_t n, int64_t m0) {
@@ -72,7 +72,8 @@ inline void int6_tile(const Int6Args& a, int64_t n, int64_t m0) {
   const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const __m128i idx[2] = {_mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                           _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
-  const __m128i sub_order = _mm_loadu_si128(reinterpret_cast<const __m128i*>(Int6Args::kSubSumOrder));
+  const __m128i sub_order =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(Int6Args::kSubSumOrder));
   __m256 acc[MT];
   for (int r = 0; r < MT; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t c = 0; c < K / 128; c += 2) {  // one super-block: chunks c, c + 1
@@ -94,14 +95,15 @@ inline void int6_tile(const Int6Args& a, int64_t n, int64_t m0) {
       }
       for (int r = 0; r < MT; ++r) h[cc][r] = _mm256_hadd_epi32(dt[0][r], dt[1][r]);
     }
-    // the super-block's 16 sc in ssum's order (Int6Args::kSubSumOrder)
+    // the super-block's 16 sc in the sums' order (Int6Args::kSubSumOrder)
     const __m256i scb = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.sc + 8 * c)), sub_order));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(row.sd[c / 2]));
     for (int r = 0; r < MT; ++r) {
       const __m256i off = _mm256_slli_epi32(
           _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                a.ssum + (m0 + r) * (K / 16) + 8 * c)),
+                                static_cast<const int16_t*>(a.avx2_sums) + (m0 + r) * (K / 16) +
+                                8 * c)),
                             scb),
           5);
       const __m256i d8 = _mm256_sub_epi32(_mm256_hadd_epi32(h[0][r], h[1][r]), off);
