@@ -40,7 +40,8 @@ void plane_run_cols(const Args& a, void (*fn)(const Args&, int64_t, int64_t)) {
 
 // The integer-dot matmul over `a` (weights, N and K set): x quantized by qa8's int4-layout
 // quantizer into per-thread scratch, corr[m, 16 c + L] = -offset * (the 8 activations lane L of
-// chunk c meets), then the VNNI / AVX2 / scalar kernel by the clamped ISA (level 2 without
+// chunk c meets; for the AVX2 kernel the layout's own per-256-column sums instead,
+// Args::put_avx2_sums), then the VNNI / AVX2 / scalar kernel by the clamped ISA (level 2 without
 // VNNI takes AVX2). Output [M, N] in x's dtype (bf16 x: bf16 from the kernel; fp16 x: fp32
 // rounded once).
 template <class Args>
