@@ -20,6 +20,7 @@
 
 namespace localchat_cpu {
 namespace {
+#include "a8_store.h"
 
 inline float ld1(const float* p) { return *p; }
 inline float ld1(const uint16_t* p) { return _cvtsh_ss(*p); }
@@ -341,9 +342,6 @@ void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args
   const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
   // packs' dword order (per 128-bit lane: 4 of each source vector) back to column order
   const __m256i unlane = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  // per 128-bit lane: the 8 even bytes, then the 8 odd bytes
-  const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const int64_t K = a.K, Kp = a.Kp;
   for (int64_t m = 0; m < a.M; ++m) {
     int8_t* qr = b.xq + m * Kp;
@@ -367,14 +365,7 @@ void a8_quantize_avx2(const void* x, bool x_bf16, int64_t x_stride, const A8Args
       const __m256i nat = _mm256_permutevar8x32_epi32(
           _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
           unlane);
-      if (int4) {
-        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(nat, deint), 0xD8);
-        int8_t* p = qr + (bl / 4) * 128 + (bl % 4) * 16;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(eo));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 64), _mm256_extracti128_si256(eo, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + bl * 32), nat);
-      }
+      a8_store_block(qr, int4, bl, nat);
       a8_put_scale(a, b, int4, m, bl, db);
       if (b.xs) a8_add_xs(a, b, m, bl, db, hsum_i32(_mm256_add_epi32(q[0], q[1])),
                           hsum_i32(_mm256_add_epi32(q[2], q[3])));

@@ -18,6 +18,7 @@
 
 namespace localchat_cpu {
 namespace {
+#include "a8_store.h"
 
 // Bytes ahead of the weight stream prefetched (the hardware prefetcher alone left the loads
 // waiting on memory: the hottest instruction in `perf annotate`).
@@ -278,9 +279,6 @@ void a8_quantize_avx512(const void* x, bool x_bf16, int64_t x_stride, const A8Ar
   const int64_t K = a.K, Kp = a.Kp;
   a8_zero_fill(a, b, int4);
   const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-  // per 128-bit lane: the 8 even bytes, then the 8 odd bytes
-  const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int64_t m = 0; m < a.M; ++m) {
     int8_t* qr = b.xq + m * Kp;
     for (int64_t bl = 0; bl < K / 32; ++bl) {
@@ -295,17 +293,10 @@ void a8_quantize_avx512(const void* x, bool x_bf16, int64_t x_stride, const A8Ar
           lim, _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv))));
       const __m512i q1 = _mm512_max_epi32(nlim, _mm512_min_epi32(
           lim, _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv))));
-      const __m128i b0 = _mm512_cvtepi32_epi8(q0), b1 = _mm512_cvtepi32_epi8(q1);
-      if (int4) {
-        const __m256i nat = _mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1);
-        const __m256i eo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(nat, deint), 0xD8);
-        int8_t* p = qr + (bl / 4) * 128 + (bl % 4) * 16;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(eo));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 64), _mm256_extracti128_si256(eo, 1));
-      } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + bl * 32), b0);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + bl * 32 + 16), b1);
-      }
+      a8_store_block(qr, int4, bl,
+                     _mm256_inserti128_si256(
+                         _mm256_castsi128_si256(_mm512_cvtepi32_epi8(q0)),
+                         _mm512_cvtepi32_epi8(q1), 1));
       a8_put_scale(a, b, int4, m, bl, db);
       if (b.xs) a8_add_xs(a, b, m, bl, db, _mm512_reduce_add_epi32(q0),
                           _mm512_reduce_add_epi32(q1));
