@@ -324,9 +324,8 @@ def a8_two_pass(fn, x: torch.Tensor) -> torch.Tensor:
     falls from ``d / 2`` to about ``d / 508``: logits within ~0.005 of the exact kernel's where
     one pass moves them by 0.1-1.0 (``tests/kernels/test_a8_two_pass.py``), for the price of a
     2-row call (the weights are read once; about 1.4x a 1-row call) rather than the exact
-    kernel's ~2.5x. Where ``fn`` takes the exact
-    kernels instead the sum is ``fn(hi) + fn(lo) = fn(x)`` up to fp32 rounding, so the result
-    is right either way. Rows go 8 at a time (16-row calls, ``CPU_MAX_ROWS``), and each row's
+    kernel's ~2.5x. Where ``fn`` takes the exact kernels instead the sum is
+    ``fn(hi) + fn(lo) = fn(x)`` up to fp32 rounding, so the result is right either way. Rows go 8 at a time (16-row calls, ``CPU_MAX_ROWS``), and each row's
     result depends on that row alone (batch invariant). ``K % 32 != 0``: ``fn(x)``."""
     t, k = x.shape
     if k % reference_a8.A8_BLOCK:

@@ -53,8 +53,8 @@ inline void plane_u_half(const Row2& row, const uint8_t* wl, int64_t c, int bp, 
 // Integer dot, per 256 columns (chunks c, c + 1: 8 activation blocks): each half chunk's 8
 // int32 lanes (4 per block), two rounds of `hadd` fold the four half chunks into one int32 per
 // block (lanes: blocks 0 2 4 6 1 3 5 7), plus the offset's share of each block from the row's
-// block sums (Args::put_avx2_sums, in that lane order): exact; then one convert, one product of the
-// block scales (Row2::block_scales8, permuted to that order) with dact and one FMA; a last
+// block sums (Args::put_avx2_sums, in that lane order): exact; then one convert, one product
+// of the block scales (Row2::block_scales8, permuted to that order) with dact and one FMA; a last
 // single chunk (K % 256 == 128) folds with zeros. For layouts with one weight scale per
 // 32-column block (int5).
 template <class Row2, int MT>

@@ -62,8 +62,9 @@ struct Row2 {
 // the offset's share, 32 * sum_s sc_s * (sum of sub-block s's xq), is subtracted: one `madd`
 // of the row's sub-block sums (Int6Args::put_avx2_sums, in that lane order) with the sc bytes
 // shuffled to match. The result is exact (|sum| <= 32 * 32 * 127 * 128 < 2^24, so its convert
-// too), then one FMA with d * dact. Design after llama.cpp's AVX2 Q6_K x Q8_K dot product, which also applies sc
-// in integers and subtracts the offset once per super-block from block sums (own code).
+// too), then one FMA with d * dact. Design after llama.cpp's AVX2 Q6_K x Q8_K dot product,
+// which also applies sc in integers and subtracts the offset once per super-block from block
+// sums (own code).
 template <int MT>
 inline void int6_tile(const Int6Args& a, int64_t n, int64_t m0) {
   const int64_t K = a.K;
