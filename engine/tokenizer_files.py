@@ -4,8 +4,9 @@ A GGUF's vocabulary is converted by transformers once and saved (``save_pretrain
 ``cache_dir/gguf-tokenizers/<key>``: ``tokenizer.json`` (the Rust backend, complete: model,
 added tokens, normalizer, pre-tokenizer, post-processor, decoder), ``tokenizer_config.json``
 (the named special tokens) and the chat template (``chat_template.jinja``, or the
-``chat_template`` key of older saves). ``TokenizerFiles`` reads that folder in ~0.1 s and
-offers the part of transformers' fast-tokenizer interface that ``engine.tokenizer.Tokenizer``
+``chat_template`` key of older saves). ``TokenizerFiles`` reads that folder in 0.15-0.2 s
+(SmolLM2's 49k tokens) to 0.35-0.45 s (Qwen2.5's 152k; ``compact_tokenizer_json`` saves the
+file in the form parsed fastest) and offers the part of transformers' fast-tokenizer interface that ``engine.tokenizer.Tokenizer``
 uses; transformers takes seconds to import for the same result.
 """
 
@@ -16,6 +17,48 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelLoadError
+
+
+def compact_tokenizer_json(path: Path) -> bool:
+    """Rewrite a saved ``tokenizer.json`` (``save_pretrained`` indents it) in the form the
+    ``tokenizers`` library parses fastest, the same tokenizer: no indentation, non-ASCII text
+    as is, and a BPE model's merges as ``"a b"`` strings (the library's original format)
+    instead of ``["a", "b"]`` pairs, unless a merged token contains a space (the reason pairs
+    exist). Qwen2.5's vocabulary (151,936 tokens, 151,387 merges): 10.6 MB -> 4.0 MB, parsed in
+    0.36-0.45 s instead of 0.44-0.56 s (best / median of 8, 2-core AMD EPYC). A file already
+    compact (it starts ``{"``) is left alone. Written atomically (temporary file +
+    ``os.replace``). Returns whether it rewrote the file.
+
+    Raises:
+        OSError: the file cannot be read or replaced.
+        ValueError: it is not JSON.
+    """
+    import os
+    import tempfile
+
+    path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(2) == b'{"':
+            return False
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, dict) and model.get("type") == "BPE":
+        merges = model.get("merges")
+        if isinstance(merges, list) and all(
+                isinstance(m, list) and len(m) == 2 and all(
+                    isinstance(t, str) and t and " " not in t for t in m) for m in merges):
+            model["merges"] = [f"{a} {b}" for a, b in merges]
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
 
 # transformers' PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES (the named special tokens).
 NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",

@@ -178,3 +178,63 @@ def test_renderer_refuses_what_transformers_refuses():
     with pytest.raises(jinja2.exceptions.SecurityError):
         render_chat_template("{{ messages.__class__.__mro__ }}", [], add_generation_prompt=True,
                              special_tokens={})
+
+
+def test_saved_tokenizer_json_is_compact_and_older_saves_are_compacted(
+        smollm2_tokenizer_cold, smollm2_gguf, tmp_path):
+    """The cache's ``tokenizer.json`` is saved compact with ``"a b"`` merges
+    (``compact_tokenizer_json``); an entry saved before that (indented, ``["a", "b"]`` pairs,
+    as ``save_pretrained`` writes it) is compacted on its next read; both load the same
+    tokenizer as transformers' conversion (``_check_same``)."""
+    import json
+    import shutil
+
+    import localchat.engine.tokenizer as tokenizer_module
+    from localchat.engine.tokenizer_files import compact_tokenizer_json
+
+    cold, cache = smollm2_tokenizer_cold
+    (entry,) = (cache / "gguf-tokenizers").iterdir()
+    saved = entry / "tokenizer.json"
+    assert saved.read_bytes()[:2] == b'{"'
+    data = json.loads(saved.read_text(encoding="utf-8"))
+    merges = data["model"]["merges"]
+    assert merges and all(isinstance(m, str) and m.count(" ") == 1 for m in merges)
+    # an older entry: the same tokenizer as save_pretrained writes it
+    old_cache = tmp_path / "old"
+    old_entry = old_cache / "gguf-tokenizers" / entry.name
+    shutil.copytree(entry, old_entry)
+    data["model"]["merges"] = [m.split(" ") for m in merges]
+    (old_entry / "tokenizer.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tokenizer_module._CACHED.clear()
+    cached = Tokenizer.from_pretrained(smollm2_gguf, cache_dir=old_cache)
+    assert cached.loaded_from_cache
+    assert (old_entry / "tokenizer.json").read_bytes() == saved.read_bytes()
+    _check_same(cached, cold.hf)
+    assert not compact_tokenizer_json(saved)  # already compact: untouched
+
+
+def test_compact_tokenizer_json_keeps_pairs_whose_tokens_have_spaces(tmp_path):
+    """Merges of tokens that contain a space stay ``[a, b]`` pairs (a ``"a b"`` string would
+    split wrongly); the tokenizer encodes as the indented original does."""
+    import json
+
+    from tokenizers import Tokenizer as Backend
+
+    from localchat.engine.tokenizer_files import compact_tokenizer_json
+
+    vocab = {"a": 0, "b": 1, " ": 2, "a ": 3, "a b": 4, "ab": 5}
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+            "decoder": None,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": [["a", " "], ["a ", "b"], ["a", "b"]]}}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
+    want = Backend.from_file(str(path)).encode("a bab").ids
+    assert want == [4, 5]
+    assert compact_tokenizer_json(path)
+    assert json.loads(path.read_text(encoding="utf-8"))["model"]["merges"][1] == ["a ", "b"]
+    assert Backend.from_file(str(path)).encode("a bab").ids == want
+
