@@ -220,10 +220,15 @@ def plan_memory(
             note = (f"context lowered from {context_len} to {ctx} tokens to fit "
                     f"{_gib(budget_bytes)} in {fmt}")
             return MemoryPlan(choice=row(fmt, ctx), note=note, **common)
-    smallest = min((r for r in rows if r.format in candidates), key=lambda r: r.total_bytes)
+    # the smallest candidate, the GGUF's own format included where it was tried
+    tried = [r for r in rows if r.format in candidates]
+    if "native" in candidates:
+        tried.append(row("native", context_len))
+    smallest = min(tried, key=lambda r: r.total_bytes)
     at_floor = row(smallest.format, floor)
     raise MemoryPlanError(
-        f"{'the forced format' if forced else 'no format'} fits in {_gib(budget_bytes)}: "
+        f"{'the forced format does not fit' if forced else 'no format fits'} in "
+        f"{_gib(budget_bytes)}: "
         f"{smallest.format} needs {_gib(at_floor.total_bytes)} at {floor} tokens of context "
         f"(weights {_gib(at_floor.weight_bytes + at_floor.draft_weight_bytes)}, KV "
         f"{_gib(at_floor.kv_bytes + at_floor.draft_kv_bytes)}, activations "

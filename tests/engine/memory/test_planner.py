@@ -246,7 +246,8 @@ def test_forced_format():
     plan = plan_memory(llama, 24 * GiB, 8192, device=CUDA, quant="int4")
     assert (plan.format, plan.forced) == ("int4", True)
     assert plan_memory(llama, 24 * GiB, 8192, device=CUDA, quant="none").format == "bf16"
-    with pytest.raises(MemoryPlanError, match="the forced format"):
+    with pytest.raises(MemoryPlanError, match="the forced format does not fit in 12.00 GiB: "
+                                              "bf16 needs"):
         plan_memory(llama, 12 * GiB, 8192, device=CUDA, quant="bf16")
     data = json.loads(json.dumps(plan.to_dict()))
     assert data["choice"]["format"] == "int4" and len(data["rows"]) == 3
@@ -331,3 +332,18 @@ def test_predicted_vs_measured_rss_smollm2(smollm2_gguf, cache_dir, scheme):
         # a cached native load maps the cache and repacks one int4 layer at a time: the peak
         # stays within 1.2x of what the process holds afterwards (weights + KV + runtime)
         assert r["peak"] <= 1.2 * r["measured"], r
+
+
+def test_refusal_names_the_native_format_when_it_is_the_smallest():
+    """Under ``auto`` a GGUF's own format is tried last; when nothing fits, the error names
+    the smallest format tried, native included, at the floor context (its weight bytes as
+    given), not a larger requantized one."""
+    llama = model_config("llama-3.1-8b")
+    int4 = plan_memory(llama, 64 * GiB, MIN_CONTEXT_LEN, device=CUDA, quant="int4").choice
+    native_bytes = int4.weight_bytes // 2
+    with pytest.raises(MemoryPlanError) as err:
+        plan_memory(llama, 1 * GiB, 8192, device=CUDA, native_weight_bytes=native_bytes)
+    message = str(err.value)
+    assert message.startswith("no format fits in 1.00 GiB: native needs ")
+    want = int4.total_bytes - int4.weight_bytes + native_bytes
+    assert f"native needs {want / GiB:.2f} GiB at {MIN_CONTEXT_LEN} tokens" in message
