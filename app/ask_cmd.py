@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 from localchat.app import cli_io, interrupts
-from localchat.app.ask_history import alternating, open_history, save_user
+from localchat.app.ask_history import alternating, open_history, save_reply, save_user
 from localchat.app.ask_reply import answer
 from localchat.app.cli_io import CliUsageError
 from localchat.app.load_options import LoadOptions, check_load_options, context_choice
@@ -107,14 +109,19 @@ def run_ask(args: AskArgs) -> None:
             (session.add_user if role == "user" else session.add_assistant)(content)
         from_setting = not args.model and not (conv and conv.model)
         engine = remote_backend(args, settings, model)
-        if engine is None:  # (a server started for --keep-alive loads during the check)
-            engine = cli_io.guarded(lambda: kept_alive_backend(
-                args, settings, model, keep_alive,
-                lambda: check_prompt_before_load(options, session, sampling.max_tokens)))
-        if engine is not None:
-            model = engine.model  # an endpoint asked without -m answers with its own model
-        else:
-            engine = _load_naming_the_setting(options, settings, from_setting)
+        try:
+            if engine is None:  # (a server started for --keep-alive loads during the check)
+                engine = cli_io.guarded(lambda: kept_alive_backend(
+                    args, settings, model, keep_alive,
+                    lambda: check_prompt_before_load(options, session, sampling.max_tokens)))
+            if engine is not None:
+                model = engine.model  # an endpoint asked without -m answers with its own model
+            else:
+                engine = _load_naming_the_setting(options, settings, from_setting)
+        except typer.Exit as exc:
+            if exc.exit_code == cli_io.EXIT_INTERRUPTED and store is not None:
+                keep_turn_interrupted_while_loading(store, conv, args, model, system, text)
+            raise
         sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
             prompt_ids = session.to_messages()
@@ -131,6 +138,16 @@ def run_ask(args: AskArgs) -> None:
     finally:
         if store is not None:
             store.close()
+
+
+def keep_turn_interrupted_while_loading(store: Any, conv: Any, args: Any, model: str,
+                                        system: str | None, text: str) -> None:
+    """Ctrl+C while the model loads: the user's message is saved with an empty reply marked
+    interrupted, as when Ctrl+C comes before the first token of the reply, so a prompt that
+    came down a pipe is not lost (``history show``, ``-c``). A failed write is one stderr
+    line (``save_user``)."""
+    conv_id, message_id = save_user(store, conv, args, model, system, text)
+    save_reply(store, conv_id, "", True, None, message_id)
 
 
 def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any:

@@ -146,6 +146,33 @@ def test_ctrl_c_saves_the_partial_reply_marked_interrupted(ask):
     assert json.loads(out)["content"] == "one "
 
 
+def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch):
+    """Ctrl+C before the model has loaded (exit 130): the message, piped text included, is
+    saved with an empty reply marked interrupted, as a Ctrl+C before the first token is;
+    ``-c`` then continues from it. ``--no-save`` still saves nothing."""
+    def interrupted(options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ask_cmd, "load_engine", interrupted)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"piped text\n")))
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "-m", "m1", "review"])
+    assert code == 130
+    with Store() as store:
+        conv = store.most_recent()
+        assert [(m.role, m.content, m.interrupted) for m in conv.messages] == [
+            ("user", "piped text\n\nreview", False), ("assistant", "", True)]
+        assert conv.model == "m1"
+    code, _, _, engine, _ = ask(["next", "-c"], ["a2"])
+    assert code == 0
+    assert decode_ids(engine.prompt_token_ids) == (
+        "user:piped text\n\nreview|assistant:|user:next|assistant:")
+    monkeypatch.setattr(ask_cmd, "load_engine", interrupted)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "x", "--no-save"])
+    assert code == 130
+    with Store() as store:
+        assert store.most_recent().id == conv.id and store.most_recent().message_count == 4
+
+
 def test_user_message_is_committed_before_generation(ask, monkeypatch):
     seen = []
 
