@@ -98,13 +98,20 @@ class ChatSession:
 
         head = messages[: len(messages) - len(self.messages)]  # the system message, if any
         turns, tail = _split_turns([dict(m) for m in self.messages])
+        what = "the system prompt plus the latest message take" if head else (
+            "the latest message takes")
+        if max_prompt_tokens is not None:
+            at_least = _far_too_long(tokenizer, head + tail, max_prompt_tokens,
+                                     add_generation_prompt)
+            if at_least is not None:
+                raise ContextLengthError(
+                    f"{what} more than {at_least} tokens, more than the {max_prompt_tokens} "
+                    "available for the prompt; shorten it")
         ids = render(0)
         if max_prompt_tokens is None or len(ids) <= max_prompt_tokens:
             return ids
         minimal = render(len(turns)) if turns else ids
         if len(minimal) > max_prompt_tokens:
-            what = "the system prompt plus the latest message take" if head else (
-                "the latest message takes")
             raise ContextLengthError(
                 f"{what} {len(minimal)} tokens, more than the {max_prompt_tokens} available "
                 "for the prompt; shorten it"
@@ -150,6 +157,36 @@ def _split_turns(
         else:
             groups[-1].append(m)
     return groups, messages[last_user:]
+
+
+# A message of more than this many characters per token of the prompt budget is measured on a
+# prefix first (_far_too_long); the prefix's count may exceed the whole's by a few tokens where
+# the cut splits a word, hence the margin.
+_PREFIX_CHARS_PER_TOKEN = 8
+_PREFIX_MARGIN = 16
+
+
+def _far_too_long(tokenizer: ChatTemplateTokenizer, messages: list[dict[str, str]],
+                  max_prompt_tokens: int, add_generation_prompt: bool) -> int | None:
+    """A lower bound on the prompt's tokens when one of ``messages`` (those always kept: the
+    system prompt, the latest user message and after) is far longer than ``max_prompt_tokens``
+    could hold, else None. Such a message (over ``8 * (max_prompt_tokens + 16)`` characters)
+    is rendered alone on its first that many characters (cut at a space or newline where
+    there is one in the second half): the prompt renders that prefix and more, so its tokens,
+    less ``_PREFIX_MARGIN``, bound the prompt's from below. A pasted 6.7 MB file was otherwise
+    tokenized whole, several times, before being refused (32 s, 1.7 GB for SmolLM2)."""
+    cut = _PREFIX_CHARS_PER_TOKEN * (max_prompt_tokens + _PREFIX_MARGIN)
+    for m in messages:
+        text = m["content"]
+        if len(text) <= cut:
+            continue
+        end = max(text.rfind(" ", cut // 2, cut), text.rfind("\n", cut // 2, cut))
+        prefix = text[:end if end > 0 else cut]
+        n = len(_render_ids(tokenizer, [{"role": "user", "content": prefix}],
+                            add_generation_prompt)) - _PREFIX_MARGIN
+        if n > max_prompt_tokens:
+            return n
+    return None
 
 
 def _render_ids(

@@ -227,3 +227,41 @@ def test_truncation_with_the_real_smollm2_tokenizer(smollm2_tokenizer_cold):
 
     with pytest.raises(ContextLengthError):
         session.to_prompt_token_ids(tok, len(reference(0)) - 1)
+
+
+@pytest.mark.parametrize("kind", ["base64 lines", "one word", "cjk", "spaces", "prose"])
+def test_a_far_too_long_message_is_refused_on_a_prefix(smollm2_tokenizer_cold, kind):
+    """A message far longer than the budget is refused after tokenizing a prefix only
+    (``_far_too_long``): the count it reports is a lower bound of the real one (the whole
+    conversation rendered by SmolLM2's tokenizer), and a message whose whole fits is never
+    refused by it (runs of spaces: several characters per token)."""
+    import base64
+    import random
+
+    from localchat.app import session as session_module
+    from localchat.engine.errors import ContextLengthError
+
+    tok, _cache = smollm2_tokenizer_cold
+    budget = 200
+    size = 20 * session_module._PREFIX_CHARS_PER_TOKEN * budget
+    rng = random.Random(kind)
+    text = {
+        "base64 lines": "\n".join(base64.b64encode(rng.randbytes(57)).decode()
+                                  for _ in range(size // 77)),
+        "one word": "".join(rng.choice("abcdefghij") for _ in range(size)),
+        "cjk": "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(size)),
+        "spaces": " " * size + "end",
+        "prose": " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat."])
+                          for _ in range(size // 4)),
+    }[kind]
+    s = ChatSession(system="Be brief.")
+    s.add_user(text)
+    whole = len(session_module._render_ids(tok, s.to_messages(), True))
+    bound = session_module._far_too_long(tok, s.to_messages(), budget, True)
+    if bound is None:
+        assert kind == "spaces" and whole <= 20 * budget
+        return
+    assert budget < bound <= whole
+    with pytest.raises(ContextLengthError, match=f"take more than {bound} tokens, more than "
+                                                 f"the {budget} available"):
+        s.to_prompt_token_ids(tok, budget)
