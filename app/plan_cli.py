@@ -116,8 +116,11 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     from localchat.engine.memory.planner import plan_memory
 
     target = describe_model(model, cache_dir())
-    from localchat.app.engine_loader import NGRAM
+    from localchat.app.engine_loader import NGRAM, draft_spec
+    from localchat.app.load_options import LoadOptions
 
+    # --draft auto: the catalog's natural draft, as ask / serve load it
+    draft = draft_spec(LoadOptions(model=model, draft=draft), model)
     # prompt lookup (--draft ngram) holds no draft weights or KV cache: nothing to plan
     drafted = describe_model(draft, cache_dir()) if draft and draft.lower() != NGRAM else None
     if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
@@ -137,10 +140,12 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
                        quant="auto" if quant == "native" else quant,
                        int4_group_size=target.int4_group_size,
                        draft_int4_group_size=drafted.int4_group_size if drafted else None,
-                       native_weight_bytes=None if drafted else _native_bytes(model, target.config,
-                                                                             device))
+                       native_weight_bytes=_native_bytes(model, target.config, device),
+                       draft_native_weight_bytes=_native_bytes(draft, drafted.config, device)
+                       if drafted else None)
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
-    native = _native_row(model, target.config, device, plan)
+    native = _native_row(model, target.config, device, plan,
+                         (draft, drafted.config) if drafted else None)
     if quant == "native" and native is None:
         raise CliUsageError(f"--quant native: {target.name} is not a local GGUF file, so it "
                             "has no format of its own (choose auto, none, fp8, int8 or int4)")
@@ -162,11 +167,13 @@ def _loaded_format(spec: str, device, plan, native: dict[str, Any] | None, quant
     (``native``) when forced, or under ``auto`` where it holds no more than the planner's
     choice and the device runs it well (``engine.memory.auto.choose_scheme`` and
     ``loader.native.native_is_fast``, the rule the engine applies); else the plan's choice."""
-    if native is None or quant not in ("auto", "native") or (drafted and quant == "auto"):
+    if native is None or quant not in ("auto", "native"):
         return plan.choice.format
     if quant == "native":
         return "native"
-    if native["weight_bytes"] > plan.choice.weight_bytes:
+    if native["weight_bytes"] > plan.choice.weight_bytes or (drafted and (
+            native["draft_weight_bytes"] is None
+            or native["draft_weight_bytes"] > plan.choice.draft_weight_bytes)):
         return plan.choice.format
     from localchat.app.settings import cache_dir
     from localchat.engine.hub.resolve import resolve_model
@@ -193,16 +200,23 @@ def _native_bytes(spec: str, config, device) -> int | None:
     return gguf_native_bytes(path, config, device.type, dtype, cache_dir())
 
 
-def _native_row(spec: str, config, device, plan) -> dict[str, Any] | None:
+def _native_row(spec: str, config, device, plan, draft: tuple[str, Any] | None = None
+                ) -> dict[str, Any] | None:
     """The GGUF's own format (``--quant native``) beside the planner's rows: its exact weight
     bytes from the local file's tensor table (no tensor read), and the plan's choice with
-    those weights instead; ``None`` when ``spec`` is not a local GGUF."""
+    those weights instead; ``None`` when ``spec`` is not a local GGUF. ``draft`` ``(spec,
+    config)``: the draft's own bytes likewise (``draft_weight_bytes``, None when the draft is
+    not a local GGUF: its planned bytes count then)."""
     native = _native_bytes(spec, config, device)
     if native is None:
         return None
     c = plan.choice
+    draft_native = _native_bytes(draft[0], draft[1], device) if draft else None
     total = c.total_bytes - c.weight_bytes + native
-    return {"weight_bytes": native, "context_len": c.context_len, "total_bytes": total,
+    if draft_native is not None:
+        total += draft_native - c.draft_weight_bytes
+    return {"weight_bytes": native, "draft_weight_bytes": draft_native,
+            "context_len": c.context_len, "total_bytes": total,
             "fits": total <= plan.budget_bytes}
 
 
@@ -251,7 +265,9 @@ def _print_table(r: dict[str, Any]) -> None:
                              for i, (c, w) in enumerate(zip(row, widths))).rstrip())
     if r.get("native"):
         n = r["native"]
-        typer.echo(f"native:  {_gib(n['weight_bytes'])} weights in the GGUF's own format "
+        draft = n.get("draft_weight_bytes")
+        typer.echo(f"native:  {_gib(n['weight_bytes'])} weights"
+                   f"{f' (draft {_gib(draft)})' if draft is not None else ''} in the GGUF's own format "
                    f"(--quant native; auto's pick when it is no bigger than the choice): "
                    f"{_gib(n['total_bytes'])} in all at {n['context_len']} tokens, "
                    f"{'fits' if n['fits'] else 'does not fit'}")

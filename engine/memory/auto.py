@@ -45,7 +45,8 @@ def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: 
     plan = plan_memory(model_config, budget, context_len, 1, draft, spec,
                        max_num_batched_tokens=max_num_batched_tokens,
                        int4_group_size=int4_group_size,
-                       native_weight_bytes=native_bytes if draft is None else None)
+                       native_weight_bytes=native_bytes,
+                       draft_native_weight_bytes=draft_native_bytes)
     logger.info("memory plan: %s at %d tokens of context (budget %.2f GiB, needs %.2f GiB)%s",
                 plan.format, plan.context_len, budget / 2**30, plan.choice.total_bytes / 2**30,
                 f"; {plan.note}" if plan.note else "")

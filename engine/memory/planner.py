@@ -142,6 +142,7 @@ def plan_memory(
     int4_group_size: int = INT4_GROUP_SIZE,
     draft_int4_group_size: int | None = None,
     native_weight_bytes: int | None = None,
+    draft_native_weight_bytes: int | None = None,
 ) -> MemoryPlan:
     """Plan weights + KV + draft + activations + runtime overhead for each weight format.
 
@@ -153,10 +154,12 @@ def plan_memory(
     ``DeviceSpec`` or ``"cpu"``/``"cuda"`` (detected here). ``overhead_bytes`` defaults to the
     device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``). ``int4_group_size`` /
     ``draft_int4_group_size``: the int4 groups the loader will use (32 for GGUF sources).
-    ``native_weight_bytes`` (a GGUF target without a draft, under ``auto``: the exact bytes of
-    its own format, ``loader.native.native_weight_bytes``): when no other format fits, the
-    ``native`` format is planned (at the requested context, then lowered) before giving up, so
-    a 1.1 GB Q4_K file is not refused for want of a 1.6 GB int4 copy.
+    ``native_weight_bytes`` (a GGUF target, under ``auto``: the exact bytes of its own format,
+    ``loader.native.native_weight_bytes``; with a draft, ``draft_native_weight_bytes`` too,
+    the draft's own, or native is not planned): when no other format fits, the ``native``
+    format (target and draft each in its file's own) is planned (at the requested context,
+    then lowered) before giving up, so a 1.1 GB Q4_K file is not refused for want of a 1.6 GB
+    int4 copy.
 
     Raises ``ValueError`` for bad arguments (unknown or unavailable format, non-positive sizes)
     and ``MemoryPlanError`` (with the numbers) when nothing fits at ``MIN_CONTEXT_LEN`` tokens.
@@ -184,9 +187,9 @@ def plan_memory(
             "weight_bytes": native_weight_bytes if fmt == "native" else format_weight_bytes(
                 model_config, fmt, act, device.type, int4_group_size),
             "kv_bytes": kv_bytes(model_config, tokens, act),
-            "draft_weight_bytes": format_weight_bytes(
-                draft, fmt, act, device.type, draft_int4_group_size or int4_group_size
-            ) if draft else 0,
+            "draft_weight_bytes": 0 if not draft else draft_native_weight_bytes
+            if fmt == "native" else format_weight_bytes(
+                draft, fmt, act, device.type, draft_int4_group_size or int4_group_size),
             "draft_kv_bytes": kv_bytes(draft, tokens, act) if draft else 0,
             "activation_bytes": max(
                 activation_bytes(cfg, context_len=ctx, max_num_seqs=max_num_seqs,
@@ -209,7 +212,8 @@ def plan_memory(
         if r.format in candidates and r.fits:
             return MemoryPlan(choice=r, **common)
     floor = min(MIN_CONTEXT_LEN, context_len)
-    if native_weight_bytes is not None and draft is None and not forced:
+    if native_weight_bytes is not None and not forced and (
+            draft is None or draft_native_weight_bytes is not None):
         native = row("native", context_len)
         if native.fits:
             return MemoryPlan(choice=native, **common)

@@ -8,6 +8,7 @@ fake Hub (``HF_ENDPOINT``) and must fetch only ``config.json`` and safetensors h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -92,6 +93,24 @@ def test_table_and_draft(capsys, tiny_folders):
     draft_numel = stored_numel(tiny_folders / "llama")
     assert row["draft_weight_bytes"] == draft_numel * float_bytes(row["format"])
     assert row["draft_kv_bytes"] > 0
+
+
+def test_draft_auto_plans_the_catalog_draft(capsys, tiny_folders, monkeypatch):
+    """``--draft auto`` plans the catalog's natural draft for the model, as ``ask`` loads it
+    (``engine_loader.draft_spec``); a model the catalog pairs with none gets one error line."""
+    from localchat.engine.hub import catalog
+
+    target, draft = str(tiny_folders / "qwen2"), str(tiny_folders / "llama")
+    code, out, err = run_plan(capsys, target, "--draft", "auto", "--memory", "4GiB")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith("localchat: error: --draft auto: no natural draft model is known")
+    entry = dataclasses.replace(next(iter(catalog.CATALOG.values())), draft=draft)
+    monkeypatch.setattr(catalog, "resolve_alias", lambda name: entry if name == target else None)
+    code, auto, err = run_plan(capsys, target, "--draft", "auto", "--memory", "4GiB", "--json")
+    code2, named, _ = run_plan(capsys, target, "--draft", draft, "--memory", "4GiB", "--json")
+    assert (code, code2, err) == (0, 0, "")
+    assert json.loads(auto) == json.loads(named)
+    assert json.loads(auto)["draft"] is not None
 
 
 def test_real_gguf_weights(capsys, smollm2_gguf):

@@ -99,3 +99,23 @@ def test_native_planned_when_no_other_format_fits():
     with pytest.raises(MemoryPlanError):
         choose_scheme(cfg, torch.device("cpu"), 8192, budget_bytes=4 * GiB,
                       native_bytes=4 * GiB)
+
+
+def test_native_planned_with_a_draft_when_both_files_have_their_own_format():
+    """A GGUF target with a GGUF draft: both in their own formats count (the draft's exact
+    bytes in ``draft_weight_bytes``) when nothing requantized fits; a draft without its own
+    format (an HF folder: ``draft_native_bytes`` None) keeps native out, since the loader
+    could not load it so."""
+    cfg, draft = model_config("llama-3.1-8b"), model_config("qwen2.5-0.5b")
+    with pytest.raises(MemoryPlanError):
+        choose_scheme(cfg, torch.device("cpu"), 8192, draft=draft, budget_bytes=5 * GiB,
+                      native_bytes=2 * GiB)
+    got, plan = choose_scheme(cfg, torch.device("cpu"), 8192, draft=draft,
+                              budget_bytes=5 * GiB, native_bytes=2 * GiB,
+                              draft_native_bytes=GiB // 4)
+    assert got == "native" and plan.format == "native"
+    c = plan.choice
+    assert (c.weight_bytes, c.draft_weight_bytes) == (2 * GiB, GiB // 4)
+    assert c.total_bytes == (c.weight_bytes + c.kv_bytes + c.draft_weight_bytes
+                             + c.draft_kv_bytes + c.activation_bytes + c.overhead_bytes)
+    assert c.total_bytes <= 5 * GiB
