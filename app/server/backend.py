@@ -20,7 +20,8 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
 
     Raises:
         BackendError: the named endpoint cannot be reached or lists no model.
-        CliUsageError: ``--local`` together with ``--endpoint`` (exit 2).
+        CliUsageError: ``--local`` together with ``--endpoint``, or an ``--endpoint`` that is
+            not an http(s) URL (exit 2).
     """
     if local:
         if endpoint:
@@ -30,6 +31,11 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
         return None
     from localchat.app.server.client import RemoteEngine
 
+    if endpoint and not endpoint.strip().lower().startswith(("http://", "https://")):
+        from localchat.app.cli_io import CliUsageError
+
+        raise CliUsageError(f"--endpoint {endpoint}: not an http:// or https:// URL "
+                            "(e.g. http://127.0.0.1:8088)")
     endpoint = endpoint or settings.endpoint
     api_key = settings.api_key
     if endpoint:

@@ -109,6 +109,14 @@ def test_local_and_endpoint_together_is_a_usage_error(env):
     assert len(lines) == 1 and "--local" in lines[0] and "--endpoint" in lines[0], lines
 
 
+@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:8088", "ftp://example.org"])
+def test_endpoint_that_is_not_an_http_url_is_a_usage_error(env, url):
+    proc = ask(env, "--endpoint", url, QUESTION)
+    assert proc.returncode == 2
+    lines = proc.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and f"--endpoint {url}: not an http:// or https:// URL" in lines[0]
+
+
 def test_partial_reply_ends_its_line_before_the_error_and_is_kept(env):
     app, _ = fake_openai(die_after=1)
     server = ServerThread(app).start()
