@@ -82,8 +82,9 @@ def memory_report(engine) -> MemoryReport:
     """Predicted vs measured memory of a loaded ``LLMEngine`` (bytes).
 
     Re-plans what the engine reports it loaded (``engine.get_info()``: weight format, int4
-    group size, dtype, device, KV pool) for ``engine.model_config``. Raises ``ValueError`` for
-    a dtype the planner does not know.
+    group size, dtype, device, KV pool) for ``engine.model_config``, plus the draft model's
+    weights and KV pool when the engine speculates with one (``weight_bytes`` / ``kv_bytes``
+    then cover both). Raises ``ValueError`` for a dtype the planner does not know.
     """
     info = engine.get_info()
     if info.dtype not in _PLANNED_DTYPES:
@@ -97,6 +98,18 @@ def memory_report(engine) -> MemoryReport:
                                info.weight_format if info.is_quantized else "none",
                                info.device, info.dtype, info.quant_group_size or INT4_GROUP_SIZE)
     kv = kv_bytes(engine.model_config, tokens, info.dtype)
+    draft = getattr(getattr(getattr(engine, "speculator", None), "proposer", None), "model", None)
+    if draft is not None:  # a draft model: its weights and its own KV pool, planned alike
+        proposer = engine.speculator.proposer
+        if info.weight_format == "native":
+            weights += draft.native_weight_bytes
+        else:
+            weights += weight_bytes(draft.config,
+                                    info.weight_format if info.is_quantized else "none",
+                                    info.device, info.dtype,
+                                    info.quant_group_size or INT4_GROUP_SIZE)
+        draft_blocks = proposer.kv_caches[0].shape[1] if proposer.kv_caches else 0
+        kv += kv_bytes(draft.config, draft_blocks * proposer.block_size, info.dtype)
     if info.device.type == "cuda":
         overhead, measured = 0, int(torch.cuda.memory_allocated(info.device))
         what = "CUDA allocator bytes in use"

@@ -347,3 +347,31 @@ def test_refusal_names_the_native_format_when_it_is_the_smallest():
     assert message.startswith("no format fits in 1.00 GiB: native needs ")
     want = int4.total_bytes - int4.weight_bytes + native_bytes
     assert f"native needs {want / GiB:.2f} GiB at {MIN_CONTEXT_LEN} tokens" in message
+
+
+def test_memory_report_counts_the_draft_model(smollm2_gguf, cache_dir):
+    """With a draft model (SmolLM2 drafting for itself) the report's weights and KV are the
+    target's plus the draft's: its weights the same bytes again (same file, same format) and
+    its KV the bytes of the draft pool actually allocated."""
+    from localchat.engine.config import (
+        EngineConfig,
+        QuantConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+    )
+    from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.memory.report import memory_report
+
+    def engine(draft):
+        cfg = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme="int8"),
+                           scheduler=SchedulerConfig(max_model_len=512, max_num_seqs=1),
+                           speculative=SpeculativeConfig(draft_model=draft))
+        return LLMEngine.from_path(smollm2_gguf, cfg, cache_dir=cache_dir)
+
+    plain, drafted = memory_report(engine(None)), engine(str(smollm2_gguf))
+    both = memory_report(drafted)
+    assert both.weight_bytes == 2 * plain.weight_bytes
+    draft_kv = sum(t.nbytes for t in drafted.speculator.proposer.kv_caches)
+    target_kv = sum(t.nbytes for t in drafted.runner.kv_caches)
+    assert both.kv_bytes == target_kv + draft_kv and draft_kv > 0
+    assert both.predicted_bytes == both.weight_bytes + both.kv_bytes + both.overhead_bytes
