@@ -193,7 +193,15 @@ class LLMEngine:
             num_spec_tokens=0 if draft is None
             else self.config.speculative.num_speculative_tokens,
             allocated_bytes=allocated_bytes(module_tensors(self.runner.model)
-                                            + list(self.runner.kv_caches)))
+                                            + list(self.runner.kv_caches)
+                                            + self._draft_tensors()))
+
+    def _draft_tensors(self) -> list:
+        """The draft model's tensors and KV pool (none without a draft model)."""
+        proposer = getattr(self.speculator, "proposer", None)
+        if getattr(proposer, "model", None) is None:
+            return []
+        return module_tensors(proposer.model) + list(proposer.kv_caches)
 
     def memory_report(self) -> MemoryReport:
         """The planner's prediction for this engine as loaded beside a measurement

@@ -50,7 +50,8 @@ class EngineInfo:
     the engine allocated for them (K and V, all layers). ``max_model_len``: prompt + reply, in
     tokens. ``num_spec_tokens``: the largest draft length per step (0 without a draft).
     ``allocated_bytes``: bytes of the distinct storages the target model and its KV pool hold
-    (weights, buffers, quantized layouts, KV cache; the draft's are not counted), or None
+    (weights, buffers, quantized layouts, KV cache), and the draft model's and its pool's
+    where there is one, or None
     where the engine cannot count them. A remote engine (``AsyncRemoteEngine.get_info``) fills
     the fields from what its server reports; what a server does not report is None
     (``weight_format``, ``dtype``, ``device``) or 0 (the KV pool's figures). A local engine

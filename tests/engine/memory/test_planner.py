@@ -375,3 +375,15 @@ def test_memory_report_counts_the_draft_model(smollm2_gguf, cache_dir):
     target_kv = sum(t.nbytes for t in drafted.runner.kv_caches)
     assert both.kv_bytes == target_kv + draft_kv and draft_kv > 0
     assert both.predicted_bytes == both.weight_bytes + both.kv_bytes + both.overhead_bytes
+    # ask --json's measured side counts the draft's tensors too (each storage once)
+    from localchat.app.memory_figures import memory_figures
+    from localchat.engine.memory.report import allocated_bytes, module_tensors
+
+    figures = memory_figures(drafted)
+    draft_alloc = allocated_bytes(module_tensors(drafted.speculator.proposer.model)
+                                  + list(drafted.speculator.proposer.kv_caches))
+    assert figures["predicted_bytes"] == both.weight_bytes + both.kv_bytes
+    target_alloc = allocated_bytes(module_tensors(drafted.runner.model)
+                                   + list(drafted.runner.kv_caches))
+    assert draft_alloc > draft_kv > 0
+    assert figures["measured_bytes"] == target_alloc + draft_alloc
