@@ -101,8 +101,9 @@ def memory_report(engine) -> MemoryReport:
     draft = getattr(getattr(getattr(engine, "speculator", None), "proposer", None), "model", None)
     if draft is not None:  # a draft model: its weights and its own KV pool, planned alike
         proposer = engine.speculator.proposer
-        if info.weight_format == "native":
-            weights += draft.native_weight_bytes
+        if info.weight_format == "native":  # its file's own format; else what it holds
+            weights += getattr(draft, "native_weight_bytes", None) or allocated_bytes(
+                module_tensors(draft))
         else:
             weights += weight_bytes(draft.config,
                                     info.weight_format if info.is_quantized else "none",
