@@ -135,17 +135,18 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
         raise CliUsageError(f"{context_origin} {context}: {target.name} was trained for a "
                             f"context of at most {trained} tokens (use {trained} or less)")
     ctx = context or default_context(trained, device.type)
+    # each file's own format's exact bytes, read once (its tensor table)
+    native_bytes = _native_bytes(model, target.config, device)
+    draft_native_bytes = _native_bytes(draft, drafted.config, device) if drafted else None
     plan = plan_memory(target.config, budget, ctx, max_num_seqs,
                        drafted.config if drafted else None, device,
                        quant="auto" if quant == "native" else quant,
                        int4_group_size=target.int4_group_size,
                        draft_int4_group_size=drafted.int4_group_size if drafted else None,
-                       native_weight_bytes=_native_bytes(model, target.config, device),
-                       draft_native_weight_bytes=_native_bytes(draft, drafted.config, device)
-                       if drafted else None)
+                       native_weight_bytes=native_bytes,
+                       draft_native_weight_bytes=draft_native_bytes)
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
-    native = _native_row(model, target.config, device, plan,
-                         (draft, drafted.config) if drafted else None)
+    native = _native_row(plan, native_bytes, draft_native_bytes)
     if quant == "native" and native is None:
         raise CliUsageError(f"--quant native: {target.name} is not a local GGUF file, so it "
                             "has no format of its own (choose auto, none, fp8, int8 or int4)")
@@ -200,18 +201,17 @@ def _native_bytes(spec: str, config, device) -> int | None:
     return gguf_native_bytes(path, config, device.type, dtype, cache_dir())
 
 
-def _native_row(spec: str, config, device, plan, draft: tuple[str, Any] | None = None
+def _native_row(plan, native: int | None, draft_native: int | None = None
                 ) -> dict[str, Any] | None:
-    """The GGUF's own format (``--quant native``) beside the planner's rows: its exact weight
-    bytes from the local file's tensor table (no tensor read), and the plan's choice with
-    those weights instead; ``None`` when ``spec`` is not a local GGUF. ``draft`` ``(spec,
-    config)``: the draft's own bytes likewise (``draft_weight_bytes``, None when the draft is
-    not a local GGUF: its planned bytes count then)."""
-    native = _native_bytes(spec, config, device)
+    """The GGUF's own format (``--quant native``) beside the planner's rows: ``native``, its
+    exact weight bytes (``_native_bytes``: the local file's tensor table, no tensor read), and
+    the plan's choice with those weights instead; ``None`` when the model is not a local GGUF
+    (``native`` None). ``draft_native``: the draft's own bytes likewise
+    (``draft_weight_bytes``; None when the draft is not a local GGUF: its planned bytes count
+    then)."""
     if native is None:
         return None
     c = plan.choice
-    draft_native = _native_bytes(draft[0], draft[1], device) if draft else None
     total = c.total_bytes - c.weight_bytes + native
     if draft_native is not None:
         total += draft_native - c.draft_weight_bytes

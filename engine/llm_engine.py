@@ -196,12 +196,18 @@ class LLMEngine:
                                             + list(self.runner.kv_caches)
                                             + self._draft_tensors()))
 
-    def _draft_tensors(self) -> list:
-        """The draft model's tensors and KV pool (none without a draft model)."""
+    def draft_model(self):
+        """``(model, kv_caches, block_size)`` of the draft model speculation runs, or None
+        (no speculation, or prompt lookup: no draft model)."""
         proposer = getattr(self.speculator, "proposer", None)
         if getattr(proposer, "model", None) is None:
-            return []
-        return module_tensors(proposer.model) + list(proposer.kv_caches)
+            return None
+        return proposer.model, proposer.kv_caches, proposer.block_size
+
+    def _draft_tensors(self) -> list:
+        """The draft model's tensors and KV pool (none without a draft model)."""
+        draft = self.draft_model()
+        return [] if draft is None else module_tensors(draft[0]) + list(draft[1])
 
     def memory_report(self) -> MemoryReport:
         """The planner's prediction for this engine as loaded beside a measurement

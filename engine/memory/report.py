@@ -98,9 +98,9 @@ def memory_report(engine) -> MemoryReport:
                                info.weight_format if info.is_quantized else "none",
                                info.device, info.dtype, info.quant_group_size or INT4_GROUP_SIZE)
     kv = kv_bytes(engine.model_config, tokens, info.dtype)
-    draft = getattr(getattr(getattr(engine, "speculator", None), "proposer", None), "model", None)
-    if draft is not None:  # a draft model: its weights and its own KV pool, planned alike
-        proposer = engine.speculator.proposer
+    drafted = engine.draft_model()
+    if drafted is not None:  # a draft model: its weights and its own KV pool, planned alike
+        draft, draft_kv, draft_block_size = drafted
         if info.weight_format == "native":  # its file's own format; else what it holds
             weights += getattr(draft, "native_weight_bytes", None) or allocated_bytes(
                 module_tensors(draft))
@@ -109,8 +109,8 @@ def memory_report(engine) -> MemoryReport:
                                     info.weight_format if info.is_quantized else "none",
                                     info.device, info.dtype,
                                     info.quant_group_size or INT4_GROUP_SIZE)
-        draft_blocks = proposer.kv_caches[0].shape[1] if proposer.kv_caches else 0
-        kv += kv_bytes(draft.config, draft_blocks * proposer.block_size, info.dtype)
+        draft_blocks = draft_kv[0].shape[1] if draft_kv else 0
+        kv += kv_bytes(draft.config, draft_blocks * draft_block_size, info.dtype)
     if info.device.type == "cuda":
         overhead, measured = 0, int(torch.cuda.memory_allocated(info.device))
         what = "CUDA allocator bytes in use"
