@@ -8,13 +8,17 @@ transformers.
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import typer
+
+from localchat.engine.errors import LocalchatError
 
 try:  # typer >= 0.2x vendors its own click; older versions use click itself
     from typer._click import exceptions as click_exc
@@ -30,6 +34,10 @@ _NoArgsIsHelpError = getattr(click_exc, "NoArgsIsHelpError", ())
 
 class CliUsageError(Exception):
     """A usage error found after parsing (bad flag value, no prompt): exit 2, one line."""
+
+
+class StdinError(LocalchatError):
+    """stdin could not be read (an I/O error): a runtime error, exit 1, one line."""
 
 
 def one_line(text: str) -> str:
@@ -85,24 +93,49 @@ def stream_isatty(stream: IO[Any] | None) -> bool:
         return False
 
 
+_STDIN_IS_A_DIRECTORY = ("stdin is a directory; redirect a file ('< FILE'), pipe text, "
+                         "or pass --no-stdin")
+
+
 def read_stdin() -> str:
     """Read stdin to EOF when it is not a terminal; '' when it is one or is absent.
 
     The bytes are decoded as UTF-8 with replacement; a one-line warning goes to stderr when
     any byte was invalid.
+
+    Raises:
+        CliUsageError: stdin is a directory (``localchat ask hi < some/folder``). CPython
+            itself stops at startup with a fatal error on such a stdin when it runs a script,
+            so this is the safety net for interpreters and launchers that let it through.
+        StdinError: reading stdin failed (an I/O error): the piped text would be lost, so
+            nothing is answered without it (exit 1).
     """
     stdin = sys.stdin
     if stdin is None or stream_isatty(stdin):
         return ""
+    if _is_directory(stdin):
+        raise CliUsageError(_STDIN_IS_A_DIRECTORY)
     try:
         data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
-    except (OSError, ValueError):
+    except IsADirectoryError:
+        raise CliUsageError(_STDIN_IS_A_DIRECTORY) from None
+    except OSError as e:
+        raise StdinError(f"cannot read stdin: {e.strerror or e}") from None
+    except ValueError:  # a closed stream: nothing was piped
         return ""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         warn("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
         return data.decode("utf-8", errors="replace")
+
+
+def _is_directory(stream: IO[Any]) -> bool:
+    """True when ``stream``'s file descriptor is a directory (False when it has none)."""
+    try:
+        return stat.S_ISDIR(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 def valid_utf8(text: str | None, what: str) -> str | None:
@@ -231,8 +264,6 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     Usage errors -> one line, 2; ``LocalchatError`` -> one line, 1; Ctrl+C -> 130; anything
     else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).
     """
-    from localchat.engine.errors import LocalchatError
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args)
     _tolerant_streams()

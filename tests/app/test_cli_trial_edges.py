@@ -1,0 +1,86 @@
+"""CLI edges of a second new-user trial: stdin that is a directory or cannot be read, an empty
+conversation id for ``history``, ``config set``/``unset`` on a broken ``config.toml``, and
+``ask --endpoint --json``'s ``context`` and ``memory`` (no model is loaded anywhere here)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+import pytest
+
+from localchat.app import ask_cmd, cli, cli_io
+
+from .fake_engine import FakeEngine
+
+# -- stdin that is a directory or fails -------------------------------------------------------
+
+
+class _FdStdin:
+    """``sys.stdin`` over a raw file descriptor (its ``buffer`` is itself), as after
+    ``localchat ask hi < FOLDER`` were the interpreter to start on it (CPython stops at its own
+    startup; other launchers and interpreters may not)."""
+
+    def __init__(self, fd: int, fail: OSError | None = None) -> None:
+        self.fd, self.fail, self.buffer = fd, fail, self
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read(self, size: int = -1) -> bytes:
+        if self.fail is not None:
+            raise self.fail
+        return os.read(self.fd, 1 << 20)
+
+
+@pytest.fixture
+def ask_with_stdin(monkeypatch, capsys, tmp_path):
+    """Run ``ask ARGS`` in-process with ``sys.stdin`` set to a given object; returns (exit
+    code, stdout, stderr, whether the engine was loaded)."""
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+
+    def go(args, stdin):
+        loaded = []
+        monkeypatch.setattr(ask_cmd, "load_engine",
+                            lambda options: loaded.append(options) or FakeEngine(["x"]))
+        monkeypatch.setattr(sys, "stdin", stdin)
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "--no-save", *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err, bool(loaded)
+
+    return go
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("localchat: error: "), err
+    return lines[0]
+
+
+def test_stdin_that_is_a_directory_is_a_usage_error_before_the_load(ask_with_stdin, tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        code, out, err, loaded = ask_with_stdin(["hi"], _FdStdin(fd))
+        assert (code, out, loaded) == (2, "", False), err
+        assert "stdin is a directory" in _one_error_line(err)
+        # --no-stdin is the way out the message names
+        code, out, err, loaded = ask_with_stdin(["hi", "--no-stdin"], _FdStdin(fd))
+        assert (code, out, loaded) == (0, "x\n", True), err
+    finally:
+        os.close(fd)
+
+
+def test_stdin_that_cannot_be_read_is_an_error_not_an_answer_without_it(ask_with_stdin):
+    r, w = os.pipe()
+    try:
+        failing = _FdStdin(r, fail=OSError(errno.EIO, os.strerror(errno.EIO)))
+        code, out, err, loaded = ask_with_stdin(["summarize"], failing)
+        assert (code, out, loaded) == (1, "", False), err
+        assert "cannot read stdin" in _one_error_line(err)
+    finally:
+        os.close(r)
+        os.close(w)
