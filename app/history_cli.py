@@ -5,7 +5,9 @@ A typer sub-application over ``store.Store`` (the same database ``ask -c`` and t
 used is one ``localchat: error:`` line naming the file and what to do (exit 1).
 Plain text when stdout is not a terminal (tables as aligned columns, no ANSI); Rich on a
 terminal. ``list``, ``show`` and ``search`` print stored control characters as ``\\xNN``
-escapes (text from a model or a paste must not drive the terminal); ``export`` keeps them. Unknown ids are one-line errors (exit 1); ids may be given as a unique prefix.
+escapes (text from a model or a paste must not drive the terminal); ``export`` keeps them.
+Unknown ids are one-line errors (exit 1), an empty id a usage error (exit 2); ids may be
+given as a unique prefix.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ def _store():
     return Store()
 
 
+def _check_ids(command: str, ids: list[str]) -> None:
+    """An empty (or blank) conversation id is a usage error (exit 2), found before the history
+    file is opened, like a missing one; a non-empty id that matches nothing stays exit 1.
+
+    Raises:
+        CliUsageError: one of ``ids`` is empty or whitespace only.
+    """
+    if any(not cid.strip() for cid in ids):
+        raise cli_io.CliUsageError(f"history {command}: a conversation id cannot be empty "
+                                   "(see 'localchat history list')")
+
+
 @history_app.command("list")
 def list_(
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="Most rows to show.")] = 50,
@@ -51,6 +65,7 @@ def list_(
 @history_app.command()
 def show(conversation: IdArg, debug: DebugOpt = False) -> None:
     """Print a conversation (Markdown; rendered on a terminal)."""
+    _check_ids("show", [conversation])
     with _store() as store:
         text = cli_io.printable(store.export_markdown(conversation), keep="\n\t")
     if cli_io.stream_isatty(sys.stdout):
@@ -70,6 +85,9 @@ def search(
 ) -> None:
     """Find messages containing every word: one line per hit (id, role, snippet)."""
     import warnings
+
+    if not any(word.strip() for word in query):
+        raise cli_io.CliUsageError("history search: give at least one word to find")
 
     with _store() as store, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # said once below, as a localchat warning line
@@ -108,6 +126,7 @@ def export(
     """Write a conversation to stdout as Markdown or JSON."""
     if fmt not in ("md", "json"):
         raise cli_io.CliUsageError(f"--format must be md or json, got {fmt!r}")
+    _check_ids("export", [conversation])
     with _store() as store:
         text = store.export_json(conversation) if fmt == "json" else \
             store.export_markdown(conversation)
@@ -118,6 +137,7 @@ def export(
 def rm(conversations: Annotated[list[str], typer.Argument(help="Conversation ids.")],
        debug: DebugOpt = False) -> None:
     """Delete conversations and their messages."""
+    _check_ids("rm", conversations)
     with _store() as store:
         ids = [store.resolve_id(c) for c in conversations]  # all valid before deleting any
         for cid in dict.fromkeys(ids):

@@ -13,6 +13,7 @@ import pytest
 from localchat.app import ask_cmd, cli, cli_io
 
 from .fake_engine import FakeEngine
+from .test_cli import assert_one_line_error, env, run  # noqa: F401 - the subprocess fixture
 
 # -- stdin that is a directory or fails -------------------------------------------------------
 
@@ -84,3 +85,18 @@ def test_stdin_that_cannot_be_read_is_an_error_not_an_answer_without_it(ask_with
     finally:
         os.close(r)
         os.close(w)
+
+
+# -- history: an empty conversation id --------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ("show", ""), ("show", "  "), ("export", "", "--format", "json"), ("rm", ""),
+    ("rm", "abc", ""), ("search", ""),
+])
+def test_history_empty_id_is_a_usage_error(env, args):  # noqa: F811
+    r = run(env, "history", *args)
+    line = assert_one_line_error(r, 2, f"history {args[0]}:")
+    assert "(see 'localchat history list')" in line or args[0] == "search"
+    # as a missing id is: one line, exit 2
+    assert_one_line_error(run(env, "history", args[0]), 2)
