@@ -4,6 +4,8 @@
 ``env``, the default model's recommendation (``model_defaults.py``), ``default``); precedence for commands is flag > environment > config file > default.
 ``set KEY VALUE`` checks the value as the commands will (an unknown key or a bad value is a
 one-line usage error naming the key, exit 2) and edits only that line of ``config.toml``.
+A file that does not parse is never edited (``set``/``unset`` exit 1 naming the file, the
+line and column, and how to fix it): the user's text is theirs to repair.
 """
 
 from __future__ import annotations

@@ -321,7 +321,10 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     key = lookup_key(name)
     value = None if raw is None else parse_value(key, raw)
     path = config_path() if path is None else Path(path)
-    _read_toml(path)  # refuse to edit a file that does not parse
+    # refuse to edit a file that does not parse (as ``git config`` does): it stays byte for byte
+    command = "localchat config " + ("unset" if raw is None else "set")
+    _read_toml(path, fix=f"left unchanged: fix it in an editor (or move it aside to start "
+                         f"over), then run '{command}' again")
     try:
         toml_edit.set_key(path, key.table, key.field, value)
     except OSError as exc:  # a read-only file or folder, a full disk
@@ -329,7 +332,14 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     return key, value
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
+    """The data of the TOML file at ``path`` ({} when missing).
+
+    Raises:
+        SettingError: the file cannot be read or is not valid TOML; the message names the file,
+            the parser's complaint (line and column) and ``fix``, what to do about it (by
+            default: edit the file or move it aside).
+    """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -343,10 +353,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
             raise SettingError(f"reading {path} needs Python 3.11 or the tomli package") from None
+    fix = fix or "fix it in an editor (or move it aside to start over)"
     try:
         return tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SettingError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SettingError(f"config file {path} is not valid TOML: not UTF-8 (byte "
+                           f"0x{raw[exc.start]:02x} at line {line}, column {column}); "
+                           f"{fix}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingError(f"config file {path} is not valid TOML: {exc}; {fix}") from None
 
 
 def _flatten(data: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -100,3 +100,64 @@ def test_history_empty_id_is_a_usage_error(env, args):  # noqa: F811
     assert "(see 'localchat history list')" in line or args[0] == "search"
     # as a missing id is: one line, exit 2
     assert_one_line_error(run(env, "history", args[0]), 2)
+
+
+# -- config set/unset on a config.toml that does not parse -------------------------------------
+
+
+@pytest.fixture
+def config_run(monkeypatch, capsys, tmp_path):
+    """Run ``localchat ARGS`` in-process in a fresh LOCALCHAT_HOME, no LOCALCHAT_* settings;
+    returns (exit code, stdout, stderr)."""
+    from localchat.app import settings
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "lc"))
+    for key in settings.KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)
+    monkeypatch.setattr(sys, "stdin", None)
+
+    def go(*args):
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return go
+
+
+BROKEN = b'# my settings\ntemperature = \n[sampling]\ntop_p = 0.9  # mine\n\xff\n'
+
+
+@pytest.mark.parametrize("args", [("config", "set", "temperature", "0.2"),
+                                  ("config", "unset", "temperature"),
+                                  ("config", "set", "sampling.top_p", "0.8")])
+def test_config_set_unset_refuse_a_broken_file_and_keep_it_byte_for_byte(config_run, args):
+    from localchat.app import settings
+
+    path = settings.config_path()
+    path.write_bytes(BROKEN)
+    code, out, err = config_run(*args)
+    assert (code, out) == (1, ""), err
+    line = _one_error_line(err)
+    assert f"config file {path} is not valid TOML" in line
+    assert "line 2" in line or "line 5" in line  # the parser's position
+    assert "left unchanged: fix it in an editor" in line
+    assert f"run 'localchat {args[0]} {args[1]}' again" in line
+    assert path.read_bytes() == BROKEN
+    assert [p.name for p in path.parent.iterdir()] == ["config.toml"]  # no stray temp file
+
+
+def test_a_broken_config_file_says_how_to_fix_it_everywhere(config_run):
+    from localchat.app import settings
+
+    path = settings.config_path()
+    path.write_bytes(b"default_model = \n")
+    for args in (("config", "show"), ("ask", "--no-save", "hi")):
+        code, out, err = config_run(*args)
+        assert (code, out) == (1, ""), err
+        line = _one_error_line(err)
+        assert f"config file {path} is not valid TOML" in line and "fix it in an editor" in line
+    code, _, err = config_run("config", "path")  # still works: where to fix it
+    assert code == 0 and err == ""
+    path.write_text('default_model = "smollm2-135m"\n')  # fixed by hand: set works again
+    assert config_run("config", "set", "temperature", "0.2")[0] == 0
+    assert "temperature = 0.2" in path.read_text()
