@@ -76,7 +76,7 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         stats = answer_stats(last, len(prompt_ids), interrupted)
         save_reply(store, conv_id, writer.text, interrupted, stats, parent_id)
         if args.json:
-            stats["context"] = getattr(engine, "max_model_len", None)  # the value in use
+            stats["context"] = _context(engine)  # the value in use
             stats["sampling"] = {k: getattr(sampling, k) for k in SAMPLING_SHOWN}
             stats["memory"] = _memory(engine)
         print_answer(writer, args, stats, model, conv_id)
@@ -137,9 +137,21 @@ def close_quietly(outputs: Any) -> None:
             close()
 
 
+def _context(engine: Any) -> int | None:
+    """``--json``'s ``context``: the engine's context size in tokens; with a server
+    (``RemoteEngine``), what its ``/v1/models`` entry reports, else None (unknown here)."""
+    if getattr(engine, "remote", False):
+        server_context = getattr(engine, "server_context", None)
+        return server_context() if server_context is not None else None
+    return getattr(engine, "max_model_len", None)
+
+
 def _memory(engine: Any) -> dict[str, Any] | None:
     """``--json``'s ``memory``: the planner's prediction for the engine as loaded beside the
-    bytes allocated (``memory_figures.py``)."""
+    bytes allocated (``memory_figures.py``); None with a server (``RemoteEngine``), whose
+    memory is its own and not measured here."""
+    if getattr(engine, "remote", False):
+        return None
     try:
         from localchat.app.memory_figures import memory_figures
 

@@ -103,6 +103,7 @@ class RemoteEngine:
         # free of httpx's imports and SSL set-up (``transport.py``).
         transport = StdlibTransport if local_server else HttpxTransport
         self._http = transport(headers, CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+        self._cards: list[dict[str, Any]] | None = None  # /v1/models, once read
         self.model = model or self._first_model()
 
     # -- discovery ------------------------------------------------------------------------
@@ -110,7 +111,24 @@ class RemoteEngine:
     def list_models(self) -> list[str]:
         """The ids ``/v1/models`` lists."""
         doc = self._get_json("/models")
-        return [str(m.get("id")) for m in doc.get("data", []) if isinstance(m, dict)]
+        data = doc.get("data") if isinstance(doc, dict) else None
+        self._cards = [m for m in (data or []) if isinstance(m, dict)]
+        return [str(m.get("id")) for m in self._cards]
+
+    def server_context(self) -> int | None:
+        """The server's context size (prompt + reply, in tokens) for ``self.model``, as its
+        ``/v1/models`` entry reports it in ``max_model_len`` (vLLM and ``localchat serve`` do;
+        OpenAI's API does not): None when it does not say, or cannot be asked now. Reads
+        ``/v1/models`` at most once; never raises."""
+        if self._cards is None:
+            try:
+                self.list_models()
+            except (BackendError, AttributeError, TypeError):
+                self._cards = []
+        card = next((m for m in self._cards or [] if str(m.get("id")) == self.model), None)
+        value = card.get("max_model_len") if card else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            else None
 
     def _first_model(self) -> str:
         ids = self.list_models()

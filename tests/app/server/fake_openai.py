@@ -28,17 +28,23 @@ def history(env) -> list[tuple[str, str]]:
     return [tuple(m) for m in json.loads(proc.stdout)]
 
 
-def list_fake_model(app: FastAPI) -> None:
-    """``GET /v1/models`` on ``app`` lists ``fake-model``."""
+def list_fake_model(app: FastAPI, max_model_len: int | None = None) -> None:
+    """``GET /v1/models`` on ``app`` lists ``fake-model`` (with ``max_model_len``, as vLLM and
+    ``localchat serve`` do, when given)."""
+    card = {"id": "fake-model", "object": "model"}
+    if max_model_len is not None:
+        card["max_model_len"] = max_model_len
+
     @app.get("/v1/models")
     async def models() -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model",
-                                                          "object": "model"}]})
+        return JSONResponse({"object": "list", "data": [card]})
 
 
-def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
-    """A minimal OpenAI-compatible server: lists ``fake-model``, streams "Hello" " world"
-    (and usage); with ``die_after``, it drops the connection after that many chunks."""
+def fake_openai(die_after: int | None = None, max_model_len: int | None = None
+                ) -> tuple[FastAPI, list[dict]]:
+    """A minimal OpenAI-compatible server: lists ``fake-model`` (and its ``max_model_len``
+    when given), streams "Hello" " world" (and usage); with ``die_after``, it drops the
+    connection after that many chunks."""
     app = FastAPI()
     seen: list[dict] = []
 
@@ -46,7 +52,7 @@ def fake_openai(die_after: int | None = None) -> tuple[FastAPI, list[dict]]:
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "model": "fake-model", "auth": False})
 
-    list_fake_model(app)
+    list_fake_model(app, max_model_len)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> StreamingResponse:

@@ -41,6 +41,26 @@ def test_ask_against_a_fake_openai_server(env):
     assert history(env) == [("user", QUESTION), ("assistant", "Hello world")]
 
 
+@pytest.mark.parametrize(("card", "model_flag", "context"), [
+    (None, (), None),  # OpenAI's API: /v1/models says no context size
+    (4096, (), 4096),  # vLLM, localchat serve: max_model_len in the model's entry
+    (4096, ("-m", "fake-model"), 4096),  # -m given: /v1/models is read for --json only
+])
+def test_endpoint_json_context_is_the_servers_and_memory_is_null(env, card, model_flag,
+                                                                  context):
+    app, _ = fake_openai(max_model_len=card)
+    server = ServerThread(app).start()
+    try:
+        proc = ask(env, "--endpoint", server.url, *model_flag, "--json", "--no-save", QUESTION)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"context", "memory", "sampling"} <= set(doc)  # the keys stay, for scripts
+    assert doc["context"] == context
+    assert doc["memory"] is None  # the server's memory: not measured by this client
+
+
 def test_endpoint_dying_mid_reply_exits_1_and_keeps_the_question(env):
     app, _ = fake_openai(die_after=1)
     server = ServerThread(app).start()
