@@ -19,7 +19,7 @@ from .outputs import ModelRunnerOutput
 from .request import Request
 from .sampler import Sampler, SamplingMetadata
 from .scheduler import SchedulerOutput
-from .spec_decode.rejection_sampler import RejectionSampler
+from .spec_decode.rejection_sampler import RejectionSampler, accept_greedy
 from .step_inputs import BatchEntry, HostBatch, StagingBuffers, flatten_batch
 
 logger = logging.getLogger(__name__)
@@ -182,18 +182,37 @@ class ModelRunner:
             return hidden[lo:hi] if index is None else hidden[index[lo:hi]]
 
         if rows:
-            logits = self.model.compute_logits(pick(0, len(rows)))
-            if not self.first_logits_checked:
-                check_first_logits(logits)
-                self.first_logits_checked = True
-            metadata = self.sampling_metadata(samplers)
-            sampled = self.sampler.forward(logits, metadata)
-            for req, lp in zip(samplers, sampled.logprobs):
-                if lp is not None:
-                    result.logprobs[req.request_id] = [lp]
-            for r, t in zip(samplers, sampled.token_ids.tolist()):
+            if self.first_logits_checked and all(r.sampling_params.plain_greedy
+                                                 for r in samplers):
+                # the argmax alone (model.greedy_token_ids: on CPU the output layer's one
+                # integer-dot pass with exact rescoring)
+                tokens = self.model.greedy_token_ids(pick(0, len(rows))).tolist()
+            else:
+                logits = self.model.compute_logits(pick(0, len(rows)))
+                if not self.first_logits_checked:
+                    check_first_logits(logits)
+                    self.first_logits_checked = True
+                metadata = self.sampling_metadata(samplers)
+                sampled = self.sampler.forward(logits, metadata)
+                for req, lp in zip(samplers, sampled.logprobs):
+                    if lp is not None:
+                        result.logprobs[req.request_id] = [lp]
+                tokens = sampled.token_ids.tolist()
+            for r, t in zip(samplers, tokens):
                 result.sampled_token_ids[r.request_id] = [t]
-        if verify:
+        if verify and all(req.sampling_params.plain_greedy for req, _ in verify):
+            # the same per-row argmax as plain decoding: drafts change no greedy token
+            target = self.model.greedy_token_ids(
+                pick(len(rows), len(rows) + len(flat))).tolist()
+            offset = 0
+            for req, rws in verify:
+                rid = req.request_id
+                spec = out.scheduled_spec_decode_tokens[rid]
+                tokens = accept_greedy(spec, target[offset: offset + len(spec) + 1])
+                offset += len(rws)
+                result.sampled_token_ids[rid] = tokens
+                result.num_accepted_tokens[rid] = len(tokens) - 1
+        elif verify:
             logits = self.model.compute_logits(pick(len(rows), len(rows) + len(flat)))
             offset = 0
             probs = draft_probs or {}

@@ -98,3 +98,10 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when decoding is an exact argmax (temperature 0 or top_k 1)."""
         return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing else that reads the logits (no penalty, no logprobs): the
+        token is the argmax of the model's own logits (``model.greedy_token_ids``)."""
+        return self.greedy and self.logprobs is None and not self.uses_repetition_penalty \
+            and not self.uses_output_penalty

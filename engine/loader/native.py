@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError
+from ..layers import greedy_head
 from ..layers.linear import Linear
 from ..quant.cache import NATIVE_FORMAT, cache_path, load_quantized_mmap, save_quantized
 from ..quant.gguf_repack import (
@@ -124,6 +125,9 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             quantized[name] = layer
     materialize(model, device)
     init_buffers(model)
+    head = _output_layer(model, quantized)
+    if head is not None:  # the output layer's error bound, cached with the weights
+        greedy_head.add_bound_buffer(head, device)
     cached = None
     if cache_dir is not None and use_cache:
         cached = cache_path(cache_dir, path, "native", 32, dtype, NATIVE_FORMAT)
@@ -148,6 +152,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
         model.quant_cache_hit = True
     else:
         _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
+        if head is not None:
+            greedy_head.fill_bound(head)
         if cached is not None:
             try:
                 save_quantized(model, cached, {"scheme": "native", "model": path.name,
@@ -160,6 +166,13 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     model.native_weight_bytes = native_weight_bytes(path, model.config, device, dtype,
                                                     cache_dir, kernel)
     return model.eval()
+
+
+def _output_layer(model: nn.Module, quantized: dict[str, Linear]) -> Linear | None:
+    """The quantized output layer (``lm_head``, or the tied embedding), or None when it is
+    float."""
+    name = "model.embed_tokens" if getattr(model, "lm_head", None) is None else "lm_head"
+    return quantized.get(name)
 
 
 def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, cache_dir,
@@ -269,6 +282,9 @@ def native_weight_bytes(path: Path, model_config, device: torch.device | str = "
                                keep_rows=module == "model.embed_tokens",
                                shards=[(sid, shape[0]) for sid, _, shape in items])
         total += method.weight_bytes(n, k, dtype)
+        head = "model.embed_tokens" if model_config.tie_word_embeddings else "lm_head"
+        if module == head and type(method) is not LinearMethod:
+            total += greedy_head.bound_bytes(k)  # its error bound (add_bound_buffer)
     return total
 
 

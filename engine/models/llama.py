@@ -25,12 +25,14 @@ from localchat import kernels
 
 from ..attention_metadata import AttentionMetadata
 from ..config import ModelConfig
+from ..layers import greedy_head
 from ..layers.attention import Attention
 from ..layers.embedding import VocabEmbedding
 from ..layers.linear import Linear, MergedLinear, QKVLinear
 from ..layers.module_attrs import mirror_module_attributes
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RotaryEmbedding
+from ..sampler import row_argmax
 from .cpu_stack import CpuDecoderStack
 
 
@@ -196,6 +198,20 @@ class LlamaForCausalLM(nn.Module):
         else:
             logits = head.quant_method.apply(head, hidden_states)
         return logits if logits.dtype == torch.float32 else logits.float()
+
+    def greedy_token_ids(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``[n]`` int64: the argmax of each row's logits (``hidden_states [n, hidden_size]``),
+        the lower id on ties. Where :meth:`compute_logits` would take the two integer-dot
+        passes (a quantized CPU output layer with fp32 activations) and the layer carries its
+        error bound, one pass and an exact rescoring of the few tokens the bound admits
+        (``layers/greedy_head.py``): the argmax of the exact logits, the output layer's time
+        cut by about a third. Otherwise the argmax of :meth:`compute_logits`."""
+        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        if head.weight is None and hidden_states.is_cpu \
+                and hidden_states.dtype == torch.float32 and greedy_head.has_bound(head) \
+                and kernels.cpu_a8_enabled(torch.float32):
+            return greedy_head.greedy_token_ids(head, hidden_states)
+        return row_argmax(self.compute_logits(hidden_states))
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors into the fused parameters.

@@ -31,10 +31,11 @@ FORMAT = "localchat-quant-2"
 # (uint8 scales / mins and fp16 super_scales), 5 keeps each shard of a fused layer whose
 # shards' layouts differ in its own layout (``shard_<id>.qweight`` ..., ``sharded.py``), 6
 # holds Q6_K in 6 bits (``native_int6.py``) where the CPU kernels read it, 7 Q5_0 in 5 bits
-# (``native_int5.py``) likewise. It is part of the
+# (``native_int5.py``) likewise, 8 carries the output layer's ``block_abs_sum_max``
+# (``layers/greedy_head.py``). It is part of the
 # file name, so builds of different versions sharing one cache do not overwrite each other's
 # entries.
-NATIVE_FORMAT = "localchat-native-7"
+NATIVE_FORMAT = "localchat-native-8"
 _MIB = 1 << 20
 
 

@@ -67,6 +67,18 @@ def rejection_sample(target_probs: torch.Tensor, draft_probs: torch.Tensor,
     return num_accepted, _categorical(dist, generator)
 
 
+def accept_greedy(draft_token_ids: list[int], target_token_ids: list[int]) -> list[int]:
+    """Greedy verification: the drafts up to the first that differs from the target's argmax
+    at its position, then the target's token there. ``target_token_ids``: the target's
+    argmax at each of the ``k + 1`` positions (k = ``len(draft_token_ids)``). Returns 1 to
+    k + 1 ids."""
+    accepted = 0
+    k = len(draft_token_ids)
+    while accepted < k and draft_token_ids[accepted] == target_token_ids[accepted]:
+        accepted += 1
+    return draft_token_ids[:accepted] + [target_token_ids[accepted]]
+
+
 class RejectionSampler:
     """Verifies one request's drafts against the target's logits (see the module docstring).
 
@@ -84,11 +96,7 @@ class RejectionSampler:
                                               request.prompt_token_ids,
                                               request.output_token_ids, draft_token_ids)
         if params.greedy or draft_probs is None:
-            target = row_argmax(logits).tolist()
-            accepted = 0
-            while accepted < k and draft_token_ids[accepted] == target[accepted]:
-                accepted += 1
-            return draft_token_ids[:accepted] + [target[accepted]]
+            return accept_greedy(draft_token_ids, row_argmax(logits).tolist())
         probs = sampling_probs(logits, [params] * (k + 1))
         ids = row_values(draft_token_ids, torch.int64, probs.device)[None]
         q = draft_probs[None].to(probs.device, non_blocking=True)  # already there on CUDA

@@ -281,7 +281,21 @@ def test_smollm2_amx_decode_with_a_weak_draft_equals_plain_greedy(smollm2_bf16_n
     _weak_draft_equals_plain_greedy(smollm2_bf16_native)
 
 
-def _weak_draft_equals_plain_greedy(base):
+def test_smollm2_native_a8_with_a_weak_draft_equals_plain_greedy(smollm2_native):
+    # fp32 activations through the integer-dot kernels (the engine's mode where the CPU lacks
+    # native bf16): plain decoding and verification both pick tokens through the output
+    # layer's one-pass greedy head (layers/greedy_head.py), row by row
+    from localchat.engine.layers import greedy_head
+
+    assert greedy_head.has_bound(smollm2_native.runner.model.model.embed_tokens)
+    smollm2_native.a8_fp32 = True
+    try:
+        _weak_draft_equals_plain_greedy(smollm2_native, a8=True)
+    finally:
+        smollm2_native.a8_fp32 = False
+
+
+def _weak_draft_equals_plain_greedy(base, a8: bool = False):
     from localchat.engine.kv_cache import allocate_kv_caches
     from localchat.engine.spec_decode.adaptive import AdaptiveDraftLength
     from localchat.engine.spec_decode.proposer import DraftModelProposer
@@ -289,6 +303,7 @@ def _weak_draft_equals_plain_greedy(base):
     from ..kv_cache.test_prefix_caching_model import variant
 
     eng = variant(base, block_size=16)
+    eng.a8_fp32 = a8 or eng.a8_fp32
     mc = base.model_config
     n_layers = 6
     dtype = base.runner.model.model.norm.weight.dtype
