@@ -111,15 +111,15 @@ def bench(alias: str, args) -> None:
     for name, t in times.items():
         print(f"  {name:22s} min {min(t):6.2f} ms  median {statistics.median(t):6.2f} ms")
 
-    counts, fallbacks = [], 0
-    rescored = greedy_head._rescored
+    counts = []
+    candidates = greedy_head._candidates
 
-    def counting(layer, xr, lr, bound):
-        token, c = rescored(layer, xr, lr, bound)
-        counts.append(c)
-        return token, c
+    def counting(logits_row, bound):
+        ids = candidates(logits_row, bound)
+        counts.append(ids.shape[0])
+        return ids
 
-    greedy_head._rescored = counting
+    greedy_head._candidates = counting
     try:
         with torch.inference_mode(), kernels.a8_fp32():
             tokens = greedy_head.greedy_token_ids(head, h)
@@ -127,15 +127,20 @@ def bench(alias: str, args) -> None:
         with torch.inference_mode(), kernels.a8_fp32(False):
             exact = torch.cat([fn(h[i:i + 16]) for i in range(0, len(h), 16)])
     finally:
-        greedy_head._rescored = rescored
-    first = counts[:len(h)]  # a fallback row adds a second count after its first
-    fallbacks = len(counts) - len(h)
+        greedy_head._candidates = candidates
+    # a fallback row counts twice (its one-pass and its two-pass candidates), in order
+    cap = greedy_head.max_candidates(head)
+    first, i = [], 0
+    while i < len(counts):
+        first.append(counts[i])
+        i += 2 if counts[i] > cap else 1
+    fallbacks = len(counts) - len(first)
     top2 = exact.topk(2, dim=-1).values
     decided = (top2[:, 0] - top2[:, 1]) > 1e-4
     want = exact.argmax(-1)
     print(f"  candidates per row over {len(h)} rows: median {statistics.median(first):.0f}, "
           f"p90 {sorted(first)[int(0.9 * len(first))]}, max {max(first)}; "
-          f"two-pass fallbacks {fallbacks}")
+          f"two-pass fallbacks (over {cap}) {fallbacks}")
     print(f"  exact argmax agreement ({int(decided.sum())} decided rows): greedy head "
           f"{int((tokens == want)[decided].sum())}, two passes "
           f"{int((two.argmax(-1) == want)[decided].sum())}")

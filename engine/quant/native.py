@@ -112,17 +112,18 @@ class Int8GroupLinearMethod(LinearMethod):
         mins = None if not self.has_mins else layer.mins[ids]
         return dequantize_int8_grouped(layer.qweight[ids], layer.scales[ids], mins, dtype)
 
-    def dequantize_rows(self, layer, start: int, end: int) -> torch.Tensor:
-        """Rows ``start:end`` of the weight, dequantized: ``[end - start, K]`` fp32 (the C++
-        ``int8_dequantize`` where built, else :meth:`embed`)."""
-        if not (self.exact_cpu_rows(layer)):
-            return self.embed(layer, torch.arange(start, end), torch.float32)
+    def dequantize_rows(self, layer, rows: slice | torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` (a slice, or ids ``[n]`` int64) of the weight, dequantized: ``[n, K]``
+        fp32 (the C++ ``int8_dequantize`` where built, else :meth:`embed`'s PyTorch ops)."""
+        if not self.exact_cpu_rows(layer):
+            ids = torch.arange(layer.out_features)[rows] if isinstance(rows, slice) else rows
+            return self.embed(layer, ids, torch.float32)
         from localchat.kernels import cpu
 
-        out = torch.empty(end - start, layer.in_features, dtype=torch.float32)
-        mins = None if not self.has_mins else layer.mins[start:end]
-        cpu.int8_dequantize(layer.qweight[start:end], layer.scales[start:end], mins,
-                            self.group_size, out)
+        q = layer.qweight[rows]
+        out = torch.empty(q.shape[0], layer.in_features, dtype=torch.float32)
+        mins = None if not self.has_mins else layer.mins[rows]
+        cpu.int8_dequantize(q, layer.scales[rows], mins, self.group_size, out)
         return out
 
     def weight_bytes(self, out_features, in_features, dtype):

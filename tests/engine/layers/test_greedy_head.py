@@ -6,7 +6,7 @@ of the same blocks; each token against the argmax of ``x @ w.T`` in float64 over
 weights (ties never arise except where rows are built equal; there the lower id). Layers of
 near-duplicate rows make the one-pass argmax wrong at many rows, so a token taken from the
 one-pass logits instead of the rescoring fails the test. Rows with more candidates than
-``MAX_CANDIDATES`` (many equal top rows, or the cap lowered to 0) take the two-pass
+``max_candidates`` (many equal top rows, or the cap lowered to 0) take the two-pass
 fallback and must give the same tokens. Rows of a batched call equal the one-row calls.
 On the real model (SmolLM2, Q8_0 tied head): the cached load carries the bound the weights
 give, and over 256 teacher-forced positions the greedy tokens equal the argmax of the exact
@@ -100,7 +100,7 @@ def test_tokens_on_int6_blocks_are_the_exact_argmax():
 def test_many_candidates_take_the_two_pass_fallback(monkeypatch):
     n, k = 512, 256
     layer, _ = _near_duplicates(Q8_0, n, k, seed=6)
-    # 100 copies of row 40 and x along it: more candidates than MAX_CANDIDATES
+    # 100 copies of row 40 and x along it: more candidates than max_candidates (64)
     layer.qweight[200:300] = layer.qweight[40].clone()
     layer.scales[200:300] = layer.scales[40].clone()
     greedy_head.fill_bound(layer)
@@ -113,7 +113,7 @@ def test_many_candidates_take_the_two_pass_fallback(monkeypatch):
     assert calls  # row 0 took the fallback
     assert torch.equal(tokens, (x.double() @ w.T).argmax(-1))  # ties: the lowest id
     # every row through the fallback: the same tokens
-    monkeypatch.setattr(greedy_head, "MAX_CANDIDATES", 0)
+    monkeypatch.setattr(greedy_head, "max_candidates", lambda layer: 0)
     assert torch.equal(_tokens(layer, x), tokens) and len(calls) > len(x)
 
 
