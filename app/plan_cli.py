@@ -74,8 +74,11 @@ def plan_command(
     disable_progress_bars()  # plan fetches a config and headers: no bars
     if not debug:  # huggingface_hub logs each retry; our one error line says it all
         hf_logging.set_verbosity_error()
-    result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context, max_num_seqs,
-                                          quant, context_origin))
+    from localchat.kernels.cpu import build
+
+    with build.predict_only():  # sizes only: a plan on a fresh machine builds no kernels
+        result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context,
+                                              max_num_seqs, quant, context_origin))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -114,7 +117,6 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     from localchat.engine.hub.describe import describe_model
     from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
-
     target = describe_model(model, cache_dir())
     from localchat.app.engine_loader import NGRAM, draft_spec
     from localchat.app.load_options import LoadOptions

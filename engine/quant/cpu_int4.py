@@ -35,17 +35,33 @@ import torch
 INT4_ENV = "LOCALCHAT_CPU_INT4"  # "int4pack": PyTorch's kernel; else localchat's own
 
 
-@functools.cache
 def own_kernels() -> bool:
     """True when CPU int4 layers compute with localchat's kernels over the contract layout:
     the C++ kernels are built and ``LOCALCHAT_CPU_INT4`` is not ``int4pack`` (module
     docstring). Read once per process (``own_kernels.cache_clear()`` after changing the
-    variable, as tests do)."""
-    if os.environ.get(INT4_ENV, "").strip().lower() == "int4pack":
+    variable, as tests do); inside ``kernels.cpu.build.predict_only()`` (a plan) the
+    prediction, not cached."""
+    from localchat.kernels.cpu import build
+
+    if build.predicting():
+        return not _int4pack_asked() and build.expected()
+    return _own_kernels()
+
+
+def _int4pack_asked() -> bool:
+    return os.environ.get(INT4_ENV, "").strip().lower() == "int4pack"
+
+
+@functools.cache
+def _own_kernels() -> bool:
+    if _int4pack_asked():
         return False
     from localchat.kernels import cpu
 
     return cpu.available()
+
+
+own_kernels.cache_clear = _own_kernels.cache_clear  # type: ignore[attr-defined]
 
 
 def int4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,

@@ -5,6 +5,7 @@ through it: tests replace it there)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -57,10 +58,53 @@ def build_dir() -> Path:
     return path
 
 
-@functools.cache
+_PREDICT_ONLY = False  # inside predict_only(): answer available() without building
+
+
+@contextlib.contextmanager
+def predict_only():
+    """For work that only sizes weights and runs nothing (``localchat plan``): within this
+    context :func:`available` answers :func:`expected` until the library is loaded, so a plan
+    on a fresh machine never starts the build (2-3 minutes on 2 cores). The formats' byte
+    counts depend on it (which int4 layout, whether Q6_K / Q5_0 keep their bit planes).
+    Answers given inside are not cached (``predicting`` tells callers that cache theirs)."""
+    global _PREDICT_ONLY
+    old, _PREDICT_ONLY = _PREDICT_ONLY, True
+    try:
+        yield
+    finally:
+        _PREDICT_ONLY = old
+
+
+def predicting() -> bool:
+    """Whether :func:`available` gives :func:`expected`'s answer now (see
+    :func:`predict_only`)."""
+    return _PREDICT_ONLY and not _available.cache_info().currsize
+
+
+def expected() -> bool:
+    """Whether :func:`available` would be True, without building: its answer where this
+    process already has one; False under ``LOCALCHAT_KERNELS=reference``; True where the
+    library for these sources is built; else whether the C++ compiler is on ``PATH`` (a build
+    that then fails is not foreseen)."""
+    if _available.cache_info().currsize:
+        return _available()
+    if os.environ.get("LOCALCHAT_KERNELS", "").lower() == "reference":
+        return False
+    if (build_dir() / f"{_NAME}.so").exists():
+        return True
+    return shutil.which(os.environ.get("CXX", "c++")) is not None
+
+
 def available() -> bool:
     """Build (first time) and load the extension; False, after one stderr line, if it cannot
-    be built or ``LOCALCHAT_KERNELS=reference`` is set."""
+    be built or ``LOCALCHAT_KERNELS=reference`` is set. After :func:`predict_only`,
+    :func:`expected` until the library is loaded."""
+    return expected() if predicting() else _available()
+
+
+@functools.cache
+def _available() -> bool:
     if os.environ.get("LOCALCHAT_KERNELS", "").lower() == "reference":
         return False
     compiler = os.environ.get("CXX", "c++")

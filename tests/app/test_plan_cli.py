@@ -169,6 +169,27 @@ def test_missing_model(capsys, tmp_path):
     assert (code, out) == (1, "") and "no such file or folder" in err
 
 
+def test_plan_on_a_fresh_machine_builds_no_kernels_and_predicts_their_layouts(
+        capsys, tmp_path, tiny_folders):
+    """``plan`` sizes the int4 layout by whether localchat's C++ kernels will run; on a fresh
+    machine (an empty ``LOCALCHAT_HOME``) it predicts that instead of building them (minutes):
+    no library appears, and the plan equals the one made where the kernels are loaded."""
+    from localchat.kernels import cpu
+
+    folder = tiny_folders / "qwen2"
+    env = dict(os.environ, LOCALCHAT_HOME=str(tmp_path / "lc"))
+    proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "plan", str(folder),
+                           "--memory", "2GiB", "--device", "cpu", "--json"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "building" not in proc.stderr
+    assert not list((tmp_path / "lc").rglob("*.so"))
+    cpu.available()  # here: the kernels as they really are (built, or not buildable)
+    code, out, _ = run_plan(capsys, str(folder), "--memory", "2GiB", "--device", "cpu",
+                            "--json")
+    assert code == 0 and json.loads(proc.stdout) == json.loads(out)
+
+
 def test_hub_repo_plans_from_config_and_headers_only(tmp_path, tiny_folders):
     """A Hub repo is planned from config.json and the safetensors header (HTTP ranges); the
     weights themselves are never downloaded."""
