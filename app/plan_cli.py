@@ -117,6 +117,7 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     from localchat.engine.hub.describe import describe_model
     from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
+
     target = describe_model(model, cache_dir())
     from localchat.app.engine_loader import NGRAM, draft_spec
     from localchat.app.load_options import LoadOptions

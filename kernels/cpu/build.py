@@ -98,8 +98,8 @@ def expected() -> bool:
 
 def available() -> bool:
     """Build (first time) and load the extension; False, after one stderr line, if it cannot
-    be built or ``LOCALCHAT_KERNELS=reference`` is set. After :func:`predict_only`,
-    :func:`expected` until the library is loaded."""
+    be built or ``LOCALCHAT_KERNELS=reference`` is set. Inside :func:`predict_only`,
+    :func:`expected`'s answer until the library is loaded."""
     return expected() if predicting() else _available()
 
 

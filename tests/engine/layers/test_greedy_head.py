@@ -161,3 +161,16 @@ def test_real_model_greedy_tokens_are_the_exact_argmax(smollm2_gguf, smollm2_eng
     assert int(decided.sum()) >= 250
     assert torch.equal(tokens[decided], exact.argmax(-1)[decided])
     assert torch.equal(two_pass[decided], exact.argmax(-1)[decided])
+
+
+def test_nan_rows_give_argmax_s_answer():
+    # a broken step (NaN activations): what argmax over the logits gives, not an error
+    n, k = 512, 256
+    layer, w = _near_duplicates(Q8_0, n, k, seed=10)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(11))
+    x[1, 7] = float("nan")
+    with kernels.a8_fp32():
+        want = torch.max(layer.quant_method.apply(layer, x), dim=-1).indices
+    tokens = _tokens(layer, x)
+    assert int(tokens[1]) == int(want[1])
+    assert torch.equal(tokens[[0, 2]], (x[[0, 2]].double() @ w.T).argmax(-1))
