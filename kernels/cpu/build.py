@@ -121,7 +121,7 @@ def _available() -> bool:
         if _load_built(out / f"{_NAME}.so"):
             return True
         if not (out / f"{_NAME}.so").exists():
-            print("localchat: building the CPU kernels (once, about a minute)...",
+            print("localchat: building the CPU kernels (once, a few minutes on 2 cores)...",
                   file=sys.stderr, flush=True)
         _build(here, out)
         torch.ops.localchat_cpu.best_isa()
