@@ -13,6 +13,7 @@ TUI owns the terminal). No engine logic lives here.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,12 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
     return draft, draft_source.path
 
 
-def engine_config(options: LoadOptions, draft_path: Path | str | None) -> Any:
+def engine_config(options: LoadOptions, draft_path: Path | str | None,
+                  repack_progress: bool = False) -> Any:
     """``EngineConfig`` for ``options``: the weight format, speculative decoding (the draft
     model's local path, or :data:`NGRAM` for prompt lookup) and the context
-    (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it)."""
+    (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it).
+    ``repack_progress``: a progress line on stderr while a first load repacks a GGUF."""
     from localchat.engine.config import (
         EngineConfig,
         QuantConfig,
@@ -91,7 +94,7 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None) -> Any:
             draft_model=str(draft_path) if draft_path is not None else None)
     if options.num_speculative_tokens is not None:  # else the engine's default k
         spec = dataclasses.replace(spec, num_speculative_tokens=options.num_speculative_tokens)
-    quant = QuantConfig(scheme=options.quant) if options.quant else QuantConfig()
+    quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress)
     return EngineConfig(quant=quant, speculative=spec,
                         scheduler=SchedulerConfig(max_model_len=options.context))
 
@@ -145,7 +148,9 @@ def load(options: LoadOptions, *, progress: Progress | None = None,
         cli_io.notice(line)
     else:
         progress(line)
-    config = engine_config(options, draft_path)
+    # the first load's repack counter: on a terminal, when the lines above went there too
+    config = engine_config(options, draft_path,
+                           repack_progress=progress is None and cli_io.stream_isatty(sys.stderr))
     if use_async:
         from localchat.engine.async_engine import AsyncLLMEngine
 

@@ -171,7 +171,9 @@ class QuantConfig:
     dim (weights per scale): ``None`` picks 32 for GGUF checkpoints (their weights are stored
     in 32-weight blocks, so a 4-bit source re-quantized on the same blocks is reproduced
     exactly) and 128 otherwise (``engine/quant/int4.py``). ``use_cache`` keeps quantized
-    weights in the user cache so later loads skip quantizing.
+    weights in the user cache so later loads skip quantizing. ``progress`` prints a one-line
+    counter on stderr while a first load repacks a GGUF (``loader/native.py``; the CLI sets it
+    when stderr is a terminal).
 
     Raises ``ValueError`` for an unknown scheme or a group size other than 32, 64 or 128.
     """
@@ -179,6 +181,7 @@ class QuantConfig:
     scheme: str = "auto"
     group_size: int | None = None
     use_cache: bool = True
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEME_NAMES:

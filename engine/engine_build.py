@@ -89,7 +89,7 @@ def build_engine(cls: type[_E], path: Path, config: EngineConfig | None = None, 
     tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
     model = load_model(path, model_config, dtype=dtype, device=device,
                        max_position=max_model_len, cache_dir=cache_dir,
-                       quant=config.quant)
+                       quant=config.quant, progress=config.quant.progress)
     draft = config.speculative.draft_model
     draft_model = draft_config = None
     if draft is not None and config.speculative.method == "draft_model":

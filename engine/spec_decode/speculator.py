@@ -108,7 +108,8 @@ class Speculator:
         draft_config = load_model_config(draft_path, cache_dir)
         check_vocab(target_config, draft_config, "the target", str(draft_path))
         model = load_model(draft_path, draft_config, dtype=dtype, device=device,
-                           max_position=max_model_len, cache_dir=cache_dir, quant=config.quant)
+                           max_position=max_model_len, cache_dir=cache_dir, quant=config.quant,
+                           progress=config.quant.progress)
         return model, draft_config
 
     @classmethod

@@ -118,3 +118,21 @@ def test_chat_jsonl_and_plan_take_the_context(env, smollm2_gguf, cache_dir):  # 
     r = run({**env, "LOCALCHAT_CONTEXT": "1536"}, "plan", str(smollm2_gguf), "--json")
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["requested_context_len"] == 1536
+
+
+@pytest.mark.parametrize("tty, callback, want", [(True, False, True), (False, False, False),
+                                                  (True, True, False)])
+def test_repack_progress_only_on_a_terminal(monkeypatch, smollm2_gguf, tty, callback, want):
+    # engine_loader.load asks for the first load's repack counter when its own lines go to a
+    # terminal (stderr a tty, no progress callback such as the TUI's)
+    from localchat.app import cli_io, engine_loader
+    from localchat.engine.llm_engine import LLMEngine
+
+    seen = []
+    monkeypatch.setattr(cli_io, "stream_isatty", lambda stream: tty)
+    monkeypatch.setattr(LLMEngine, "from_source",
+                        classmethod(lambda cls, source, config, cache_dir=None:
+                                    seen.append(config.quant.progress)))
+    engine_loader.load(LoadOptions(str(smollm2_gguf)),
+                       progress=(lambda line: None) if callback else None)
+    assert seen == [want]

@@ -210,3 +210,24 @@ def test_native_on_a_float_checkpoint_is_unquantized(tmp_path):
         want = hf(torch.tensor([ids])).logits[0]
     torch.testing.assert_close(teacher_forced_logits(model, ids + [3])[:4], want,
                                atol=1e-4, rtol=1e-4)
+
+
+def test_engine_first_load_prints_the_repack_progress(smollm2_gguf, cache_dir, capfd):
+    # QuantConfig(progress=True) (the CLI's choice when stderr is a terminal): a first load's
+    # repack counts its tensors on stderr, ending with a newline; without it, nothing
+    from localchat.engine.config import EngineConfig, SchedulerConfig
+    from localchat.engine.llm_engine import LLMEngine
+
+    for progress in (True, False):
+        config = EngineConfig(device="cpu", quant=QuantConfig(scheme="native", use_cache=False,
+                                                             progress=progress),
+                              scheduler=SchedulerConfig(max_model_len=256))
+        LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+        err = capfd.readouterr().err
+        if progress:
+            last = err.rstrip("\n").split("\r")[-1]
+            assert last.startswith(f"repacking {smollm2_gguf.name}: ") and err.endswith("\n")
+            n = int(last.split(": ")[1].split("/")[0])
+            assert last.split("/")[1].startswith(f"{n} tensors")  # every tensor counted
+        else:
+            assert "repacking" not in err
