@@ -314,6 +314,15 @@ def a8_fp32(enabled: bool = True):
         _a8_fp32 = old
 
 
+def a8_rounded(x: torch.Tensor) -> torch.Tensor:
+    """``x [M, K]`` fp32 (K a multiple of 32) as the integer-dot kernels see it: ``q * d``
+    per 32-column block (``reference_a8.quantize_activations_int8``), fp32 ``[M, K]``; ``x``
+    minus it is the rounding, at most ``d / 2`` per element."""
+    m, k = x.shape
+    q, d = reference_a8.quantize_activations_int8(x)
+    return (q.float().view(m, -1, reference_a8.A8_BLOCK) * d[..., None]).view(m, k)
+
+
 def a8_two_pass(fn, x: torch.Tensor) -> torch.Tensor:
     """``fn(x)`` for a quantized linear ``fn`` (``x [T, K]`` fp32 -> ``[T, N]`` fp32) through
     the integer-dot kernels at almost fp32 precision: each row is split into its int8 rounding
@@ -334,8 +343,7 @@ def a8_two_pass(fn, x: torch.Tensor) -> torch.Tensor:
     out = []
     for i in range(0, t, step):
         xc = x[i:i + step].float()
-        q, d = reference_a8.quantize_activations_int8(xc)
-        hi = (q.float().view(len(xc), -1, reference_a8.A8_BLOCK) * d[..., None]).view(len(xc), k)
+        hi = a8_rounded(xc)
         y = fn(torch.cat([hi, xc - hi]))
         out.append(y[:len(xc)] + y[len(xc):])
     return out[0] if len(out) == 1 else torch.cat(out)

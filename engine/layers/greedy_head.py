@@ -39,9 +39,8 @@ BUFFER = "block_abs_sum_max"
 
 
 def has_bound(layer: nn.Module) -> bool:
-    """Whether ``layer`` carries a filled :data:`BUFFER` (see :func:`add_bound_buffer`)."""
-    b = layer._buffers.get(BUFFER)
-    return b is not None and not b.is_meta
+    """Whether ``layer`` carries :data:`BUFFER` (see :func:`add_bound_buffer`)."""
+    return BUFFER in layer._buffers
 
 
 def add_bound_buffer(layer: nn.Module, device: torch.device | str) -> None:
@@ -160,9 +159,7 @@ def greedy_token_ids(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Ten
             if ids.shape[0] > cap:  # a flat distribution: the two passes' 254x finer bound
                 xr = xc[r:r + 1]
                 two = kernels.a8_two_pass(lambda z: apply(layer, z), xr)[0]
-                q, d = reference_a8.quantize_activations_int8(xr)
-                hi = (q.float().view(1, -1, BLOCK) * d[..., None]).view_as(xr)
-                ids = _candidates(two, float(_error_bound(xr - hi, g)))
+                ids = _candidates(two, float(_error_bound(xr - kernels.a8_rounded(xr), g)))
             # no candidate: NaN logits (a broken step); argmax's answer, a NaN's index
             out.append(_best(layer, xc[r], ids) if ids.shape[0]
                        else int(torch.max(logits[r], dim=0).indices))

@@ -145,6 +145,14 @@ _STACKED = (
 )
 
 
+def _two_pass_head(head: nn.Module, hidden_states: torch.Tensor) -> bool:
+    """Whether the output layer ``head`` is quantized and its CPU rows of fp32 activations
+    take the integer-dot kernels (the engine's ``a8_fp32`` mode): ``compute_logits`` then
+    runs two passes, ``greedy_token_ids`` one (``layers/greedy_head.py``)."""
+    return head.weight is None and hidden_states.is_cpu \
+        and kernels.cpu_a8_enabled(torch.float32)
+
+
 class LlamaForCausalLM(nn.Module):
     """Causal LM head over ``LlamaModel``.
 
@@ -187,8 +195,7 @@ class LlamaForCausalLM(nn.Module):
             # never rounded to bf16 (kernels.a8_fp32)
             with kernels.a8_fp32():
                 logits = head.quant_method.apply(head, hidden_states.float())
-        elif head.weight is None and hidden_states.is_cpu and not draft \
-                and kernels.cpu_a8_enabled(torch.float32):
+        elif not draft and _two_pass_head(head, hidden_states):
             # fp32 hidden states where the engine decodes through the integer-dot kernels
             # (LLMEngine.a8_fp32): logits within ~0.005 of the exact kernel's. One int8
             # rounding of the activations here moves them by 0.1-1.0 and flips near-ties
@@ -207,9 +214,8 @@ class LlamaForCausalLM(nn.Module):
         (``layers/greedy_head.py``): the argmax of the exact logits, the output layer's time
         cut by about a third. Otherwise the argmax of :meth:`compute_logits`."""
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
-        if head.weight is None and hidden_states.is_cpu \
-                and hidden_states.dtype == torch.float32 and greedy_head.has_bound(head) \
-                and kernels.cpu_a8_enabled(torch.float32):
+        if hidden_states.dtype == torch.float32 and _two_pass_head(head, hidden_states) \
+                and greedy_head.has_bound(head):
             return greedy_head.greedy_token_ids(head, hidden_states)
         return row_argmax(self.compute_logits(hidden_states))
 

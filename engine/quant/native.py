@@ -115,15 +115,14 @@ class Int8GroupLinearMethod(LinearMethod):
     def dequantize_rows(self, layer, rows: slice | torch.Tensor) -> torch.Tensor:
         """Rows ``rows`` (a slice, or ids ``[n]`` int64) of the weight, dequantized: ``[n, K]``
         fp32 (the C++ ``int8_dequantize`` where built, else :meth:`embed`'s PyTorch ops)."""
+        q, scales = layer.qweight[rows], layer.scales[rows]
+        mins = None if not self.has_mins else layer.mins[rows]
         if not self.exact_cpu_rows(layer):
-            ids = torch.arange(layer.out_features)[rows] if isinstance(rows, slice) else rows
-            return self.embed(layer, ids, torch.float32)
+            return dequantize_int8_grouped(q, scales, mins, torch.float32)
         from localchat.kernels import cpu
 
-        q = layer.qweight[rows]
         out = torch.empty(q.shape[0], layer.in_features, dtype=torch.float32)
-        mins = None if not self.has_mins else layer.mins[rows]
-        cpu.int8_dequantize(q, layer.scales[rows], mins, self.group_size, out)
+        cpu.int8_dequantize(q, scales, mins, self.group_size, out)
         return out
 
     def weight_bytes(self, out_features, in_features, dtype):
