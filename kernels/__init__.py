@@ -291,7 +291,10 @@ def short_prefill_chunks(x: torch.Tensor) -> bool:
     chunk equals the one-row call (batch invariant). Measured on a 2-core AVX2 EPYC, 2 threads,
     Qwen2.5-Coder-1.5B's Q4_K 17920 x 1536 gate/up weight: 18 / 29 / 38 / 55 ms at 17 / 32 /
     48 / 64 rows against 35 / 43 / 47 / 74 ms for the dequantized GEMM; 80 against 66 at 96
-    rows, where the GEMM wins."""
+    rows, where the GEMM wins. The AVX2 int4 kernel's many-row path (``int4_many``, each
+    weight dequantized once per chunk) later made the 16-row call about 1.4x faster, and the
+    whole prefill still crossed over between 80 and 96 rows (1.5B: 2.9 s chunked / 3.2 s GEMM
+    at 80 rows, 3.9 / 3.3 at 96; SmolLM2 already prefers the GEMM at 80), so the bound stays."""
     return (x.is_cpu and x.dim() == 2 and x.dtype == torch.float32
             and CPU_MAX_ROWS < x.shape[0] <= SHORT_PREFILL_MAX_ROWS and _cpu() is not None)
 

@@ -25,6 +25,7 @@ constexpr int NT_C = 1, MT_C = 16;  // 9..16 rows (and blocks of 16 beyond)
 inline VF vzero() { return _mm512_setzero_ps(); }
 inline VF vset1(float f) { return _mm512_set1_ps(f); }
 inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
 inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline float vsum(VF v) {
   __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

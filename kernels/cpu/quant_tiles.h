@@ -1,6 +1,7 @@
 // ISA-generic tiles of the quantized matmuls, included by quant_avx2.cpp / quant_avx512.cpp
 // INSIDE an anonymous namespace after they define (for their ISA):
-//   VF (float vector), W (lanes), vzero(), vset1(f), vload(p), vfma(a, b, c), vsum(v),
+//   VF (float vector), W (lanes), vzero(), vset1(f), vload(p), vstore(p, v), vfma(a, b, c),
+//   vsum(v),
 //   P4 prep4(s, m)                 : per (row, group) state of the int4 dequantization
 //   deq4_32(p, P4, out[32 / W])    : a block's 16 bytes -> its 32 weights q * s + m, in the
 //                                    permuted activation order of quant.h
@@ -289,4 +290,151 @@ template <bool H> using Int8TileNoMin = Int8Tile<false, H>;
 inline void int8_all(const QuantArgs& a, int64_t n0, int64_t n1) {
   if (a.mins) dispatch_half<Int8TileMin>(a, n0, n1);
   else dispatch_half<Int8TileNoMin>(a, n0, n1);
+}
+
+// ---- int4 with many rows (a short prompt's 16-row chunks): each weight dequantized once ----
+// int4_tile dequantizes a tile's weights into registers for mt rows, so 9..16 rows pay the
+// dequantization twice and every FMA reloads an activation vector. Here the weights of nt
+// columns over a span are dequantized once (deq4_32: the same values, in the same permuted
+// order) into a per-thread buffer that stays in L1, and row tiles of mt rows read them: per
+// vector of k, nt weight loads and mt activation loads feed nt * mt FMAs. Each (n, m)
+// accumulator still takes its FMAs in k order, one vector per 8 (W) columns, so the result is
+// int4_tile's bit for bit (batch invariance holds across both).
+
+// The dequantized weights of column n over groups [g0, g1) -> wb [(g1 - g0) * G] fp32.
+template <int SK>
+inline void int4_deq_col(const QuantArgs& a, int64_t n, int64_t g0, int64_t g1, float* wb) {
+  constexpr bool HALF = SK == 1, WIDEN = SK != 0;
+  const uint8_t* qw = static_cast<const uint8_t*>(a.qweight) + n * (a.K / 2);
+  const int64_t G = a.group_size, ng = a.ngroups;
+  for (int64_t c0 = g0; c0 < g1; c0 += kScaleChunk) {
+    const int64_t gn = g1 - c0 < kScaleChunk ? g1 - c0 : kScaleChunk;
+    float sbuf[WIDEN ? kScaleChunk : 1];
+    float mbuf[WIDEN ? kScaleChunk : 1];
+    const float* sp;
+    const float* mp;
+    if constexpr (SK == 2) {
+      const uint16_t* sup = a.super + n * (ng / 8) * 2;
+      widen_k(static_cast<const uint8_t*>(a.scales) + n * ng + c0, sup, c0, gn, 0, sbuf);
+      widen_k(static_cast<const uint8_t*>(a.mins) + n * ng + c0, sup, c0, gn, 1, mbuf);
+      sp = sbuf;
+      mp = mbuf;
+    } else if constexpr (HALF) {
+      widen_half(static_cast<const uint16_t*>(a.scales) + n * ng + c0, sbuf, gn);
+      widen_half(static_cast<const uint16_t*>(a.mins) + n * ng + c0, mbuf, gn);
+      sp = sbuf;
+      mp = mbuf;
+    } else {
+      sp = static_cast<const float*>(a.scales) + n * ng + c0;
+      mp = static_cast<const float*>(a.mins) + n * ng + c0;
+    }
+    for (int64_t gi = 0; gi < gn; ++gi) {
+      const P4 pr = prep4(sp[gi], mp[gi]);
+      const int64_t g = c0 + gi;
+      for (int64_t kb = g * G; kb < (g + 1) * G; kb += 32) {
+        VF w[32 / W];
+        deq4_32(qw + kb / 2, pr, w);
+        float* o = wb + (kb - g0 * G);
+        for (int v = 0; v < 32 / W; ++v) vstore(o + v * W, w[v]);
+      }
+    }
+  }
+}
+
+// Rows [m0, m0 + mt) of columns [n, n + nt) over the span, weights from wb [nt][ldw].
+template <int nt, int mt>
+inline void int4_buf_tile(const QuantArgs& a, const float* wb, int64_t ldw, int64_t n,
+                          int64_t m0, const Span& span) {
+  VF acc[nt][mt];
+  span_begin<nt, mt>(span, m0, acc);
+  const int64_t k0 = span.g0 * a.group_size, k1 = span.g1 * a.group_size;
+  for (int64_t kb = k0; kb < k1; kb += 32) {
+    const float* xb = a.x + (kb / 32 * a.M + m0) * 32;  // [K / 32][M][32]
+    const float* wk = wb + (kb - k0);
+#pragma GCC unroll 4
+    for (int v = 0; v < 32 / W; ++v) {
+      VF w[nt];
+      for (int t = 0; t < nt; ++t) w[t] = vload(wk + t * ldw + v * W);
+#pragma GCC unroll 16
+      for (int r = 0; r < mt; ++r) {
+        VF xv = vload(xb + r * 32 + v * W);
+        __asm__("" : "+v"(xv));  // one load per activation vector, kept in a register
+        for (int t = 0; t < nt; ++t) acc[t][r] = vfma(w[t], xv, acc[t][r]);
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t)
+    for (int r = 0; r < mt; ++r) {
+      if (span.last) a.out[(m0 + r) * a.N + n + t] = vsum(acc[t][r]);
+      else span.save[t * span.ld + m0 + r] = acc[t][r];
+    }
+}
+
+// The last `left` (< mt) rows.
+template <int nt, int mt>
+inline void int4_buf_rest(const QuantArgs& a, const float* wb, int64_t ldw, int64_t n,
+                          int64_t m0, int64_t left, const Span& sp) {
+  if constexpr (mt >= 1) {
+    if (left == mt) int4_buf_tile<nt, mt>(a, wb, ldw, n, m0, sp);
+    else int4_buf_rest<nt, mt - 1>(a, wb, ldw, n, m0, left, sp);
+  }
+}
+
+// Columns [n, n + nt) over one span: dequantize, then every row.
+template <int nt, int mt, int SK>
+inline void int4_buf_cols(const QuantArgs& a, float* wb, int64_t ldw, int64_t n,
+                          const Span& sp) {
+  // the next columns' bytes of this span arrive while these rows are multiplied
+  const int64_t b0 = sp.g0 * a.group_size / 2, b1 = sp.g1 * a.group_size / 2;
+  for (int t = 0; t < nt; ++t) int4_deq_col<SK>(a, n + t, sp.g0, sp.g1, wb + t * ldw);
+  if (n + 2 * nt <= a.N)
+    for (int t = nt; t < 2 * nt; ++t)
+      for (int64_t b = b0; b < b1; b += 64)
+        prefetch(static_cast<const uint8_t*>(a.qweight) + (n + t) * (a.K / 2) + b);
+  int64_t m0 = 0;
+  for (; m0 + mt <= a.M; m0 += mt) int4_buf_tile<nt, mt>(a, wb, ldw, n, m0, sp);
+  if (a.M > m0) int4_buf_rest<nt, mt - 1>(a, wb, ldw, n, m0, a.M - m0, sp);
+}
+
+// int4 output columns [n0, n1) for any M, chunked over K as `chunked` does (the same spans,
+// strips and parked accumulators).
+template <int nt, int mt, int SK>
+inline void int4_many_sk(const QuantArgs& a, int64_t n0, int64_t n1) {
+  const int64_t G = a.group_size, ng = a.ngroups;
+  int64_t gk = kXChunkBytes / (4 * a.M * G);
+  if (gk < 1) gk = 1;
+  const bool whole = gk >= ng;
+  if (whole) gk = ng;
+  const int64_t ldw = gk * G;
+  // 64-byte aligned (each column's ldw is a multiple of 32 floats): no load splits a line
+  float* wb_raw = new float[nt * ldw + 16];
+  float* wb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wb_raw) + 63) &
+                                       ~uintptr_t(63));
+  VF* save = whole ? nullptr : new VF[kStrip * a.M];
+  const int64_t strip = whole ? (n1 - n0 > 0 ? n1 - n0 : 1) : kStrip;
+  for (int64_t ns = n0; ns < n1; ns += strip) {
+    const int64_t ne = ns + strip < n1 ? ns + strip : n1;
+    for (int64_t g0 = 0; g0 < ng; g0 += gk) {
+      const int64_t g1 = g0 + gk < ng ? g0 + gk : ng;
+      Span sp{g0, g1, g0 == 0, g1 == ng, nullptr, nullptr, a.M};
+      int64_t n = ns;
+      for (; n + nt <= ne; n += nt) {
+        sp.save = whole ? nullptr : save + (n - ns) * a.M;
+        int4_buf_cols<nt, mt, SK>(a, wb, ldw, n, sp);
+      }
+      for (; n < ne; ++n) {
+        sp.save = whole ? nullptr : save + (n - ns) * a.M;
+        int4_buf_cols<1, mt, SK>(a, wb, ldw, n, sp);
+      }
+    }
+  }
+  delete[] wb_raw;
+  delete[] save;
+}
+
+template <int nt, int mt>
+inline void int4_many(const QuantArgs& a, int64_t n0, int64_t n1) {
+  if (a.super) int4_many_sk<nt, mt, 2>(a, n0, n1);
+  else if (a.half) int4_many_sk<nt, mt, 1>(a, n0, n1);
+  else int4_many_sk<nt, mt, 0>(a, n0, n1);
 }
