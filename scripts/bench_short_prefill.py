@@ -1,0 +1,135 @@
+"""Short prompts on CPU: time to the first token for 17-96-token prompts, by prefill path.
+
+Usage::
+
+    python scripts/bench_short_prefill.py                      # the three bundle models
+    python scripts/bench_short_prefill.py --models qwen2.5-coder-1.5b --rounds 3 --json out.json
+
+A chat turn's prompt is usually tens of tokens: more than one decode chunk
+(``kernels.CPU_MAX_ROWS`` = 16 rows) and fewer than the prefill GEMM wants. For each model
+(``--quant native``, the engine's automatic dtype, ``--threads`` threads) and each prompt
+length, ``engine.generate`` of one token on fresh random ids (no prefix-cache hit), wall time,
+best of ``--rounds``, three ways in interleaved rounds:
+
+- ``chunks``: the default up to ``kernels.SHORT_PREFILL_MAX_ROWS`` (64) rows: 16-row chunks on
+  the exact fp32-activation C++ row kernels (``Linear.forward``);
+- ``gemm``: every quantized weight dequantized for ``torch.mm`` (``engine/quant/cpu_prefill.py``,
+  what longer prompts take), by setting the chunk bound to 16 rows;
+- ``a8 chunks``: the same chunks on the integer-dot kernels (activations rounded to int8 per
+  32 columns, as decode rows are), by lifting ``a8_fp32(enabled=False)`` around them. Not
+  the default: it moves logits (SmolLM2's first answer to the README's question flips off a
+  near-tie), shown here for its speed only.
+
+The chunks row at 80 and 96 tokens (past the bound) is measured with the bound raised to 96.
+To compare two builds of the kernels, run this script from each checkout in turn (each loads
+the kernel build of its own sources) and read the rows of the same path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+LENGTHS = (17, 32, 48, 64, 80, 96)
+PATHS = ("chunks", "gemm", "a8 chunks")
+
+
+@contextlib.contextmanager
+def prefill_path(path: str, length: int):
+    """Within: prompts of ``length`` rows take ``path`` (module switches, restored after)."""
+    from localchat import kernels
+    from localchat.engine.layers import linear
+
+    bound, a8 = kernels.SHORT_PREFILL_MAX_ROWS, kernels.a8_fp32
+    if path == "gemm":
+        kernels.SHORT_PREFILL_MAX_ROWS = kernels.CPU_MAX_ROWS
+    else:
+        kernels.SHORT_PREFILL_MAX_ROWS = max(bound, length)
+    if path == "a8 chunks":  # Linear.forward's a8_fp32(enabled=False) keeps the engine's mode
+        linear.kernels = _A8Kernels(kernels)
+    try:
+        yield
+    finally:
+        kernels.SHORT_PREFILL_MAX_ROWS, kernels.a8_fp32 = bound, a8
+        linear.kernels = kernels
+
+
+class _A8Kernels:
+    """``localchat.kernels`` as ``Linear.forward`` sees it, with ``a8_fp32(enabled=False)``
+    made a no-op, so the chunks stay in the engine step's integer-dot mode."""
+
+    def __init__(self, kernels):
+        self._k = kernels
+
+    def __getattr__(self, name):
+        return getattr(self._k, name)
+
+    @staticmethod
+    def a8_fp32(enabled: bool = True):
+        return contextlib.nullcontext()
+
+
+def ttft(engine, ids: list[int]) -> float:
+    """Seconds from ``generate`` to its one token."""
+    from localchat.engine.sampling_params import SamplingParams
+
+    start = time.perf_counter()
+    for _ in engine.generate(ids, SamplingParams(temperature=0.0, max_tokens=1)):
+        pass
+    return time.perf_counter() - start
+
+
+def bench_model(name: str, rounds: int, rng: random.Random) -> dict:
+    from localchat.app.settings import cache_dir
+    from localchat.engine.config import EngineConfig, QuantConfig
+    from localchat.engine.hub.resolve import resolve_model
+    from localchat.engine.llm_engine import LLMEngine
+
+    source = resolve_model(name, cache_dir=cache_dir(), download=False)
+    engine = LLMEngine.from_source(source, EngineConfig(quant=QuantConfig(scheme="native")),
+                                   cache_dir=cache_dir())
+    ttft(engine, [rng.randrange(1000, 20000) for _ in range(24)])  # first-call costs
+    best: dict[str, dict[int, float]] = {p: {} for p in PATHS}
+    for _ in range(rounds):
+        for length in LENGTHS:
+            for path in PATHS:
+                ids = [rng.randrange(1000, 20000) for _ in range(length)]
+                with prefill_path(path, length):
+                    seconds = ttft(engine, ids)
+                best[path][length] = min(best[path].get(length, seconds), seconds)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+",
+                        default=["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = random.Random(0)
+    results = {}
+    print(f"time to first token (s), best of {args.rounds}, {args.threads} threads; "
+          f"prompt lengths {', '.join(map(str, LENGTHS))}")
+    for name in args.models:
+        best = bench_model(name, args.rounds, rng)
+        results[name] = {p: {str(n): s for n, s in v.items()} for p, v in best.items()}
+        for path in PATHS:
+            row = "  ".join(f"{best[path][n]:6.3f}" for n in LENGTHS)
+            print(f"{name:20s} {path:10s} {row}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
