@@ -12,7 +12,9 @@ length, ``engine.generate`` of one token on fresh random ids (no prefix-cache hi
 best of ``--rounds``, three ways in interleaved rounds:
 
 - ``chunks``: the default up to ``kernels.SHORT_PREFILL_MAX_ROWS`` (64) rows: 16-row chunks on
-  the exact fp32-activation C++ row kernels (``Linear.forward``);
+  the exact fp32-activation C++ row kernels (``Linear.forward``) for each layer up to its
+  ``LinearMethod.short_prefill_rows`` (int4 and int8 groups 64, bit-plane int5 / int6 layers
+  24; more rows on the layer's GEMM);
 - ``gemm``: every quantized weight dequantized for ``torch.mm`` (``engine/quant/cpu_prefill.py``,
   what longer prompts take), by setting the chunk bound to 16 rows;
 - ``a8 chunks``: the same chunks on the integer-dot kernels (activations rounded to int8 per
@@ -20,7 +22,12 @@ best of ``--rounds``, three ways in interleaved rounds:
   the default: it moves logits (SmolLM2's first answer to the README's question flips off a
   near-tie), shown here for its speed only.
 
-The chunks row at 80 and 96 tokens (past the bound) is measured with the bound raised to 96.
+With ``--llama-peer EXE`` (a binary built from ``scripts/llama_peer.cpp``), llama.cpp on the
+same GGUF and the same ids, in the same rounds: its prompt batch's decode time (``prefill_s``,
+the prompt alone; ours also counts sampling the token and the engine step around it).
+
+The chunks row at 80 and 96 tokens (past the bound) is measured with the global bound raised
+to the prompt's length (bit-plane layers still stop at 24).
 To compare two builds of the kernels, run this script from each checkout in turn (each loads
 the kernel build of its own sources) and read the rows of the same path.
 """
@@ -86,7 +93,8 @@ def ttft(engine, ids: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def bench_model(name: str, rounds: int, rng: random.Random) -> dict:
+def bench_model(name: str, rounds: int, rng: random.Random, threads: int,
+                peer_exe: Path | None) -> dict:
     from localchat.app.settings import cache_dir
     from localchat.engine.config import EngineConfig, QuantConfig
     from localchat.engine.hub.resolve import resolve_model
@@ -95,15 +103,29 @@ def bench_model(name: str, rounds: int, rng: random.Random) -> dict:
     source = resolve_model(name, cache_dir=cache_dir(), download=False)
     engine = LLMEngine.from_source(source, EngineConfig(quant=QuantConfig(scheme="native")),
                                    cache_dir=cache_dir())
+    peer = None
+    if peer_exe is not None:
+        from llama_peers import LlamaPeer  # scripts/, beside this file
+
+        peer = LlamaPeer(peer_exe, Path(source.path), threads)
+        peer._run([rng.randrange(1000, 20000) for _ in range(24)], 1)
     ttft(engine, [rng.randrange(1000, 20000) for _ in range(24)])  # first-call costs
-    best: dict[str, dict[int, float]] = {p: {} for p in PATHS}
-    for _ in range(rounds):
-        for length in LENGTHS:
-            for path in PATHS:
-                ids = [rng.randrange(1000, 20000) for _ in range(length)]
-                with prefill_path(path, length):
-                    seconds = ttft(engine, ids)
-                best[path][length] = min(best[path].get(length, seconds), seconds)
+    paths = (*PATHS, "llama.cpp") if peer else PATHS
+    best: dict[str, dict[int, float]] = {p: {} for p in paths}
+    try:
+        for _ in range(rounds):
+            for length in LENGTHS:
+                for path in paths:
+                    ids = [rng.randrange(1000, 20000) for _ in range(length)]
+                    if path == "llama.cpp":
+                        seconds = peer._run(ids, 1)["prefill_s"]
+                    else:
+                        with prefill_path(path, length):
+                            seconds = ttft(engine, ids)
+                    best[path][length] = min(best[path].get(length, seconds), seconds)
+    finally:
+        if peer is not None:
+            peer.close()
     return best
 
 
@@ -114,6 +136,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--llama-peer", type=Path, default=None,
+                        help="llama.cpp peer: a binary built from scripts/llama_peer.cpp")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = random.Random(0)
@@ -121,9 +145,9 @@ def main() -> int:
     print(f"time to first token (s), best of {args.rounds}, {args.threads} threads; "
           f"prompt lengths {', '.join(map(str, LENGTHS))}")
     for name in args.models:
-        best = bench_model(name, args.rounds, rng)
+        best = bench_model(name, args.rounds, rng, args.threads, args.llama_peer)
         results[name] = {p: {str(n): s for n, s in v.items()} for p, v in best.items()}
-        for path in PATHS:
+        for path in best:
             row = "  ".join(f"{best[path][n]:6.3f}" for n in LENGTHS)
             print(f"{name:20s} {path:10s} {row}")
     if args.json:

@@ -36,7 +36,8 @@ class Linear(nn.Module):
         self.quant_method: LinearMethod = LinearMethod()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if kernels.short_prefill_chunks(x) and self.quant_method.exact_cpu_rows(self):
+        if kernels.short_prefill_chunks(x) and \
+                x.shape[0] <= self.quant_method.short_prefill_rows(self):
             # a short fp32 prefill: chunks of decode rows on the exact C++ kernels (also inside
             # an a8_fp32 engine step: prompts stay fp32-exact), not a GEMM over every weight
             # dequantized

@@ -109,6 +109,15 @@ class LinearMethod:
         int8pack / int4pack kernels (bf16 activations)."""
         return False
 
+    def short_prefill_rows(self, layer: nn.Module) -> int:
+        """The most fp32 rows (tokens) of a prefill that ``Linear.forward`` runs on this
+        layer as ``CPU_MAX_ROWS``-row chunks of its exact C++ row kernels
+        (``kernels.short_prefill_chunks``) instead of its prefill GEMM; 0 where it has none.
+        ``kernels.SHORT_PREFILL_MAX_ROWS`` (64) by default, where the row kernels dequantize
+        each weight once per chunk (int4, int8 groups); a layout whose row kernels cost more
+        per row says less (``PlanarLinearMethod``)."""
+        return _kernels.SHORT_PREFILL_MAX_ROWS if self.exact_cpu_rows(layer) else 0
+
     def create_weights(self, layer: nn.Module, device: torch.device) -> None:
         """Allocate empty stored-layout tensors (to be filled from the cache)."""
 

@@ -20,6 +20,10 @@ from localchat import kernels
 from .methods import LinearMethod, _add_bias, _flat
 from .schemes import QuantScheme
 
+# The most prefill rows a bit-plane (int5 / int6) layer runs as 16-row chunks of its exact row
+# kernels (PlanarLinearMethod.short_prefill_rows); more take its prefill GEMM.
+PLANAR_SHORT_PREFILL_ROWS = 24
+
 
 class PlanarLinearMethod(LinearMethod):
     """Base of the bit-plane layouts: a subclass names its buffers (``_weights``) and its
@@ -64,6 +68,15 @@ class PlanarLinearMethod(LinearMethod):
 
     def exact_cpu_rows(self, layer):
         return self._weights(layer)[0].is_cpu
+
+    def short_prefill_rows(self, layer):
+        # The bit-plane row kernels decode each column's weights once per 4-row tile, so the
+        # prefill GEMM overtakes 16-row chunks sooner than for int4: measured on a 2-core AVX2
+        # EPYC, 2 threads, chunks / GEMM ms, Qwen2.5-Coder-0.5B's Q5_0 4864 x 896 gate/up at
+        # 17 / 24 / 32 / 48 rows 6.0/9.7, 7.8/9.2, 10.1/10.0, 15.1/11.5; its Q6_K down 3.2/3.8,
+        # 4.2/4.4, 5.3/4.1, 6.6/4.9; the 1.5B's Q6_K 1536 x 8960 down 14.7/16.5, 17.9/17.8 at
+        # 17 / 24, 17.2/13.0 at 32.
+        return PLANAR_SHORT_PREFILL_ROWS if self.exact_cpu_rows(layer) else 0
 
     def apply(self, layer, x):
         x2 = _flat(x)

@@ -109,6 +109,9 @@ class ShardedLinearMethod(LinearMethod):
     def exact_cpu_rows(self, layer):
         return all(child.quant_method.exact_cpu_rows(child) for child in self.children(layer))
 
+    def short_prefill_rows(self, layer):
+        return min(child.quant_method.short_prefill_rows(child) for child in self.children(layer))
+
     def decode_plan(self, layer, dtype):
         parts = []
         for child in self.children(layer):

@@ -223,3 +223,27 @@ def test_qwen_0_5b_int5_greedy_equals_int8_and_holds_the_file_bytes(cache_dir, m
     q5_weights = sum(int(np.prod(t.dims)) for t in read_gguf_header(path).tensors
                      if t.ggml_type == Q5_0)
     assert old_held - held == q5_weights * 12 // 32
+
+
+def test_short_prefill_chunks_stop_sooner_for_bit_planes(q50):
+    """Bit-plane layers run fp32 prefills of up to ``PLANAR_SHORT_PREFILL_ROWS`` (24) rows as
+    16-row chunks of the exact row kernels (each row the one-row call's bits) and more on the
+    prefill GEMM, where int4 layers chunk up to 64; both within the fp32 bound of gguf's
+    values."""
+    from localchat import kernels
+    from localchat.engine.quant.planar import PLANAR_SHORT_PREFILL_ROWS
+
+    raw, n, k, w = q50
+    layer = _layer(raw, n, k)
+    assert layer.quant_method.short_prefill_rows(layer) == PLANAR_SHORT_PREFILL_ROWS
+    assert kernels.CPU_MAX_ROWS < PLANAR_SHORT_PREFILL_ROWS < kernels.SHORT_PREFILL_MAX_ROWS
+    for rows in (PLANAR_SHORT_PREFILL_ROWS, PLANAR_SHORT_PREFILL_ROWS + 8):
+        x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+        y = layer(x)
+        one_by_one = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
+        if rows <= PLANAR_SHORT_PREFILL_ROWS:
+            assert torch.equal(y, one_by_one)
+        else:  # the layer's own many-row path: the GEMM over the dequantized weight
+            assert torch.equal(y, layer.quant_method.apply(layer, x))
+        bound = 2 * (k + 16) * U * (x.abs() @ w.abs().t()) + 1e-6
+        assert bool(((y - x @ w.t()).abs() <= bound).all())
