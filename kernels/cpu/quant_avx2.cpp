@@ -18,8 +18,9 @@ constexpr int NT_A = 2, MT_A = 4;
 constexpr int NT_B = 1, MT_B = 8;
 constexpr int NT_C = 1, MT_C = 8;
 // more than MT_B rows (16-row chunks of a short prompt): int4_many's shape, 2 x 4 accumulators
-// (12 of the 16 ymm registers with the two weight vectors and one activation vector); 2.0x
-// the C tiles at 16 rows on a Zen 3 core pair (Q4_K 17920 x 1536: 16 -> 8 ms)
+// (with two weight vectors and one activation vector 11 of the 16 ymm registers; 2 x 6 spills
+// and measured no faster); 1.3-1.5x the C tiles at 16 rows on a Zen 3 core pair (Q4_K
+// 17920 x 1536, 2 threads: 10.9-12.4 -> 8.1 ms)
 constexpr int NT_D = 2, MT_D = 4;
 
 inline VF vzero() { return _mm256_setzero_ps(); }
