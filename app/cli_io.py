@@ -176,7 +176,8 @@ class AnswerWriter:
     """Streams text deltas to stdout, flushing each, and ends the answer with exactly one newline.
 
     Trailing newlines of the text so far are held back until more text arrives, so the final
-    output ends with a single ``\\n`` whatever the model produced. With ``buffered``
+    output ends with a single ``\\n`` whatever the model produced; newlines before the answer's
+    first other character (a reply opening with blank lines) are not written. With ``buffered``
     (``--no-stream``) nothing is written before ``finish``, which writes the same bytes in one
     go. On a terminal, control characters of the text other than newline and tab are shown
     as visible stand-ins (``term_safe``); ``text`` keeps the answer as generated.
@@ -188,6 +189,7 @@ class AnswerWriter:
         self._terminal = stream_isatty(self.stream)  # show control characters, never obey them
         self._pending = ""
         self._held: list[str] = []
+        self._written = False  # any character but a newline yet
         self.text = ""
 
     def write(self, delta: str) -> None:
@@ -196,9 +198,12 @@ class AnswerWriter:
             return
         self.text += delta
         text = self._pending + delta
+        if not self._written:
+            text = text.lstrip("\n")
         body = text.rstrip("\n")
         self._pending = text[len(body) :]
         if body:
+            self._written = True
             if self._terminal:
                 from .term_safe import visible_controls
 

@@ -61,8 +61,8 @@ class MarkdownWriter:
     line raw.
 
     Fenced code lines are shown with syntax colours (the fence's language), other lines as
-    Markdown; blank lines at the end of the answer are dropped and the output ends with one
-    newline. Control characters other than newline and tab are shown as visible stand-ins
+    Markdown; blank lines at the start and the end of the answer are dropped and the output
+    ends with one newline. Control characters other than newline and tab are shown as visible stand-ins
     (``term_safe``), never sent to the terminal; ``text`` keeps the answer as generated. Rich
     follows ``NO_COLOR`` (no colours, styles kept) and the terminal width.
 
@@ -79,6 +79,7 @@ class MarkdownWriter:
         self.text = ""
         self._line = ""  # the current (unfinished) line, shown raw
         self._blank = 0  # finished blank lines not yet shown
+        self._started = False  # a non-blank line finished yet (blank lines before it: dropped)
         self._fence: str | None = None
         self._lang = ""
 
@@ -134,8 +135,9 @@ class MarkdownWriter:
     def _finish_line(self, line: str) -> None:
         match = _FENCE.match(line)
         if not line.strip() and self._fence is None:
-            self._blank += 1
+            self._blank += self._started
             return
+        self._started = True
         self._flush_blank()
         if self._fence is None and match:
             self._fence, self._lang = match.group(1), match.group(2) or "text"

@@ -42,6 +42,17 @@ def test_exactly_one_trailing_newline(fake_ask):
     assert out == "a\n\nb\n"
 
 
+def test_blank_lines_before_the_answer_are_not_written(fake_ask):
+    """A reply that opens with blank lines starts at its first character; blank lines and
+    indentation inside it stay."""
+    code, out, err, _ = fake_ask(["hi"], ["\n", "\n", "  Hel", "lo\n\n", "x"])
+    assert (code, out, err) == (0, "  Hello\n\nx\n", "")
+    code, out, _, _ = fake_ask(["hi", "--no-stream"], ["\n\nHi"])
+    assert out == "Hi\n"
+    code, out, _, _ = fake_ask(["hi"], ["\n", "\n"])  # nothing but newlines: one newline
+    assert (code, out) == (0, "\n")
+
+
 def test_prompt_composition_and_system_message(fake_ask):
     code, _, _, engine = fake_ask(["QUESTION", "-s", "SYS", "--seed", "7"], ["x"], stdin=b"CTX\n")
     assert code == 0

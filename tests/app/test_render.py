@@ -82,6 +82,11 @@ def test_streamed_markdown_equals_one_shot_rendering():
     assert "\x1b[1m" in one_shot  # bold survives
 
 
+def test_blank_lines_before_the_answer_are_dropped():
+    out = render(["\n", "\n  \nHello **you**\n\nend"])
+    assert screen(out, 60)[:3] == ["Hello you", "", "end"]
+
+
 def test_wrapped_current_line_is_erased_before_its_rendering():
     long = "word " * 30  # 150 columns on a 40-column terminal: 4 rows shown raw
     deltas = [long[i:i + 7] for i in range(0, len(long), 7)] + ["\n**end**\n"]
