@@ -52,35 +52,18 @@ PATHS = ("chunks", "gemm", "a8 chunks")
 def prefill_path(path: str, length: int):
     """Within: prompts of ``length`` rows take ``path`` (module switches, restored after)."""
     from localchat import kernels
-    from localchat.engine.layers import linear
 
     bound, a8 = kernels.SHORT_PREFILL_MAX_ROWS, kernels.a8_fp32
     if path == "gemm":
         kernels.SHORT_PREFILL_MAX_ROWS = kernels.CPU_MAX_ROWS
     else:
         kernels.SHORT_PREFILL_MAX_ROWS = max(bound, length)
-    if path == "a8 chunks":  # Linear.forward's a8_fp32(enabled=False) keeps the engine's mode
-        linear.kernels = _A8Kernels(kernels)
+    if path == "a8 chunks":  # Linear.forward's a8_fp32(enabled=False) keeps the step's a8 mode
+        kernels.a8_fp32 = lambda enabled=True: a8(True)
     try:
         yield
     finally:
         kernels.SHORT_PREFILL_MAX_ROWS, kernels.a8_fp32 = bound, a8
-        linear.kernels = kernels
-
-
-class _A8Kernels:
-    """``localchat.kernels`` as ``Linear.forward`` sees it, with ``a8_fp32(enabled=False)``
-    made a no-op, so the chunks stay in the engine step's integer-dot mode."""
-
-    def __init__(self, kernels):
-        self._k = kernels
-
-    def __getattr__(self, name):
-        return getattr(self._k, name)
-
-    @staticmethod
-    def a8_fp32(enabled: bool = True):
-        return contextlib.nullcontext()
 
 
 def ttft(engine, ids: list[int]) -> float:

@@ -110,12 +110,10 @@ class LinearMethod:
         return False
 
     def short_prefill_rows(self, layer: nn.Module) -> int:
-        """The most fp32 rows (tokens) of a prefill that ``Linear.forward`` runs on this
-        layer as ``CPU_MAX_ROWS``-row chunks of its exact C++ row kernels
-        (``kernels.short_prefill_chunks``) instead of its prefill GEMM; 0 where it has none.
-        ``kernels.SHORT_PREFILL_MAX_ROWS`` (64) by default, where the row kernels dequantize
-        each weight once per chunk (int4, int8 groups); a layout whose row kernels cost more
-        per row says less (``PlanarLinearMethod``)."""
+        """The most fp32 prefill rows ``Linear.forward`` runs on this layer as 16-row chunks
+        of its exact C++ row kernels (``kernels.short_prefill_chunks``), else its GEMM; 0
+        without such kernels, ``kernels.SHORT_PREFILL_MAX_ROWS`` by default, less where
+        the row kernels cost more per row (``PlanarLinearMethod``)."""
         return _kernels.SHORT_PREFILL_MAX_ROWS if self.exact_cpu_rows(layer) else 0
 
     def create_weights(self, layer: nn.Module, device: torch.device) -> None:

@@ -55,6 +55,30 @@ inline void widen_k(const uint8_t* v, const uint16_t* sup, int64_t g0, int64_t n
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+// Column n's fp32 scales and mins for groups [g0, g0 + gn) (gn <= kScaleChunk): pointers into
+// the layer's own fp32 arrays (SK 0), or sbuf / mbuf filled with the exactly widened fp16
+// (SK 1) or two-level (SK 2) values.
+template <int SK>
+inline void int4_group_scales(const QuantArgs& a, int64_t n, int64_t g0, int64_t gn,
+                              float* sbuf, float* mbuf, const float** sp, const float** mp) {
+  const int64_t ng = a.ngroups;
+  if constexpr (SK == 2) {
+    const uint16_t* sup = a.super + n * (ng / 8) * 2;
+    widen_k(static_cast<const uint8_t*>(a.scales) + n * ng + g0, sup, g0, gn, 0, sbuf);
+    widen_k(static_cast<const uint8_t*>(a.mins) + n * ng + g0, sup, g0, gn, 1, mbuf);
+    *sp = sbuf;
+    *mp = mbuf;
+  } else if constexpr (SK == 1) {
+    widen_half(static_cast<const uint16_t*>(a.scales) + n * ng + g0, sbuf, gn);
+    widen_half(static_cast<const uint16_t*>(a.mins) + n * ng + g0, mbuf, gn);
+    *sp = sbuf;
+    *mp = mbuf;
+  } else {
+    *sp = static_cast<const float*>(a.scales) + n * ng + g0;
+    *mp = static_cast<const float*>(a.mins) + n * ng + g0;
+  }
+}
+
 // The groups [g0, g1) of one tile. first: accumulators start at zero (else reload from
 // save); last: reduce into out (else park in save). save[t * ld + m] for output n + t, row m.
 struct Span {
@@ -87,25 +111,8 @@ inline void int4_tile(const QuantArgs& a, int64_t n, int64_t m0, const Span& spa
     float mbuf[WIDEN ? nt : 1][WIDEN ? kScaleChunk : 1];
     const float* sp[nt];
     const float* mp[nt];
-    for (int t = 0; t < nt; ++t) {
-      if constexpr (SK == 2) {
-        const uint16_t* sup = a.super + (n + t) * (ng / 8) * 2;
-        widen_k(static_cast<const uint8_t*>(a.scales) + (n + t) * ng + g0, sup, g0, gn, 0,
-                sbuf[t]);
-        widen_k(static_cast<const uint8_t*>(a.mins) + (n + t) * ng + g0, sup, g0, gn, 1,
-                mbuf[t]);
-        sp[t] = sbuf[t];
-        mp[t] = mbuf[t];
-      } else if constexpr (HALF) {
-        widen_half(static_cast<const uint16_t*>(a.scales) + (n + t) * ng + g0, sbuf[t], gn);
-        widen_half(static_cast<const uint16_t*>(a.mins) + (n + t) * ng + g0, mbuf[t], gn);
-        sp[t] = sbuf[t];
-        mp[t] = mbuf[t];
-      } else {
-        sp[t] = static_cast<const float*>(a.scales) + (n + t) * ng + g0;
-        mp[t] = static_cast<const float*>(a.mins) + (n + t) * ng + g0;
-      }
-    }
+    for (int t = 0; t < nt; ++t)
+      int4_group_scales<SK>(a, n + t, g0, gn, sbuf[t], mbuf[t], &sp[t], &mp[t]);
     for (int64_t gi = 0; gi < gn; ++gi) {
       const int64_t g = g0 + gi;
       P4 pr[nt];
@@ -241,14 +248,21 @@ inline void cols_for(const QuantArgs& a, int64_t n0, int64_t n1, Span sp, VF* sa
   }
 }
 
-template <int nt, int mt, class Tile>
-inline void chunked(const QuantArgs& a, int64_t n0, int64_t n1) {
-  const int64_t G = a.group_size, ng = a.ngroups;
-  int64_t gk = kXChunkBytes / (4 * a.M * G);
-  if (gk < 1) gk = 1;
+// Groups per K span with M activation rows (their fp32 span fits kXChunkBytes; at least 1, at
+// most all ngroups).
+inline int64_t span_groups(const QuantArgs& a) {
+  const int64_t gk = kXChunkBytes / (4 * a.M * a.group_size);
+  return gk < 1 ? 1 : gk < a.ngroups ? gk : a.ngroups;
+}
+
+// Output columns [n0, n1) walked as cols(ns, ne, span, save, tsave): one call over every column
+// and all of K when the activations fit, else strips of kStrip columns by K spans, the
+// accumulators parked in save / tsave (per strip column, M each) between spans.
+template <class Cols>
+inline void walk_spans(const QuantArgs& a, int64_t n0, int64_t n1, Cols&& cols) {
+  const int64_t ng = a.ngroups, gk = span_groups(a);
   if (gk >= ng) {
-    cols_for<nt, mt, Tile>(a, n0, n1, Span{0, ng, true, true, nullptr, nullptr, a.M}, nullptr,
-                           nullptr);
+    cols(n0, n1, Span{0, ng, true, true, nullptr, nullptr, a.M}, nullptr, nullptr);
     return;
   }
   // plain new[] (a library call): no std:: template is instantiated in an ISA unit
@@ -258,12 +272,18 @@ inline void chunked(const QuantArgs& a, int64_t n0, int64_t n1) {
     const int64_t ne = ns + kStrip < n1 ? ns + kStrip : n1;
     for (int64_t g0 = 0; g0 < ng; g0 += gk) {
       const int64_t g1 = g0 + gk < ng ? g0 + gk : ng;
-      cols_for<nt, mt, Tile>(a, ns, ne, Span{g0, g1, g0 == 0, g1 == ng, nullptr, nullptr, a.M},
-                             save, tsave);
+      cols(ns, ne, Span{g0, g1, g0 == 0, g1 == ng, nullptr, nullptr, a.M}, save, tsave);
     }
   }
   delete[] save;
   delete[] tsave;
+}
+
+template <int nt, int mt, class Tile>
+inline void chunked(const QuantArgs& a, int64_t n0, int64_t n1) {
+  walk_spans(a, n0, n1, [&](int64_t ns, int64_t ne, const Span& sp, VF* save, float* tsave) {
+    cols_for<nt, mt, Tile>(a, ns, ne, sp, save, tsave);
+  });
 }
 
 // The tile shape for this M (neither the tiling nor the chunking changes a result).
@@ -304,30 +324,16 @@ inline void int8_all(const QuantArgs& a, int64_t n0, int64_t n1) {
 // The dequantized weights of column n over groups [g0, g1) -> wb [(g1 - g0) * G] fp32.
 template <int SK>
 inline void int4_deq_col(const QuantArgs& a, int64_t n, int64_t g0, int64_t g1, float* wb) {
-  constexpr bool HALF = SK == 1, WIDEN = SK != 0;
+  constexpr bool WIDEN = SK != 0;
   const uint8_t* qw = static_cast<const uint8_t*>(a.qweight) + n * (a.K / 2);
-  const int64_t G = a.group_size, ng = a.ngroups;
+  const int64_t G = a.group_size;
   for (int64_t c0 = g0; c0 < g1; c0 += kScaleChunk) {
     const int64_t gn = g1 - c0 < kScaleChunk ? g1 - c0 : kScaleChunk;
     float sbuf[WIDEN ? kScaleChunk : 1];
     float mbuf[WIDEN ? kScaleChunk : 1];
     const float* sp;
     const float* mp;
-    if constexpr (SK == 2) {
-      const uint16_t* sup = a.super + n * (ng / 8) * 2;
-      widen_k(static_cast<const uint8_t*>(a.scales) + n * ng + c0, sup, c0, gn, 0, sbuf);
-      widen_k(static_cast<const uint8_t*>(a.mins) + n * ng + c0, sup, c0, gn, 1, mbuf);
-      sp = sbuf;
-      mp = mbuf;
-    } else if constexpr (HALF) {
-      widen_half(static_cast<const uint16_t*>(a.scales) + n * ng + c0, sbuf, gn);
-      widen_half(static_cast<const uint16_t*>(a.mins) + n * ng + c0, mbuf, gn);
-      sp = sbuf;
-      mp = mbuf;
-    } else {
-      sp = static_cast<const float*>(a.scales) + n * ng + c0;
-      mp = static_cast<const float*>(a.mins) + n * ng + c0;
-    }
+    int4_group_scales<SK>(a, n, c0, gn, sbuf, mbuf, &sp, &mp);
     for (int64_t gi = 0; gi < gn; ++gi) {
       const P4 pr = prep4(sp[gi], mp[gi]);
       const int64_t g = c0 + gi;
@@ -396,40 +402,26 @@ inline void int4_buf_cols(const QuantArgs& a, float* wb, int64_t ldw, int64_t n,
   if (a.M > m0) int4_buf_rest<nt, mt - 1>(a, wb, ldw, n, m0, a.M - m0, sp);
 }
 
-// int4 output columns [n0, n1) for any M, chunked over K as `chunked` does (the same spans,
-// strips and parked accumulators).
+// int4 output columns [n0, n1) for any M, walked as `chunked` walks them (walk_spans).
 template <int nt, int mt, int SK>
 inline void int4_many_sk(const QuantArgs& a, int64_t n0, int64_t n1) {
-  const int64_t G = a.group_size, ng = a.ngroups;
-  int64_t gk = kXChunkBytes / (4 * a.M * G);
-  if (gk < 1) gk = 1;
-  const bool whole = gk >= ng;
-  if (whole) gk = ng;
-  const int64_t ldw = gk * G;
+  const int64_t ldw = span_groups(a) * a.group_size;
   // 64-byte aligned (each column's ldw is a multiple of 32 floats): no load splits a line
   float* wb_raw = new float[nt * ldw + 16];
   float* wb = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wb_raw) + 63) &
                                        ~uintptr_t(63));
-  VF* save = whole ? nullptr : new VF[kStrip * a.M];
-  const int64_t strip = whole ? (n1 - n0 > 0 ? n1 - n0 : 1) : kStrip;
-  for (int64_t ns = n0; ns < n1; ns += strip) {
-    const int64_t ne = ns + strip < n1 ? ns + strip : n1;
-    for (int64_t g0 = 0; g0 < ng; g0 += gk) {
-      const int64_t g1 = g0 + gk < ng ? g0 + gk : ng;
-      Span sp{g0, g1, g0 == 0, g1 == ng, nullptr, nullptr, a.M};
-      int64_t n = ns;
-      for (; n + nt <= ne; n += nt) {
-        sp.save = whole ? nullptr : save + (n - ns) * a.M;
-        int4_buf_cols<nt, mt, SK>(a, wb, ldw, n, sp);
-      }
-      for (; n < ne; ++n) {
-        sp.save = whole ? nullptr : save + (n - ns) * a.M;
-        int4_buf_cols<1, mt, SK>(a, wb, ldw, n, sp);
-      }
+  walk_spans(a, n0, n1, [&](int64_t ns, int64_t ne, Span sp, VF* save, float*) {
+    int64_t n = ns;
+    for (; n + nt <= ne; n += nt) {
+      sp.save = save ? save + (n - ns) * a.M : nullptr;
+      int4_buf_cols<nt, mt, SK>(a, wb, ldw, n, sp);
     }
-  }
+    for (; n < ne; ++n) {
+      sp.save = save ? save + (n - ns) * a.M : nullptr;
+      int4_buf_cols<1, mt, SK>(a, wb, ldw, n, sp);
+    }
+  });
   delete[] wb_raw;
-  delete[] save;
 }
 
 template <int nt, int mt>
