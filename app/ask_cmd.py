@@ -113,14 +113,18 @@ def run_ask(args: AskArgs) -> None:
             if engine is None:  # (a server started for --keep-alive loads during the check)
                 engine = cli_io.guarded(lambda: kept_alive_backend(
                     args, settings, model, keep_alive,
-                    lambda: check_prompt_before_load(options, session, sampling.max_tokens)))
+                    lambda: check_prompt_before_load(options, session, sampling.max_tokens)),
+                    say=False)
             if engine is not None:
                 model = engine.model  # an endpoint asked without -m answers with its own model
             else:
                 engine = _load_naming_the_setting(options, settings, from_setting)
         except typer.Exit as exc:
-            if exc.exit_code == cli_io.EXIT_INTERRUPTED and store is not None:
-                keep_turn_interrupted_while_loading(store, conv, args, model, system, text)
+            if exc.exit_code == cli_io.EXIT_INTERRUPTED:
+                if store is not None:
+                    keep_turn_interrupted_while_loading(store, conv, args, model, system, text)
+                else:
+                    cli_io.interrupted()
             raise
         sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
@@ -148,6 +152,8 @@ def keep_turn_interrupted_while_loading(store: Any, conv: Any, args: Any, model:
     line (``save_user``)."""
     conv_id, message_id = save_user(store, conv, args, model, system, text)
     save_reply(store, conv_id, "", True, None, message_id)
+    cli_io.interrupted(f"your message is saved in conversation {conv_id}"
+                       if conv_id is not None else "")
 
 
 def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any:
@@ -235,7 +241,7 @@ def _load_naming_the_setting(options: LoadOptions, settings: Any, from_setting: 
     from localchat.engine.errors import ModelNotFoundError
 
     try:
-        return cli_io.guarded(lambda: load_engine(options))
+        return cli_io.guarded(lambda: load_engine(options), say=False)
     except ModelNotFoundError as exc:
         source = settings.sources.get("default_model")
         if not from_setting or source is None:

@@ -73,7 +73,8 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
     # Finish saving and printing whatever arrives now.
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}
     try:
-        stats = answer_stats(last, len(prompt_ids), interrupted)
+        stats = answer_stats(last, len(prompt_ids), interrupted,
+                             speculating=getattr(engine, "speculator", None) is not None)
         save_reply(store, conv_id, writer.text, interrupted, stats, parent_id)
         if args.json:
             stats["context"] = _context(engine)  # the value in use
@@ -87,6 +88,8 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if interrupted:  # 130 after Ctrl+C, 143 after SIGTERM, 129 after SIGHUP
+        cli_io.interrupted(f"the reply so far is saved in conversation {conv_id}"
+                           if conv_id is not None else "", guard.signum)
         raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
 
 

@@ -174,6 +174,7 @@ def _answer(engine: LLMEngine, ids: list[int], sampling: SamplingParams,
             close()
     text = last.text if last is not None else ""
     session.add_assistant(text)
-    stats = answer_stats(last, len(ids), interrupted=False)
+    stats = answer_stats(last, len(ids), interrupted=False,
+                         speculating=getattr(engine, "speculator", None) is not None)
     spec = stats.pop("speculative")
     return {"content": text, **stats, "spec": spec, "dropped_turns": session.last_dropped_turns}

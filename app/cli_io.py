@@ -74,6 +74,17 @@ def note(message: str) -> None:
     _err_write(f"{PROG}: note: {one_line(message)}\n")
 
 
+def interrupted(detail: str = "", signum: int | None = None) -> None:
+    """Print ``localchat: interrupted[; <detail>]`` as one line on stderr: Ctrl+C (or, named,
+    the signal ``signum``: SIGTERM, SIGHUP) ended the command; ``detail`` says what was kept."""
+    import signal
+
+    what = "interrupted"
+    if signum is not None and signum != signal.SIGINT:
+        what = f"stopped by {signal.Signals(signum).name}"
+    _err_write(f"{PROG}: {what}" + (f"; {one_line(detail)}" if detail else "") + "\n")
+
+
 def stats_line(message: str) -> None:
     """Print ``localchat: stats: <message>`` as one line on stderr (``ask --stats``)."""
     _err_write(f"{PROG}: stats: {one_line(message)}\n")
@@ -266,8 +277,9 @@ def sampling_error_message(err: ValueError, flags: dict[str, str]) -> str:
 def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     """Run a click/typer command and map every outcome to an exit code (module docstring).
 
-    Usage errors -> one line, 2; ``LocalchatError`` -> one line, 1; Ctrl+C -> 130; anything
-    else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).
+    Usage errors -> one line, 2; ``LocalchatError`` -> one line, its ``exit_code`` (1 unless
+    it says 2: a flag value found bad only after parsing); Ctrl+C -> ``interrupted`` line, 130;
+    anything else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args)
@@ -293,10 +305,12 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
         error(str(e))
         return EXIT_USAGE
     except typer.Abort:
+        interrupted()
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         if debug:
             raise
+        interrupted()
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         silence_stdout()
@@ -305,7 +319,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         error(str(e) or type(e).__name__)
-        return EXIT_RUNTIME
+        return int(getattr(e, "exit_code", EXIT_RUNTIME))  # e.g. a refused --draft: 2
     except Exception as e:  # the last line of defence: never a bare traceback
         if debug:
             raise
@@ -313,11 +327,14 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
         return EXIT_RUNTIME
 
 
-def guarded(fn: Callable[[], Any]) -> Any:
-    """Call ``fn``, turning KeyboardInterrupt into exit 130 (used around model loading)."""
+def guarded(fn: Callable[[], Any], say: bool = True) -> Any:
+    """Call ``fn``, turning KeyboardInterrupt into exit 130 (used around model loading), with
+    the ``interrupted`` line on stderr unless ``say`` is false (the caller says what it kept)."""
     try:
         return fn()
     except KeyboardInterrupt:
+        if say:
+            interrupted()
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 

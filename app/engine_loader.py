@@ -28,7 +28,10 @@ Progress = Callable[[str], None]
 
 
 class DraftChoiceError(LocalchatError):
-    """``--draft auto`` for a model without a catalog draft, or a draft equal to the model."""
+    """``--draft auto`` for a model without a catalog draft, or a draft equal to the model: a
+    bad flag value, so the CLI exits 2 (``exit_code``) as for any other."""
+
+    exit_code = cli_io.EXIT_USAGE
 
 
 def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:

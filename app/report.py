@@ -11,20 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 
-def answer_stats(last: Any, num_prompt_tokens: int, interrupted: bool) -> dict[str, Any]:
+def answer_stats(last: Any, num_prompt_tokens: int, interrupted: bool,
+                 speculating: bool = False) -> dict[str, Any]:
     """``finish_reason``, ``usage``, ``timings`` and ``speculative`` for one answer.
 
     Args:
         last: the last ``RequestOutput`` received (None when none arrived).
         num_prompt_tokens: the prompt length in tokens (used when ``last`` is None).
         interrupted: Ctrl+C ended the answer; ``finish_reason`` is then ``"interrupted"``.
+        speculating: the engine runs a drafter (a draft model or ``ngram``), so an answer
+            with nothing drafted reports ``num_draft_tokens`` 0 rather than None.
 
     Returns:
         ``{"finish_reason": str | None, "usage": {"prompt_tokens", "cached_tokens",
         "completion_tokens"}, "timings": {"ttft_s", "prefill_tokens_per_s",
         "decode_tokens_per_s"}, "speculative": None | {"num_draft_tokens",
         "num_accepted_tokens", "acceptance_rate"}}``; token counts are ints (None where a
-        remote server sent no usage), times seconds.
+        remote server sent no usage), times seconds; ``acceptance_rate`` is None when nothing
+        was drafted (e.g. prompt lookup found no match).
     """
     metrics = getattr(last, "metrics", None)
     prompt = getattr(last, "num_prompt_tokens", num_prompt_tokens)
@@ -48,7 +52,7 @@ def answer_stats(last: Any, num_prompt_tokens: int, interrupted: bool) -> dict[s
                   "completion_tokens": completion},
         "timings": {"ttft_s": ttft, "prefill_tokens_per_s": prefill,
                     "decode_tokens_per_s": decode},
-        "speculative": _spec_stats(metrics),
+        "speculative": _spec_stats(metrics, speculating),
     }
 
 
@@ -64,19 +68,21 @@ def format_stats_line(stats: dict[str, Any]) -> str:
         f"{_fmt(timings['prefill_tokens_per_s'], '.1f', ' tok/s')}"),
         (f"reply {completion} tokens "
         f"{_fmt(timings['decode_tokens_per_s'], '.1f', ' tok/s')}"),
-        "acceptance " + (_fmt(spec["acceptance_rate"], '.0%', '') if spec else "n/a"),
+        "acceptance " + ("n/a" if not spec else "n/a (nothing drafted)"
+                         if spec["acceptance_rate"] is None
+                         else _fmt(spec["acceptance_rate"], '.0%', '')),
         f"finish {stats['finish_reason'] or '?'}",
     ]
     return ", ".join(parts)
 
 
-def _spec_stats(metrics: Any) -> dict[str, Any] | None:
+def _spec_stats(metrics: Any, speculating: bool) -> dict[str, Any] | None:
     drafted = getattr(metrics, "num_draft_tokens", None)
     accepted = getattr(metrics, "num_accepted_tokens", None)
-    if not drafted or accepted is None:
+    if drafted is None or accepted is None or not (drafted or speculating):
         return None
     return {"num_draft_tokens": drafted, "num_accepted_tokens": accepted,
-            "acceptance_rate": accepted / drafted}
+            "acceptance_rate": accepted / drafted if drafted else None}
 
 
 def _number(value: Any) -> float | None:

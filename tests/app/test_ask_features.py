@@ -68,6 +68,30 @@ def test_json_has_every_field(ask):
         assert store.most_recent().id == doc["conversation_id"]
 
 
+@pytest.mark.parametrize("drafted, accepted", [(0, 0), (8, 6)])
+def test_json_speculative_with_a_drafter(ask, monkeypatch, drafted, accepted):
+    """With a drafter loaded (``engine.speculator``), ``speculative`` is an object even when
+    nothing was drafted (prompt lookup found no match): 0 tokens, no acceptance rate; without
+    one it stays ``null`` (``test_json_has_every_field``)."""
+    real_generate = FakeEngine.generate
+
+    def generate(self, prompt_token_ids, sampling_params, request_id=None):
+        for out in real_generate(self, prompt_token_ids, sampling_params, request_id):
+            out.metrics.num_draft_tokens, out.metrics.num_accepted_tokens = drafted, accepted
+            yield out
+
+    monkeypatch.setattr(FakeEngine, "generate", generate)
+    monkeypatch.setattr(FakeEngine, "speculator", object(), raising=False)
+    code, out, err, _, _ = ask(["hi", "--json"], ["a", "b"])
+    assert (code, err) == (0, "")
+    assert json.loads(out)["speculative"] == {
+        "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None}
+    code, _, err, _, _ = ask(["hi", "--stats"], ["a", "b"])
+    assert code == 0 and (", acceptance n/a (nothing drafted)," in err if not drafted
+                          else ", acceptance 75%," in err)
+
+
 def test_stats_is_one_stderr_line(ask):
     code, out, err, engine, _ = ask(["hi", "--stats"], ["a", "b", "c"])
     assert (code, out) == (0, "abc\n")
@@ -135,18 +159,22 @@ def test_continue_with_no_save_reads_but_does_not_write(ask):
 
 
 def test_ctrl_c_saves_the_partial_reply_marked_interrupted(ask):
-    code, out, _, engine, _ = ask(["tell me"], ["one ", "two ", "three"], interrupt_after=2)
+    code, out, err, engine, _ = ask(["tell me"], ["one ", "two ", "three"], interrupt_after=2)
     assert (code, out) == (130, "one two \n") and engine.closed
     with Store() as store:
-        msgs = store.most_recent().messages
+        conv = store.most_recent()
+        msgs = conv.messages
+    assert err == f"localchat: interrupted; the reply so far is saved in conversation {conv.id}\n"
     assert [(m.role, m.content, m.interrupted) for m in msgs] == [
         ("user", "tell me", False), ("assistant", "one two ", True)]
     code, out, _, _, _ = ask(["tell me", "--json"], ["one ", "two"], interrupt_after=1)
     assert code == 130 and json.loads(out)["finish_reason"] == "interrupted"
     assert json.loads(out)["content"] == "one "
+    code, out, err, _, _ = ask(["tell me", "--no-save"], ["one ", "two"], interrupt_after=1)
+    assert (code, out, err) == (130, "one \n", "localchat: interrupted\n")
 
 
-def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch):
+def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch, capsys):
     """Ctrl+C before the model has loaded (exit 130): the message, piped text included, is
     saved with an empty reply marked interrupted, as a Ctrl+C before the first token is;
     ``-c`` then continues from it. ``--no-save`` still saves nothing."""
@@ -159,6 +187,8 @@ def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch):
     assert code == 130
     with Store() as store:
         conv = store.most_recent()
+        assert capsys.readouterr().err == (
+            f"localchat: interrupted; your message is saved in conversation {conv.id}\n")
         assert [(m.role, m.content, m.interrupted) for m in conv.messages] == [
             ("user", "piped text\n\nreview", False), ("assistant", "", True)]
         assert conv.model == "m1"
@@ -168,7 +198,7 @@ def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch):
         "user:piped text\n\nreview|assistant:|user:next|assistant:")
     monkeypatch.setattr(ask_cmd, "load_engine", interrupted)
     code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "x", "--no-save"])
-    assert code == 130
+    assert (code, capsys.readouterr().err) == (130, "localchat: interrupted\n")
     with Store() as store:
         assert store.most_recent().id == conv.id and store.most_recent().message_count == 4
 
@@ -198,6 +228,22 @@ def test_bad_engine_options_are_usage_errors(ask, args, needle):
     assert code == 2 and out == "" and options is None
     assert err.startswith(f"localchat: error: {needle}")
     assert err.count("\n") == 1
+
+
+def test_a_draft_that_is_the_model_is_a_bad_flag_value(home, tmp_path, capsys, monkeypatch):
+    """``--draft`` naming the model itself is refused before anything loads: one line, exit 2
+    (a usage error, as ``--draft auto`` on a model with no catalog draft is in ``plan``)."""
+    from tests.engine.tiny_models import save_tiny_model
+
+    folder = tmp_path / "tiny"
+    save_tiny_model("qwen2", folder)
+    capsys.readouterr()  # the writer's progress bar
+    monkeypatch.setattr(sys, "stdin", None)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app),
+                          ["ask", "hi", "--local", "-m", str(folder), "--draft", str(folder)])
+    err = capsys.readouterr().err
+    assert (code, err) == (2, f"localchat: error: --draft {folder}: the draft is the model "
+                              "itself\n")
 
 
 def test_draft_options_reach_the_loader(ask):

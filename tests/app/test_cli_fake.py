@@ -126,9 +126,13 @@ def test_stop_signal_during_generation_saves_the_partial_reply_as_interrupted(en
     rest, err = proc.communicate(timeout=60)
     out = (first + rest).decode()
     assert proc.returncode == code, err.decode()
-    assert err == b"" and out.endswith("\n") and len(out) < len("Once upon a time " * 50)
+    assert out.endswith("\n") and len(out) < len("Once upon a time " * 50)
     with db(env) as store:
-        msgs = store.most_recent().messages
+        conv = store.most_recent()
+        msgs = conv.messages
+    what = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    assert err.decode() == (f"localchat: {what}; the reply so far is saved in conversation "
+                            f"{conv.id}\n")
     assert [(m.role, m.interrupted) for m in msgs] == [("user", False), ("assistant", True)]
     assert msgs[0].content == "Tell a long story"
     assert msgs[1].content == out[:-1]  # what was printed is what was saved

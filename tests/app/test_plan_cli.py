@@ -97,12 +97,13 @@ def test_table_and_draft(capsys, tiny_folders):
 
 def test_draft_auto_plans_the_catalog_draft(capsys, tiny_folders, monkeypatch):
     """``--draft auto`` plans the catalog's natural draft for the model, as ``ask`` loads it
-    (``engine_loader.draft_spec``); a model the catalog pairs with none gets one error line."""
+    (``engine_loader.draft_spec``); a model the catalog pairs with none gets one error line
+    and exit 2, as any bad flag value does."""
     from localchat.engine.hub import catalog
 
     target, draft = str(tiny_folders / "qwen2"), str(tiny_folders / "llama")
     code, out, err = run_plan(capsys, target, "--draft", "auto", "--memory", "4GiB")
-    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert (code, out) == (2, "") and err.count("\n") == 1
     assert err.startswith("localchat: error: --draft auto: no natural draft model is known")
     entry = dataclasses.replace(next(iter(catalog.CATALOG.values())), draft=draft)
     monkeypatch.setattr(catalog, "resolve_alias", lambda name: entry if name == target else None)
