@@ -27,7 +27,7 @@ from .outputs import EngineInfo, EngineStats, RequestMetrics, RequestOutput
 from .quant.schemes import auto_fp32_takes_a8
 from .request import FinishReason, Request
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler
+from .scheduler import Scheduler, SchedulerOutput
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -224,7 +224,12 @@ class LLMEngine:
         self.kv_cache_manager.reset_prefix_cache()
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once, sample, and report each request that progressed."""
+        """Schedule, run the model once, sample, and report each request that progressed.
+
+        An automatically fp32 CPU engine (``self.a8_fp32``) decodes through the integer-dot
+        kernels, but a step that computes prompt tokens runs every row on the exact ones
+        (``computes_prompt``): a prompt's KV then has the same values whether 5 or 37 of its
+        tokens are computed, so a prefix-cache hit changes no answer."""
         with kernels.a8_fp32() if self.a8_fp32 else contextlib.nullcontext():
             return self._step()
 
@@ -240,7 +245,9 @@ class LLMEngine:
         if sched.is_empty:
             return []
         t0 = time.perf_counter()
-        result = self.runner.execute_model(sched, draft_probs)
+        with kernels.a8_fp32(enabled=False) if self.a8_fp32 and computes_prompt(sched) \
+                else contextlib.nullcontext():
+            result = self.runner.execute_model(sched, draft_probs)
         target_time = time.perf_counter() - t0
         touched = self.scheduler.update_from_output(sched, result)
         if spec is not None:
@@ -316,3 +323,13 @@ class LLMEngine:
 
 
 __all__ = ["FinishReason", "LLMEngine"]
+
+
+def computes_prompt(sched: SchedulerOutput) -> bool:
+    """Whether step ``sched`` computes tokens that are not the last sampled one of their
+    request: a prompt, or its uncached tail after a prefix-cache hit, even a single token
+    (``num_computed_tokens < num_prompt_tokens``), or tokens recomputed after a preemption.
+    A decode row (with or without draft tokens to verify) has
+    ``num_computed_tokens == num_tokens - 1``."""
+    return any(r.num_computed_tokens < max(r.num_prompt_tokens, r.num_tokens - 1)
+               for r in sched.scheduled)

@@ -63,11 +63,15 @@ def _linear(stack, layer, dtype) -> int | None:
 
 
 class CpuDecoderStack:
-    """Builds and caches the C++ stack of one ``LlamaModel`` (rebuilt when the KV pool, the
-    activation dtype, the ISA level or the integer-dot switch changes)."""
+    """Builds and caches the C++ stacks of one ``LlamaModel``, one per key (the KV pool, the
+    activation dtype, the ISA level, the integer-dot switch): an automatically fp32 engine
+    alternates two, integer-dot decode steps and exact prompt steps (``LLMEngine.step``)."""
+
+    MAX_STACKS = 2
 
     def __init__(self) -> None:
-        self._key: tuple | None = None
+        self._stacks: dict[tuple, object] = {}
+        self._key: tuple | None = None  # the last step's key and stack (None: not built)
         self._stack = None
 
     def get(self, model, hidden: torch.Tensor, kv_caches, attn_metadata: AttentionMetadata):
@@ -83,8 +87,11 @@ class CpuDecoderStack:
         dtype, isa = hidden.dtype, cpu.active_isa()
         key = (kv_caches[0].data_ptr(), tuple(kv_caches[0].shape), len(kv_caches), dtype, isa,
                kernels.cpu_a8_enabled(dtype), cpu.int4_a8_isa())
-        if key != self._key:
-            self._key, self._stack = key, self._build(model, dtype, kv_caches, isa)
+        if key not in self._stacks:
+            if len(self._stacks) >= self.MAX_STACKS:
+                self._stacks.clear()  # e.g. a new KV pool: the old stacks point at the old one
+            self._stacks[key] = self._build(model, dtype, kv_caches, isa)
+        self._key, self._stack = key, self._stacks[key]
         return self._stack
 
     @staticmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from localchat.engine.config import CacheConfig
 from localchat.engine.llm_engine import LLMEngine
@@ -108,3 +109,56 @@ def test_pool_that_forces_preemption_gives_the_same_tokens(smollm2_engine):
     assert small.get_stats().num_preemptions > 0
     assert {k: v[0] for k, v in out.items()} == {k: v[0] for k, v in big.items()}
     assert small.kv_cache_manager.usage == 0.0
+
+
+@pytest.fixture(scope="module")
+def native_a8(smollm2_gguf, cache_dir):
+    """SmolLM2 in its own format (Q4_1 / Q8_0) with fp32 activations, decoding through the
+    integer-dot kernels as an automatically fp32 engine does on a CPU without native bf16
+    (``LLMEngine.a8_fp32``, set here so that every CPU runs this mode)."""
+    from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
+
+    config = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme="native"),
+                          scheduler=SchedulerConfig(max_model_len=2048))
+    base = LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
+    on = variant(base, block_size=16, enable_prefix_caching=True)
+    off = variant(base, block_size=16, enable_prefix_caching=False)
+    on.a8_fp32 = off.a8_fp32 = True
+    return on, off
+
+
+def test_a8_engine_computes_prompt_tails_on_the_exact_kernels(native_a8, monkeypatch):
+    """The same question asked twice: the second time all but the prompt's last partial block
+    comes from the prefix cache and 1-16 tokens are computed, a step of decode size. Those
+    prompt rows take the exact kernels as a whole prompt does (``LLMEngine.step``,
+    ``computes_prompt``), decode rows the integer-dot ones. Through the integer-dot kernels
+    the tail made SmolLM2 answer "L'Étoile, la Marseillaise, ..." instead of "The capital of
+    France is Paris." (its first tokens win by 4+ nats once the prompt is exact, so the
+    answer is compared whole); the answer now equals the engine's without prefix caching."""
+    from localchat import kernels
+
+    on, off = native_a8
+    steps = []  # (rows of prompt computed, integer-dot kernels on) per step
+    execute = on.runner.execute_model
+
+    def recording(sched, draft_probs=None):
+        prompt = sum(n for r in sched.scheduled
+                     if r.num_computed_tokens < r.num_prompt_tokens
+                     for n in [sched.num_scheduled_tokens[r.request_id]])
+        steps.append((prompt, kernels.cpu_a8_enabled(torch.float32)))
+        return execute(sched, draft_probs)
+
+    monkeypatch.setattr(on.runner, "execute_model", recording)
+    tok = on.tokenizer
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    want = run_all(off, {"ref": ids}, params)["ref"]
+    first = run_all(on, {"first": ids}, params)["first"]
+    steps_first, steps[:] = list(steps), []
+    second = run_all(on, {"second": ids}, params)["second"]
+    assert first[1] == 0 and len(ids) - 16 <= second[1] < len(ids)  # 1-16 rows computed
+    assert steps_first[0] == (len(ids), False) and steps[0] == (len(ids) - second[1], False)
+    assert all(a8 for _, a8 in steps_first[1:] + steps[1:])  # the decode steps
+    assert all(p == 0 for p, _ in steps_first[1:] + steps[1:])
+    assert tok.decode(want[0]).startswith("The capital of France is Paris")
+    assert first[0] == want[0] and second[0] == want[0], tok.decode(second[0])
