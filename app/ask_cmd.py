@@ -120,11 +120,11 @@ def run_ask(args: AskArgs) -> None:
             else:
                 engine = _load_naming_the_setting(options, settings, from_setting)
         except typer.Exit as exc:
-            if exc.exit_code == cli_io.EXIT_INTERRUPTED:
+            if exc.exit_code in interrupts.STOP_EXIT_CODES:
                 if store is not None:
                     keep_turn_interrupted_while_loading(store, conv, args, model, system, text)
                 else:
-                    cli_io.interrupted()
+                    cli_io.interrupted(signum=interrupts.loading_signal())
             raise
         sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
@@ -146,14 +146,14 @@ def run_ask(args: AskArgs) -> None:
 
 def keep_turn_interrupted_while_loading(store: Any, conv: Any, args: Any, model: str,
                                         system: str | None, text: str) -> None:
-    """Ctrl+C while the model loads: the user's message is saved with an empty reply marked
+    """Ctrl+C (SIGTERM, SIGHUP) while the model loads: the user's message is saved with an empty reply marked
     interrupted, as when Ctrl+C comes before the first token of the reply, so a prompt that
     came down a pipe is not lost (``history show``, ``-c``). A failed write is one stderr
     line (``save_user``)."""
     conv_id, message_id = save_user(store, conv, args, model, system, text)
     save_reply(store, conv_id, "", True, None, message_id)
     cli_io.interrupted(f"your message is saved in conversation {conv_id}"
-                       if conv_id is not None else "")
+                       if conv_id is not None else "", interrupts.loading_signal())
 
 
 def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any:

@@ -88,7 +88,8 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if interrupted:  # 130 after Ctrl+C, 143 after SIGTERM, 129 after SIGHUP
-        cli_io.interrupted(f"the reply so far is saved in conversation {conv_id}"
+        kept = "the reply so far is" if writer.text else "your message is"
+        cli_io.interrupted(f"{kept} saved in conversation {conv_id}"
                            if conv_id is not None else "", guard.signum)
         raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
 
@@ -126,8 +127,8 @@ def print_answer(writer: Any, args: Any, stats: dict[str, Any], model: str,
         markdown = render.MarkdownWriter()
         markdown.write(text)
         markdown.finish()
-    else:
-        writer.finish()
+    elif text or stats.get("finish_reason") != "interrupted":
+        writer.finish()  # (interrupted before any text: no empty line on stdout)
     if args.stats:
         cli_io.stats_line(format_stats_line(stats))
 

@@ -328,14 +328,19 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
 
 
 def guarded(fn: Callable[[], Any], say: bool = True) -> Any:
-    """Call ``fn``, turning KeyboardInterrupt into exit 130 (used around model loading), with
-    the ``interrupted`` line on stderr unless ``say`` is false (the caller says what it kept)."""
+    """Call ``fn`` (a model load), turning KeyboardInterrupt into exit 128 + the signal that
+    raised it (130 for Ctrl+C, 143 for SIGTERM, 129 for SIGHUP: ``interrupts.loading_signal``),
+    with the ``interrupted`` line on stderr unless ``say`` is false (the caller says what it
+    kept)."""
+    from localchat.app import interrupts
+
     try:
         return fn()
     except KeyboardInterrupt:
+        signum = interrupts.loading_signal()
         if say:
-            interrupted()
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+            interrupted(signum=signum)
+        raise typer.Exit(128 + signum) from None
 
 
 def _usage_message(e: Any) -> str:

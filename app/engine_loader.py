@@ -72,7 +72,7 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
         return (None, None) if draft is None else (NGRAM, NGRAM)
     draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
                                  progress=progress)
-    if Path(draft_source.path) == Path(source.path):
+    if Path(draft_source.path).resolve() == Path(source.path).resolve():  # links too
         raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
     return draft, draft_source.path
 

@@ -1,7 +1,7 @@
 """Ctrl+C while ``ask`` loads a model and while it streams a reply.
 
-``loading_interrupts``: the first Ctrl+C cancels the load, a second one ends the process at
-once. ``InterruptGuard``: Ctrl+C (and SIGTERM, SIGHUP) stops generation at once, except while a delta is being
+``loading_interrupts``: the first Ctrl+C (SIGTERM, SIGHUP) cancels the load, a second one
+ends the process at once. ``InterruptGuard``: Ctrl+C (and SIGTERM, SIGHUP) stops generation at once, except while a delta is being
 printed and recorded, so the saved partial reply is exactly what was printed. Both only act in
 the main thread (Python delivers signals there).
 """
@@ -17,24 +17,41 @@ from typing import Any
 
 @contextlib.contextmanager
 def loading_interrupts() -> Iterator[None]:
-    """While loading a model: the first Ctrl+C raises ``KeyboardInterrupt`` (exit 130 once the
-    current call returns), and from then on SIGINT has its default action, so a second Ctrl+C
-    ends the process at once, even inside a long C call (torch, file reads). The previous
-    handler comes back when the block ends without an interrupt. Only in the main thread."""
+    """While loading a model: the first Ctrl+C (or SIGTERM, SIGHUP: ``STOP_SIGNALS``) raises
+    ``KeyboardInterrupt`` (exit 128 + the signal once the current call returns;
+    :func:`loading_signal` says which), and from then on those signals have their default
+    action, so a second one ends the process at once, even inside a long C call (torch, file
+    reads). The previous handlers come back when the block ends without an interrupt. Only in
+    the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def first(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        global _loading_signal
+        _loading_signal = signum
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, first)
+    global _loading_signal
+    _loading_signal = None
+    previous = {sig: signal.signal(sig, first) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        if signal.getsignal(signal.SIGINT) is first:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) is first:
+                signal.signal(sig, handler)
+
+
+_loading_signal: int | None = None
+
+
+def loading_signal() -> int:
+    """The signal that interrupted the last load (``loading_interrupts``); SIGINT when none
+    did (a ``KeyboardInterrupt`` from elsewhere)."""
+    return _loading_signal if _loading_signal is not None else signal.SIGINT
 
 
 # Signals that end a reply the way Ctrl+C does: the terminal closing (SIGHUP) and a polite
@@ -42,6 +59,7 @@ def loading_interrupts() -> Iterator[None]:
 # 128 + the signal's number, as a shell reports it.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
+STOP_EXIT_CODES = frozenset(128 + sig for sig in STOP_SIGNALS)  # 130, 143, 129
 
 
 class InterruptGuard:

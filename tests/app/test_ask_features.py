@@ -172,6 +172,11 @@ def test_ctrl_c_saves_the_partial_reply_marked_interrupted(ask):
     assert json.loads(out)["content"] == "one "
     code, out, err, _, _ = ask(["tell me", "--no-save"], ["one ", "two"], interrupt_after=1)
     assert (code, out, err) == (130, "one \n", "localchat: interrupted\n")
+    code, out, err, _, _ = ask(["tell me"], ["one ", "two"], interrupt_after=0)  # no token yet
+    with Store() as store:
+        conv = store.most_recent()
+    assert (code, out) == (130, "")
+    assert err == f"localchat: interrupted; your message is saved in conversation {conv.id}\n"
 
 
 def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch, capsys):
@@ -231,19 +236,23 @@ def test_bad_engine_options_are_usage_errors(ask, args, needle):
 
 
 def test_a_draft_that_is_the_model_is_a_bad_flag_value(home, tmp_path, capsys, monkeypatch):
-    """``--draft`` naming the model itself is refused before anything loads: one line, exit 2
-    (a usage error, as ``--draft auto`` on a model with no catalog draft is in ``plan``)."""
+    """``--draft`` naming the model itself (also through a symbolic link) is refused before
+    anything loads: one line, exit 2 (a usage error, as ``--draft auto`` on a model with no
+    catalog draft is in ``plan``)."""
     from tests.engine.tiny_models import save_tiny_model
 
     folder = tmp_path / "tiny"
     save_tiny_model("qwen2", folder)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
     capsys.readouterr()  # the writer's progress bar
     monkeypatch.setattr(sys, "stdin", None)
-    code = cli_io.run_cli(cli.typer.main.get_command(cli.app),
-                          ["ask", "hi", "--local", "-m", str(folder), "--draft", str(folder)])
-    err = capsys.readouterr().err
-    assert (code, err) == (2, f"localchat: error: --draft {folder}: the draft is the model "
-                              "itself\n")
+    for draft in (folder, link):
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app),
+                              ["ask", "hi", "--local", "-m", str(folder), "--draft", str(draft)])
+        err = capsys.readouterr().err
+        assert (code, err) == (2, f"localchat: error: --draft {draft}: the draft is the model "
+                                  "itself\n")
 
 
 def test_draft_options_reach_the_loader(ask):

@@ -139,6 +139,28 @@ def test_stop_signal_during_generation_saves_the_partial_reply_as_interrupted(en
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129)])
+def test_stop_signal_while_loading_keeps_the_message(env, sig, code):
+    """Ctrl+C, SIGTERM or SIGHUP while the model loads: exit 128 + the signal, one stderr line
+    naming it, and the message saved with an empty reply marked interrupted."""
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_CLI), "ask", "keep me"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**env, "FAKE_LOAD_SECONDS": "2"})
+    assert proc.stderr.readline() == b"loading\n"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (code, b""), err.decode()
+    with db(env) as store:
+        conv = store.most_recent()
+        assert [(m.role, m.content, m.interrupted) for m in conv.messages] == [
+            ("user", "keep me", False), ("assistant", "", True)]
+    what = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    assert err.decode() == (f"cleaning up\nlocalchat: {what}; your message is saved in "
+                            f"conversation {conv.id}\n")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 def test_second_ctrl_c_while_loading_exits_at_once(env):
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), "ask", "hi"], stdin=subprocess.DEVNULL,
