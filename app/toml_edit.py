@@ -96,7 +96,7 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> st
         if value is None:
             del lines[found]
         else:
-            lines[found] = f"{key} = {format_value(value)}"
+            lines[found] = f"{key} = {format_value(value)}" + _trailing_comment(lines[found])
     elif value is None:
         return text
     elif table is None:
@@ -113,6 +113,21 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> st
         lines += ([""] if lines and lines[-1].strip() else []) + [f"[{table}]"]
         lines.append(f"{key} = {format_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _trailing_comment(line: str) -> str:
+    """The comment ending ``line`` (``key = value  # note``), with the spaces before it, or "":
+    the first ``#`` before which the line parses as TOML on its own (a ``#`` inside a string
+    does not)."""
+    for i, ch in enumerate(line):
+        if ch == "#":
+            try:
+                tomllib.loads(line[:i])
+            except tomllib.TOMLDecodeError:
+                continue
+            head = line[:i].rstrip()
+            return line[len(head):]
+    return ""
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -41,6 +41,7 @@ def test_set_keeps_comments_and_other_keys(tmp_path):
     toml_edit.set_key(path, None, "default_model", "b")
     text = path.read_text()
     assert text.startswith("# my settings\n") and "# cool\n" in text and "[other]\nx = 1" in text
+    assert 'default_model = "b"  # mine\n' in text  # the edited line keeps its comment
     assert tomllib.loads(text) == {"default_model": "b", "theme": 'dark "blue"\\',
                                    "sampling": {"temperature": 0.25, "top_k": 40},
                                    "other": {"x": 1}}
@@ -48,6 +49,14 @@ def test_set_keeps_comments_and_other_keys(tmp_path):
     toml_edit.set_key(path, "sampling", "top_k", None)
     assert tomllib.loads(path.read_text()) == {"default_model": "b", "theme": 'dark "blue"\\',
                                                "other": {"x": 1}}
+
+
+def test_a_hash_inside_a_string_is_not_a_comment(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('system_prompt = "use # for headings"\ntheme = "x#y"   # mine\n')
+    toml_edit.set_key(path, None, "system_prompt", "be brief")
+    toml_edit.set_key(path, None, "theme", "dark")
+    assert path.read_text() == 'system_prompt = "be brief"\ntheme = "dark"   # mine\n'
 
 
 @pytest.mark.parametrize("text", [
