@@ -4,7 +4,8 @@ through a writer (``render.py``), then save it (``ask_history``) and print the `
 
 Signals: Ctrl+C, SIGTERM and SIGHUP keep the partial reply (shown, saved as interrupted) and
 exit 128 + the signal (130, 143, 129); a closed stdout (``| head``) stops generating and
-exits 141 quietly.
+exits 141 quietly; a stdout that refuses the text (a full disk) stops generating too, keeps the
+reply so far and says so in one line (exit 1).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         cli_io.silence_stdout()
         save_reply(store, conv_id, writer.text, True, None, parent_id)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
+    except OSError as exc:  # stdout refused the text (`> /dev/full`): keep what came
+        said = cli_io.output_error(exc)
+        if said is None:
+            raise
+        close_quietly(outputs)
+        cli_io.silence_stdout()
+        save_reply(store, conv_id, writer.text, True, None, parent_id)
+        raise cli_io.StdoutError(_saved(said, conv_id, "the reply so far is")) from None
     except LocalchatError as exc:  # e.g. the server died mid-reply: keep what came, end its line
         close_quietly(outputs)
         if writer.text:
@@ -84,6 +93,12 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
     except BrokenPipeError:
         cli_io.silence_stdout()
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
+    except OSError as exc:
+        said = cli_io.output_error(exc)
+        if said is None:
+            raise
+        cli_io.silence_stdout()
+        raise cli_io.StdoutError(_saved(said, conv_id, "the reply is")) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -92,6 +107,11 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         cli_io.interrupted(f"{kept} saved in conversation {conv_id}"
                            if conv_id is not None else "", guard.signum)
         raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
+
+
+def _saved(said: str, conv_id: str | None, kept: str) -> str:
+    """``said`` (a failed write to stdout) and where the reply was kept, when it was."""
+    return f"{said}; {kept} saved in conversation {conv_id}" if conv_id is not None else said
 
 
 def make_writer(args: Any) -> Any:

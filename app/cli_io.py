@@ -8,6 +8,7 @@ transformers.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -38,6 +39,30 @@ class CliUsageError(Exception):
 
 class StdinError(LocalchatError):
     """stdin could not be read (an I/O error): a runtime error, exit 1, one line."""
+
+
+class StdoutError(LocalchatError):
+    """stdout refused what was written (a full disk, an I/O error; not a closed pipe, which
+    ends the command quietly with 141): a runtime error, exit 1, one line."""
+
+
+# errno values of a write that failed for the medium's sake, not the program's: a file
+# system full or over quota, a file too large, an I/O error, a device gone
+_OUTPUT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENXIO")
+                           if hasattr(errno, n))
+
+
+def output_error(exc: BaseException) -> str | None:
+    """The line to say when ``exc`` is a failed write to stdout (an ``OSError`` without a
+    file name whose errno is a medium's: ENOSPC, EDQUOT, EFBIG, EIO, ENXIO), else None."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno in _OUTPUT_ERRNOS:
+        return f"cannot write to standard output: {exc.strerror or exc}"
+    return None
+
+
+def _broken_pipe(exc: BaseException | None) -> bool:
+    """True when ``exc`` is a write to a closed pipe (EPIPE)."""
+    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
 
 
 def one_line(text: str) -> str:
@@ -279,7 +304,9 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
 
     Usage errors -> one line, 2; ``LocalchatError`` -> one line, its ``exit_code`` (1 unless
     it says 2: a flag value found bad only after parsing); Ctrl+C -> ``interrupted`` line, 130;
-    anything else -> ``internal error`` line, 1. With ``--debug`` runtime errors re-raise (traceback).
+    a closed stdout -> 141, quietly; a failed write to stdout (full disk, I/O error) -> one
+    line naming it, 1; anything else -> ``internal error`` line, 1. With ``--debug`` runtime
+    errors re-raise (traceback).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args)
@@ -315,6 +342,13 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         silence_stdout()
         return EXIT_BROKEN_PIPE
+    except SystemExit as e:
+        # typer answers a closed stdout (`localchat models | head -1`) with exit 1 (click's
+        # standalone habit); a closed pipe ends every command alike: quietly, 141
+        if _broken_pipe(e.__context__):
+            silence_stdout()
+            return EXIT_BROKEN_PIPE
+        raise
     except LocalchatError as e:
         if debug:
             raise
@@ -323,6 +357,11 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # the last line of defence: never a bare traceback
         if debug:
             raise
+        said = output_error(e)
+        if said is not None:  # `localchat models > /dev/full`
+            silence_stdout()
+            error(said)
+            return EXIT_RUNTIME
         error(f"internal error: {e!r}; rerun with --debug")
         return EXIT_RUNTIME
 

@@ -1,0 +1,126 @@
+"""stdout that goes away or refuses text: ``localchat models | head -1`` ends quietly with 141
+as ``ask | head`` does (typer's own answer was exit 1), and a full disk behind stdout
+(``ask > /dev/full``) gives one line naming it, exit 1, with the reply kept in the history,
+instead of an ``internal error``."""
+
+from __future__ import annotations
+
+import errno
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localchat.app import ask_cmd, cli, cli_io
+
+from .fake_engine import FakeEngine
+from .test_cli import env  # noqa: F401 - the subprocess fixture
+
+
+class _Stdout(io.TextIOBase):
+    """``sys.stdout`` whose writes fail with ``exc`` once ``room`` characters are taken (no
+    file descriptor: ``silence_stdout`` leaves the test's own stdout alone)."""
+
+    def __init__(self, room: int, exc: OSError) -> None:
+        self.room, self.exc, self.text = room, exc, ""
+
+    def write(self, s: str) -> int:
+        if len(self.text) + len(s) > self.room:
+            raise self.exc
+        self.text += s
+        return len(s)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _full() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.fixture
+def run_with_stdout(monkeypatch, capsys, tmp_path):
+    """Run ``localchat ARGS`` in-process (``ask`` on a FakeEngine) with ``sys.stdout`` set to
+    ``stdout``; returns (exit code, stderr)."""
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+
+    def go(args, stdout, deltas=("Hello", " world", "!")):
+        monkeypatch.setattr(ask_cmd, "load_engine", lambda options: FakeEngine(list(deltas)))
+        monkeypatch.setattr(sys, "stdin", None)
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), args)
+        return code, capsys.readouterr().err
+
+    return go
+
+
+def _last_messages(home: Path):
+    from localchat.app.store import Store
+
+    with Store(home / "data" / "history.db") as store:
+        return store.most_recent().messages
+
+
+def test_a_full_disk_while_streaming_says_so_and_keeps_the_reply(run_with_stdout, tmp_path):
+    out = _Stdout(5, _full())
+    code, err = run_with_stdout(["ask", "hi"], out)
+    assert code == 1 and out.text == "Hello", err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("localchat: error: cannot write to standard output: No space "
+                               "left on device; the reply so far is saved in conversation ")
+    msgs = _last_messages(tmp_path / "home")
+    assert [(m.role, m.content, m.interrupted) for m in msgs] == [
+        ("user", "hi", False), ("assistant", "Hello world", True)]  # generated so far
+
+
+@pytest.mark.parametrize("flag", ["--no-stream", "--json"])
+def test_a_full_disk_at_the_end_says_the_whole_reply_is_saved(run_with_stdout, tmp_path, flag):
+    code, err = run_with_stdout(["ask", flag, "hi"], _Stdout(0, _full()))
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "localchat: error: cannot write to standard output: No space left on device; the reply "
+        f"is saved in conversation {_conversation_id(tmp_path / 'home')}"]
+    msgs = _last_messages(tmp_path / "home")
+    assert [(m.content, m.interrupted) for m in msgs] == [("hi", False), ("Hello world!", False)]
+
+
+def _conversation_id(home: Path) -> str:
+    from localchat.app.store import Store
+
+    with Store(home / "data" / "history.db") as store:
+        return store.most_recent().id
+
+
+def test_a_full_disk_under_a_listing_is_one_line_not_an_internal_error(run_with_stdout):
+    code, err = run_with_stdout(["models"], _Stdout(10, _full()))
+    assert (code, err) == (1, "localchat: error: cannot write to standard output: No space left "
+                              "on device\n")
+
+
+def test_other_os_errors_stay_internal_errors():
+    """Only a medium's errno without a file name is taken for stdout's."""
+    assert cli_io.output_error(OSError(errno.ENOSPC, "full", "/some/file")) is None
+    assert cli_io.output_error(OSError(errno.EACCES, "denied")) is None
+    assert cli_io.output_error(ValueError("x")) is None
+    assert cli_io.output_error(OSError(errno.EIO, "Input/output error")) == (
+        "cannot write to standard output: Input/output error")
+
+
+def test_a_closed_pipe_under_a_listing_exits_141_quietly_in_process(run_with_stdout):
+    code, err = run_with_stdout(["models"], _Stdout(10, BrokenPipeError(errno.EPIPE, "pipe")))
+    assert (code, err) == (141, "")
+
+
+def test_models_into_a_closed_pipe_exits_141_quietly(env):  # noqa: F811
+    """The real entry point with its stdout's reader gone before it writes (what ``| head -1``
+    does to the lines after the first)."""
+    proc = subprocess.Popen([sys.executable, "-m", "localchat.app.cli", "models"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=120), err) == (141, "")
