@@ -162,3 +162,34 @@ def test_resolving_a_model_imports_no_tqdm(smollm2_gguf):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=False)
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+_INTERRUPTED_IMPORT = r"""
+import sys
+
+
+class Interrupt:  # Ctrl+C while the CLI's modules are imported: here, at typer's import
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, Interrupt())
+from localchat.app.entry import main
+sys.argv = ["localchat", "--help"]
+main()
+"""
+
+
+def test_ctrl_c_while_the_cli_is_imported_is_one_line_and_130():
+    out = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert (out.returncode, out.stderr, out.stdout) == (130, "localchat: interrupted\n", "")
+
+
+def test_the_console_script_is_the_guarded_entry_point():
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="localchat")
+    assert script.value == "localchat.app.entry:main"
