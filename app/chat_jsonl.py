@@ -11,7 +11,9 @@ proposed and accepted, acceptance rate; null without ``--draft``) and ``dropped_
 prompt or a reset; ``{"error": "..."}`` answers a malformed line, a turn the context cannot
 hold, or a turn a server refused or dropped (that turn is not kept), and the conversation goes
 on. The engine keeps the conversation's earlier turns in its prefix cache, so each turn
-prefills only the new tokens (``usage.cached_tokens`` says how many were reused).
+prefills only the new tokens (``usage.cached_tokens`` says how many were reused). Ctrl+C
+during a reply writes that turn's line (the reply so far, ``finish_reason``
+``"interrupted"``), then ends the command (``localchat: interrupted``, exit 130).
 """
 
 from __future__ import annotations
@@ -125,10 +127,14 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
                 emit({"error": cli_io.one_line(str(e))})
                 continue
             try:
-                emit(_answer(engine, ids, sampling, session))
+                reply, interrupted = _answer(engine, ids, sampling, session)
             except BackendError as e:  # the server refused the turn or went away: say so
                 session.messages.pop()
                 emit({"error": cli_io.one_line(str(e))})
+                continue
+            emit(reply)
+            if interrupted:  # the turn's line is out: now end as Ctrl+C does (130)
+                raise KeyboardInterrupt
 
 
 def _parse(line: str) -> dict[str, Any]:
@@ -161,20 +167,26 @@ def _parse(line: str) -> dict[str, Any]:
 
 
 def _answer(engine: LLMEngine, ids: list[int], sampling: SamplingParams,
-            session: ChatSession) -> dict[str, Any]:
-    """Generate one reply, append it to ``session`` and build its output line."""
+            session: ChatSession) -> tuple[dict[str, Any], bool]:
+    """Generate one reply, append it to ``session`` and build its output line; also whether
+    Ctrl+C stopped it: the line then carries the reply so far with
+    ``finish_reason`` ``"interrupted"``, so a script reading the lines gets one per turn."""
     last: RequestOutput | None = None
+    interrupted = False
     outputs = engine.generate(ids, sampling)
     try:
         for out in outputs:
             last = out
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         close = getattr(outputs, "close", None)
         if close is not None:
             close()
     text = last.text if last is not None else ""
     session.add_assistant(text)
-    stats = answer_stats(last, len(ids), interrupted=False,
+    stats = answer_stats(last, len(ids), interrupted=interrupted,
                          speculating=getattr(engine, "speculator", None) is not None)
     spec = stats.pop("speculative")
-    return {"content": text, **stats, "spec": spec, "dropped_turns": session.last_dropped_turns}
+    line = {"content": text, **stats, "spec": spec, "dropped_turns": session.last_dropped_turns}
+    return line, interrupted

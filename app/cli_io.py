@@ -299,6 +299,28 @@ def sampling_error_message(err: ValueError, flags: dict[str, str]) -> str:
     return f"invalid sampling option: {msg}"
 
 
+class _CarriedInterrupt(BaseException):
+    """A KeyboardInterrupt carried out of a command past typer, which would turn it into a
+    silent exit 130 (``run_cli`` prints the ``interrupted`` line)."""
+
+
+def _carry_interrupts(command: Any) -> None:
+    """Wrap ``command.invoke`` (once) so a KeyboardInterrupt no command handled itself leaves
+    it as ``_CarriedInterrupt``."""
+    if getattr(command, "_localchat_carries_interrupts", False):
+        return
+    invoke = command.invoke
+
+    def carried(ctx: Any) -> Any:
+        try:
+            return invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _CarriedInterrupt() from exc
+
+    command.invoke = carried
+    command._localchat_carries_interrupts = True
+
+
 def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     """Run a click/typer command and map every outcome to an exit code (module docstring).
 
@@ -313,6 +335,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     if not debug and not sys.warnoptions:  # library warnings are noise on a user's stderr
         warnings.simplefilter("ignore")
+    _carry_interrupts(command)
     try:
         rv = command.main(args=args, prog_name=PROG, standalone_mode=False)
         return rv if isinstance(rv, int) else EXIT_OK
@@ -334,9 +357,9 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         interrupted()
         return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _CarriedInterrupt) as e:
         if debug:
-            raise
+            raise (e.__cause__ or e) from None
         interrupted()
         return EXIT_INTERRUPTED
     except BrokenPipeError:

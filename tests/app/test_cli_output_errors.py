@@ -124,3 +124,25 @@ def test_models_into_a_closed_pipe_exits_141_quietly(env):  # noqa: F811
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert (proc.wait(timeout=120), err) == (141, "")
+
+
+def test_ctrl_c_in_a_jsonl_turn_writes_its_line_then_exits_130(monkeypatch, capsys, tmp_path):
+    """The reply so far reaches the script reading the lines, marked interrupted; later input
+    lines are not read."""
+    import json
+
+    from localchat.app import chat_jsonl
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    engine = FakeEngine(["Hel", "lo", " there"], interrupt_after=2)
+    monkeypatch.setattr(chat_jsonl, "load_engine", lambda options: engine, raising=False)
+    monkeypatch.setattr(ask_cmd, "load_engine", lambda options: engine)
+    stdin = io.StringIO(json.dumps({"role": "user", "content": "hi"}) + "\n"
+                        + json.dumps({"role": "user", "content": "never read"}) + "\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["chat", "--jsonl"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (130, "localchat: interrupted\n")
+    (line,) = [json.loads(x) for x in out.splitlines()]
+    assert (line["content"], line["finish_reason"]) == ("Hello", "interrupted")
+    assert line["usage"]["completion_tokens"] == 2
