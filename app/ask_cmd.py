@@ -175,9 +175,16 @@ def remote_backend(args: Any, settings: Any, model: str) -> Any:
 
     return choose_backend(model, explicit_model=bool(args.model), local=args.local,
                           endpoint=args.endpoint, settings=settings,
-                          engine_flags=bool(getattr(args, "draft", None)
-                                            or getattr(args, "quant", None)
-                                            or getattr(args, "context", None)))
+                          engine_flags=engine_flags(args))
+
+
+def engine_flags(args: Any) -> list[str]:
+    """The flags of ``args`` that configure a model loaded in this process (``--draft``,
+    ``--num-speculative-tokens``, ``--quant``, ``--context``), in that order, as given."""
+    return [flag for flag, attr in (("--draft", "draft"),
+                                    ("--num-speculative-tokens", "num_speculative_tokens"),
+                                    ("--quant", "quant"), ("--context", "context"))
+            if getattr(args, attr, None) is not None]
 
 
 def keep_alive_seconds(args: Any, settings: Any) -> float:
@@ -201,12 +208,11 @@ def kept_alive_backend(args: Any, settings: Any, model: str, seconds: float,
     """A ``RemoteEngine`` on a server for ``model`` kept ``seconds`` after its last request
     (``keep_alive.kept_alive_server``, which runs ``check``, the prompt check, while it
     loads), or None, after ``check``, to load in-process: no keep-alive (0), ``--local``,
-    an endpoint, an engine flag (``--draft``, ``--quant``, ``--context``: a server's own
-    choices would be used instead), or no server could be used (model not on disk, another
+    an endpoint, an engine flag (``engine_flags``: a server's own choices would be used
+    instead), or no server could be used (model not on disk, another
     model's server registered, it did not start: said in a note)."""
-    flags = [f for f, on in (("--local", args.local), ("--endpoint", args.endpoint),
-                             ("--draft", args.draft), ("--quant", args.quant),
-                             ("--context", args.context)) if on]
+    flags = [f for f, on in (("--local", args.local), ("--endpoint", args.endpoint)) if on]
+    flags += engine_flags(args)
     if not seconds or flags or settings.endpoint:
         if seconds and args.keep_alive is not None:  # asked for on this command line
             why = flags[0] if flags else "the endpoint setting"

@@ -82,7 +82,8 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
     """``EngineConfig`` for ``options``: the weight format, speculative decoding (the draft
     model's local path, or :data:`NGRAM` for prompt lookup) and the context
     (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it).
-    ``repack_progress``: a progress line on stderr while a first load repacks a GGUF."""
+    ``repack_progress``: a progress line on stderr while a first load repacks a GGUF. A
+    ``num_speculative_tokens`` without a draft is said in a note on stderr (it does nothing)."""
     from localchat.engine.config import (
         EngineConfig,
         QuantConfig,
@@ -97,6 +98,9 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
             draft_model=str(draft_path) if draft_path is not None else None)
     if options.num_speculative_tokens is not None:  # else the engine's default k
         spec = dataclasses.replace(spec, num_speculative_tokens=options.num_speculative_tokens)
+        if draft_path is None:
+            cli_io.note("--num-speculative-tokens has no effect without a draft (--draft, or "
+                        "'draft' in the settings)")
     quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress)
     return EngineConfig(quant=quant, speculative=spec,
                         scheduler=SchedulerConfig(max_model_len=options.context))

@@ -5,23 +5,29 @@ Order: ``--local`` forces in-process; else ``--endpoint URL`` (or ``LOCALCHAT_EN
 ``endpoint`` in config.toml) names any OpenAI-compatible server; else a ``localchat serve``
 whose state file is present, whose ``/health`` answers and that serves the wanted model (and
 was not started with a key we lack) is used; else ``None``: load the engine in-process.
-A ``--draft`` or ``--quant`` flag also means in-process unless an endpoint is named (the
-running server's own choices would be silently used instead).
+A flag that configures the engine (``--draft``, ``--num-speculative-tokens``, ``--quant``,
+``--context``) also means in-process (the running server's own choices would be silently used
+instead); with an endpoint, flag or setting, it is a usage error (exit 2) naming the flag.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
 def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: str | None,
-                   settings: Any, engine_flags: bool = False) -> Any:
+                   settings: Any, engine_flags: Sequence[str] = ()) -> Any:
     """A ``RemoteEngine`` for the chosen server, or None for an in-process engine.
+
+    ``engine_flags`` names the flags given that configure an in-process model (``--draft``,
+    ``--quant``, ...): with any, a running ``localchat serve`` is passed over (it was loaded
+    with its own), and an endpoint is refused rather than answering without them.
 
     Raises:
         BackendError: the named endpoint cannot be reached or lists no model.
-        CliUsageError: ``--local`` together with ``--endpoint``, or an ``--endpoint`` that is
-            not an http(s) URL (exit 2).
+        CliUsageError: ``--local`` together with ``--endpoint``, an ``--endpoint`` that is
+            not an http(s) URL, or an endpoint (flag or setting) with an engine flag (exit 2).
     """
     if local:
         if endpoint:
@@ -36,6 +42,16 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
 
         raise CliUsageError(f"--endpoint {endpoint}: not an http:// or https:// URL "
                             "(e.g. http://127.0.0.1:8088)")
+    if (endpoint or settings.endpoint) and engine_flags:
+        from localchat.app.cli_io import CliUsageError
+
+        flag = engine_flags[0]
+        if endpoint:
+            raise CliUsageError(f"{flag} does not apply with --endpoint: the server at "
+                                f"{endpoint} answers with its own model and settings")
+        raise CliUsageError(f"{flag} does not apply to the endpoint in the settings "
+                            f"({settings.endpoint}), which answers with its own model and "
+                            "settings; add --local to load the model here")
     endpoint = endpoint or settings.endpoint
     api_key = settings.api_key
     if endpoint:
