@@ -25,7 +25,9 @@ localchat, ...) so the machine's load falls on all of them alike; medians are re
 * ratios: localchat's decode and prefill over llama.cpp's and over transformers'.
 * forward 5 / step: localchat's model forward over 5 new tokens (what verifying 4 draft tokens
   costs: 5 rows of logits) over its forward over 1 token, both after the prompt (median of
-  ``--rounds`` x 5 alternating pairs); llama.cpp's too with ``--llama-peer``.
+  ``--rounds`` x 5 alternating pairs), on the kernels the engine decodes with (the integer-dot
+  ones where an automatically fp32 CPU engine decodes through them); llama.cpp's too with
+  ``--llama-peer``.
 * read bandwidth: ``torch.sum`` over a 512 MiB fp32 buffer, best of 3, same threads, measured
   in every round; localchat's decode GB/s (weight bytes x decode tok/s, an upper estimate as in
   ``bench_decode.py``) is printed as a percentage of it. Both probes: ``peer_probes.py``.

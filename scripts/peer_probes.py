@@ -25,7 +25,12 @@ def read_bandwidth_gbs(mib: int = 512) -> float:
 def forward5_over_step(engine, ids: list[int], pairs: int) -> float:
     """Median over ``pairs`` of (model forward over 5 new tokens after ``ids`` with 5 rows of
     logits) / (forward over 1 new token with 1 row), alternating, on localchat's own model and
-    KV cache (the engine is idle; its prefix cache is reset after)."""
+    KV cache (the engine is idle; its prefix cache is reset after). Both run on the kernels
+    the engine's decode and draft verification run: an automatically fp32 CPU engine
+    (``engine.a8_fp32``) decodes inside ``kernels.a8_fp32()``, so they do too."""
+    import contextlib
+
+    from localchat import kernels
     from localchat.engine.step_inputs import BatchEntry, build_batch
 
     runner = engine.runner
@@ -41,7 +46,9 @@ def forward5_over_step(engine, ids: list[int], pairs: int) -> float:
         return time.perf_counter() - t0
 
     ratios = []
-    with torch.inference_mode():
+    decode_kernels = (kernels.a8_fp32() if getattr(engine, "a8_fp32", False)
+                      else contextlib.nullcontext())
+    with torch.inference_mode(), decode_kernels:
         forward(0, ids, "last")  # the prompt's KV
         tail = ids[-5:]
         forward(len(ids), tail, "all"), forward(len(ids), tail[:1], "last")  # warm both shapes
