@@ -322,9 +322,6 @@ class LLMEngine:
                 self.abort_request(rid)
 
 
-__all__ = ["FinishReason", "LLMEngine"]
-
-
 def computes_prompt(sched: SchedulerOutput) -> bool:
     """Whether step ``sched`` computes tokens that are not the last sampled one of their
     request: a prompt, or its uncached tail after a prefix-cache hit, even a single token
@@ -333,3 +330,6 @@ def computes_prompt(sched: SchedulerOutput) -> bool:
     ``num_computed_tokens == num_tokens - 1``."""
     return any(r.num_computed_tokens < max(r.num_prompt_tokens, r.num_tokens - 1)
                for r in sched.scheduled)
+
+
+__all__ = ["FinishReason", "LLMEngine", "computes_prompt"]

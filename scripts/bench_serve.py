@@ -21,9 +21,13 @@ model cache), one ``localchat serve --port 0`` subprocess for the whole run.
 2. ``ask -c`` time to first token on turn 5 of a conversation (``--json`` ``ttft_s``): warm
    (the server holds turns 1-4 in its prefix cache) against cold (``--local``: the whole
    conversation is prefilled by a freshly loaded engine).
-3. N concurrent streaming clients (N = 1, 4, 16), 16 greedy tokens per request, different
-   prompts: generated tokens/s over the wall time, and client-side TTFT p50 / p99 (time to
-   the first content chunk). With few samples p99 is close to the maximum.
+3. N concurrent streaming clients (N = 1, 4, 16; ``--clients``), 16 greedy tokens per request
+   (``--load-tokens``), different prompts: generated tokens/s over the wall time, its ratio to
+   one client's, and client-side TTFT p50 / p99 (time to the first content chunk). With few
+   samples p99 is close to the maximum. Each client sends ``--requests-per-client`` requests
+   one after another (default: 4 at N = 1, 2 at N = 4, else 1). ``--load-only`` skips 1 and 2
+   (e.g. ``--load-only --clients 1 8 --load-tokens 128``: continuous batching's throughput at
+   8 concurrent decode-heavy requests against one stream's, the CPU-kernels issue's target).
 
 Every figure is a ratio or a set measured in the same run on the same (shared, noisy) machine.
 """
@@ -149,6 +153,10 @@ class _Done(Exception):
     """``--ask-only``: the ask figures are in."""
 
 
+class _LoadOnly(Exception):
+    """On to the load rounds (after the ask figures, or at once with ``--load-only``)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -158,6 +166,12 @@ def main() -> None:
                         help="only the warm / cold ask times (no turn 5, no load)")
     parser.add_argument("--compare-checkout", type=Path, default=None,
                         help="another localchat checkout whose warm ask is timed too")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16],
+                        help="concurrent streaming clients per load round")
+    parser.add_argument("--load-tokens", type=int, default=16,
+                        help="greedy tokens per request in the load rounds")
+    parser.add_argument("--requests-per-client", type=int, default=None)
+    parser.add_argument("--load-only", action="store_true", help="only the load rounds")
     args = parser.parse_args()
 
     from localchat.app import settings
@@ -166,11 +180,14 @@ def main() -> None:
     (home / "cache").symlink_to(settings.cache_dir(), target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALCHAT_")}
     env["LOCALCHAT_HOME"] = str(home)
-    print(f"workload: {args.model}, ask of 16 greedy tokens; ask -c turn 5; 1/4/16 streaming "
-          f"clients x 16 tokens; cpu threads {os.cpu_count()}; shared machine (noisy)")
+    print(f"workload: {args.model}, ask of 16 greedy tokens; ask -c turn 5; "
+          f"{'/'.join(map(str, args.clients))} streaming clients x {args.load_tokens} tokens; "
+          f"cpu threads {os.cpu_count()}; shared machine (noisy)")
     serve, url = start_server(env, args.model)
     results: dict = {"model": args.model}
     try:
+        if args.load_only:
+            raise _LoadOnly
         ask = ["ask", "-m", args.model, "--temperature", "0", "--max-tokens", "16", "--no-save"]
         other = checkout_env(env, args.compare_checkout, home) if args.compare_checkout \
             else None
@@ -211,8 +228,13 @@ def main() -> None:
             "warm_cached_tokens": warm5["usage"]["cached_tokens"],
             "speedup": cold5["timings"]["ttft_s"] / warm5["timings"]["ttft_s"]}
 
-        results["load"] = [asyncio.run(load(url, n, per, 16))
-                           for n, per in ((1, 4), (4, 2), (16, 1))]
+        raise _LoadOnly
+    except _LoadOnly:
+        asyncio.run(load(url, 1, 1, 4))  # warm the server's kernels and caches
+        results["load"] = [
+            asyncio.run(load(url, n, args.requests_per_client or {1: 4, 4: 2}.get(n, 1),
+                             args.load_tokens))
+            for n in args.clients]
     except _Done:
         pass
     finally:
@@ -222,6 +244,29 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             serve.kill()
 
+    if not args.load_only:
+        _print_ask(results, args)
+    if not args.ask_only:
+        _print_load(results)
+    print(json.dumps(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def _print_load(results: dict) -> None:
+    """The load rounds' table, throughput against one client's."""
+    print("\n| clients | requests | tokens | tokens/s | vs 1 client | TTFT p50 s | TTFT p99 s |")
+    print("|---|---|---|---|---|---|---|")
+    one = next((r["tokens_per_s"] for r in results["load"] if r["clients"] == 1), None)
+    for row in results["load"]:
+        ratio = f"{row['tokens_per_s'] / one:.2f}x" if one else "-"
+        print(f"| {row['clients']} | {row['requests']} | {row['tokens']} | "
+              f"{row['tokens_per_s']:.1f} | {ratio} | {row['ttft_p50_s']:.3f} | "
+              f"{row['ttft_p99_s']:.3f} |")
+
+
+def _print_ask(results: dict, args: argparse.Namespace) -> None:
+    """The warm / cold ``ask`` and turn-5 figures."""
     a = results["ask_wall_s"]
     print(f"\nask wall time: warm {a['warm_median']:.2f} s (median of {args.repeats}; "
           f"server {a['warm_server_median']:.2f} s, client {a['warm_client_median']:.2f} s; "
@@ -235,22 +280,11 @@ def main() -> None:
               f"checkout / that: wall {a['warm_median'] / c['wall_s_median']:.2f}, client "
               f"{a['warm_client_median'] / c['client_s_median']:.2f}")
     if args.ask_only:
-        print(json.dumps(results))
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
         return
     t = results["turn5_ttft_s"]
     print(f"ask -c turn 5 TTFT: warm {t['warm']:.3f} s ({t['warm_cached_tokens']} of "
           f"{t['prompt_tokens']} prompt tokens cached), cold {t['cold']:.3f} s, "
           f"{t['speedup']:.1f}x")
-    print("\n| clients | requests | tokens | tokens/s | TTFT p50 s | TTFT p99 s |")
-    print("|---|---|---|---|---|---|")
-    for row in results["load"]:
-        print(f"| {row['clients']} | {row['requests']} | {row['tokens']} | "
-              f"{row['tokens_per_s']:.1f} | {row['ttft_p50_s']:.3f} | {row['ttft_p99_s']:.3f} |")
-    print(json.dumps(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
