@@ -47,14 +47,31 @@ class StdoutError(LocalchatError):
 
 
 # errno values of a write that failed for the medium's sake, not the program's: a file
-# system full or over quota, a file too large, an I/O error, a device gone
-_OUTPUT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENXIO")
-                           if hasattr(errno, n))
+# system full or over quota, a file too large, an I/O error, a device gone, stdout closed
+# (``>&-``: ``_ClosedStdout``)
+_OUTPUT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EIO",
+                                                       "ENXIO", "EBADF") if hasattr(errno, n))
+
+
+class _ClosedStdout(io.TextIOBase):
+    """``sys.stdout`` when the process started with file descriptor 1 closed (``>&-``), where
+    Python leaves it None: a write fails as writing to a closed descriptor does (EBADF), so
+    the command says it cannot write instead of crashing on None or printing nowhere."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "it is closed")
+
+    def isatty(self) -> bool:
+        return False
 
 
 def output_error(exc: BaseException) -> str | None:
     """The line to say when ``exc`` is a failed write to stdout (an ``OSError`` without a
-    file name whose errno is a medium's: ENOSPC, EDQUOT, EFBIG, EIO, ENXIO), else None."""
+    file name whose errno is a medium's: ENOSPC, EDQUOT, EFBIG, EIO, ENXIO, EBADF), else
+    None."""
     if isinstance(exc, OSError) and exc.filename is None and exc.errno in _OUTPUT_ERRNOS:
         return f"cannot write to standard output: {exc.strerror or exc}"
     return None
@@ -421,7 +438,10 @@ def _err_write(text: str) -> None:
 
 
 def _tolerant_streams() -> None:
-    """Never crash on an unencodable character: replace it (e.g. an ASCII-only locale)."""
+    """Never crash on an unencodable character: replace it (e.g. an ASCII-only locale); a
+    closed stdout (None) becomes ``_ClosedStdout``."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -146,3 +146,28 @@ def test_ctrl_c_in_a_jsonl_turn_writes_its_line_then_exits_130(monkeypatch, caps
     (line,) = [json.loads(x) for x in out.splitlines()]
     assert (line["content"], line["finish_reason"]) == ("Hello", "interrupted")
     assert line["usage"]["completion_tokens"] == 2
+
+
+def test_a_closed_stdout_is_one_line_not_a_crash_or_silence(env):  # noqa: F811
+    """``localchat models >&-``: Python leaves ``sys.stdout`` None; a listing printed nowhere
+    and exited 0, ``ask`` crashed on None (internal error)."""
+    proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "models"],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, env=env, timeout=120, check=False,
+                          preexec_fn=lambda: __import__("os").close(1))
+    assert (proc.returncode, proc.stderr.decode()) == (
+        1, "localchat: error: cannot write to standard output: it is closed\n")
+
+
+def test_ask_into_a_closed_stdout_keeps_the_reply(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("LOCALCHAT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(ask_cmd, "load_engine", lambda options: FakeEngine(["Hel", "lo"]))
+    monkeypatch.setattr(sys, "stdin", None)
+    monkeypatch.setattr(sys, "stdout", None)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "hi"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("localchat: error: cannot write to standard output: it is closed; "
+                          "the reply so far is saved in conversation "), err
+    msgs = _last_messages(tmp_path / "home")
+    assert [(m.content, m.interrupted) for m in msgs] == [("hi", False), ("Hel", True)]
