@@ -191,8 +191,9 @@ def _is_directory(stream: IO[Any]) -> bool:
         return False
 
 
-def valid_utf8(text: str | None, what: str) -> str | None:
-    """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once.
+def valid_utf8(text: str | None, what: str, say: bool = True) -> str | None:
+    """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once
+    (``what`` names it) unless ``say`` is false.
 
     Command-line arguments reach Python with such bytes as lone surrogates
     (``surrogateescape``: ``caf\\xe9`` arrives as ``'caf\\udce9'``), which no tokenizer takes;
@@ -204,9 +205,26 @@ def valid_utf8(text: str | None, what: str) -> str | None:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        if say:
+            warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
             .encode("utf-8", "replace").decode("utf-8")
+
+
+def _valid_argument(arg: str) -> str:
+    """A command-line argument with bytes that were not valid UTF-8 replaced by U+FFFD (a
+    warning names it): every argument, not only the prompt, reaches tokenizers, the history
+    database and config.toml, which take no lone surrogates (``-s $'sys\\xff'`` was an
+    internal error)."""
+    try:
+        arg.encode("utf-8")
+        return arg
+    except UnicodeEncodeError:
+        fixed = valid_utf8(arg, "x", say=False) or ""
+        shown = printable(fixed if len(fixed) <= 40 else fixed[:39] + "\u2026")
+        warn(f"the argument '{shown}' is not valid UTF-8; invalid bytes were replaced with "
+             "U+FFFD")
+        return fixed
 
 
 def build_prompt(argument: str | None, stdin_text: str) -> str:
@@ -347,7 +365,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     line naming it, 1; anything else -> ``internal error`` line, 1. With ``--debug`` runtime
     errors re-raise (traceback).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = [_valid_argument(a) for a in (sys.argv[1:] if argv is None else argv)]
     debug = debug_requested(args)
     _tolerant_streams()
     if not debug and not sys.warnoptions:  # library warnings are noise on a user's stderr

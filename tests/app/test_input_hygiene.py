@@ -13,11 +13,28 @@ def test_invalid_utf8_prompt_argument_is_replaced_with_a_warning_before_loading(
     proc = fake(env, "ask", b"caf\xe9 ok", FAKE_LOAD_SECONDS="0.01")
     assert proc.returncode == 0 and proc.stdout == b"Hello world\n"
     err = proc.stderr.decode().splitlines()
-    assert err == ["localchat: warning: the PROMPT argument is not valid UTF-8; invalid bytes "
-                   "were replaced with U+FFFD", "loading"]  # warned before the model loads
+    assert err == ["localchat: warning: the argument 'caf\ufffd ok' is not valid UTF-8; invalid "
+                   "bytes were replaced with U+FFFD", "loading"]  # warned before the model loads
     assert seen_prompt(env) == "user:caf\ufffd ok|assistant:"
     piped = fake(env, "ask", stdin=b"caf\xe9 ok")  # the same words as for stdin
-    assert piped.stderr.decode().rstrip().split("stdin")[1] == err[0].split("the PROMPT argument")[1]
+    assert piped.stderr.decode().rstrip().split("stdin")[1] == err[0].split("ok'")[1]
+
+
+def test_invalid_utf8_in_any_argument_is_replaced_with_a_warning(env):
+    """Not only the prompt: a system prompt, a history query, a config value (each was an
+    internal error: a tokenizer, SQLite and the TOML writer take no lone surrogates)."""
+    proc = fake(env, "ask", "-s", b"sys\xff", "hi", FAKE_LOAD_SECONDS="0.01")
+    assert proc.returncode == 0 and proc.stdout == b"Hello world\n", proc.stderr
+    assert proc.stderr.decode().splitlines()[0] == (
+        "localchat: warning: the argument 'sys\ufffd' is not valid UTF-8; invalid bytes were "
+        "replaced with U+FFFD")
+    assert seen_prompt(env) == "system:sys\ufffd|user:hi|assistant:"
+    for args in (["history", "search", b"\xff"], ["config", "set", "system_prompt", b"x\xffy"]):
+        proc = fake(env, *args)
+        assert proc.returncode == 0, proc.stderr
+        assert b"internal error" not in proc.stderr and b"warning: the argument" in proc.stderr
+    shown = fake(env, "config", "show")
+    assert "x\ufffdy" in shown.stdout.decode()
 
 
 def test_jsonl_lone_surrogate_and_invalid_utf8_lines_get_an_error_and_the_session_goes_on(env):
