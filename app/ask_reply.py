@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # torch stays out of ``localchat --help``
     from localchat.engine.sampling_params import SamplingParams
 
 # The SamplingParams fields ``--json`` reports under "sampling" (the values in use).
-SAMPLING_SHOWN = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens",
-                  "seed")
+SAMPLING_SHOWN = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty", "stop", "max_tokens", "seed")
 
 
 def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
@@ -87,7 +87,7 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         save_reply(store, conv_id, writer.text, interrupted, stats, parent_id)
         if args.json:
             stats["context"] = _context(engine)  # the value in use
-            stats["sampling"] = {k: getattr(sampling, k) for k in SAMPLING_SHOWN}
+            stats["sampling"] = {k: _shown(getattr(sampling, k)) for k in SAMPLING_SHOWN}
             stats["memory"] = _memory(engine)
         print_answer(writer, args, stats, model, conv_id)
     except BrokenPipeError:
@@ -107,6 +107,11 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         cli_io.interrupted(f"{kept} saved in conversation {conv_id}"
                            if conv_id is not None else "", guard.signum)
         raise typer.Exit(128 + guard.signum if guard.signum else cli_io.EXIT_INTERRUPTED)
+
+
+def _shown(value: Any) -> Any:
+    """A sampling value as ``--json`` shows it (``stop``'s tuple as a list)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _saved(said: str, conv_id: str | None, kept: str) -> str:

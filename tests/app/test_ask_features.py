@@ -68,6 +68,22 @@ def test_json_has_every_field(ask):
         assert store.most_recent().id == doc["conversation_id"]
 
 
+def test_json_sampling_is_every_value_in_use(ask):
+    """``sampling`` holds what the engine was given, penalties and stop strings included (the
+    request's ``SamplingParams``, the reference)."""
+    code, out, err, engine, _ = ask(["hi", "--json", "--stop", "ab", "--stop", "cd",
+                                     "--presence-penalty", "0.5", "--frequency-penalty", "-0.25",
+                                     "--temperature", "0.3", "--seed", "7"], ["x"])
+    assert (code, err) == (0, ""), err
+    sp = engine.sampling_params
+    assert json.loads(out)["sampling"] == {
+        "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k, "min_p": sp.min_p,
+        "repetition_penalty": sp.repetition_penalty, "presence_penalty": 0.5,
+        "frequency_penalty": -0.25, "stop": ["ab", "cd"], "max_tokens": sp.max_tokens,
+        "seed": 7}
+    assert (sp.temperature, sp.stop) == (0.3, ("ab", "cd"))
+
+
 @pytest.mark.parametrize("drafted, accepted", [(0, 0), (8, 6)])
 def test_json_speculative_with_a_drafter(ask, monkeypatch, drafted, accepted):
     """With a drafter loaded (``engine.speculator``), ``speculative`` is an object even when
