@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 # The highest temperature a request may ask for (the server's bound too: one range everywhere).
 MAX_TEMPERATURE = 100.0
+# The most stop strings a request may give (the OpenAI API's bound is 4; the server's is this,
+# so a request means the same with and without a server).
+MAX_STOP_STRINGS = 16
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class SamplingParams:
             1 disables it.
         presence_penalty, frequency_penalty: OpenAI semantics over output tokens:
             ``logit -= presence * (count > 0) + frequency * count``; each in [-2, 2].
-        stop: strings that end generation; the matched string is not part of the output.
+        stop: strings that end generation; the matched string is not part of the output. At
+            most ``MAX_STOP_STRINGS`` (16).
         logprobs: return the top-n log-probabilities per generated token, n in [0, 20];
             ``None`` returns none.
 
@@ -82,6 +86,9 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop must be non-empty strings")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop: at most {MAX_STOP_STRINGS} stop strings, got "
+                             f"{len(self.stop)}")
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 

@@ -40,11 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from localchat.app.server.errors import APIError
 from localchat.app.server.prompt_forms import check_prompt
-from localchat.engine.sampling_params import MAX_TEMPERATURE
+from localchat.engine.sampling_params import MAX_STOP_STRINGS, MAX_TEMPERATURE
 
 logger = logging.getLogger("localchat.server")
 
-MAX_STOP_STRINGS = 16
 MAX_MESSAGES = 4096
 
 

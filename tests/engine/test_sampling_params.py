@@ -70,3 +70,18 @@ def test_frozen():
     p = SamplingParams()
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.temperature = 0.0  # type: ignore[misc]
+
+
+def test_stop_strings_up_to_the_servers_bound():
+    """At most ``MAX_STOP_STRINGS`` (the server's bound too: ``ask --stop`` x 17 worked
+    in-process and was refused by a running server)."""
+    from localchat.app.server.protocol import ChatCompletionRequest
+    from localchat.engine.sampling_params import MAX_STOP_STRINGS
+
+    ok = [f"s{i}" for i in range(MAX_STOP_STRINGS)]
+    assert SamplingParams(stop=ok).stop == tuple(ok)
+    ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], stop=ok)
+    with pytest.raises(ValueError, match=r"stop: at most 16 stop strings, got 17"):
+        SamplingParams(stop=[*ok, "one more"])
+    with pytest.raises(ValueError):
+        ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], stop=[*ok, "x"])
