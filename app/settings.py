@@ -203,6 +203,9 @@ def parse_value(key: Key, raw: Any) -> Any:
         if key.choices and value not in key.choices:
             raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "
                                f"got {value!r}")
+        if key.name == "endpoint" and not value.lower().startswith(("http://", "https://")):
+            raise SettingError(f"endpoint must be an http:// or https:// URL (e.g. "
+                               f"http://127.0.0.1:8088), got {value!r}")
         if key.name == "keep_alive":
             from localchat.app.keep_alive import parse_duration
 

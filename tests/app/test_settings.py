@@ -53,6 +53,9 @@ def test_default_model_from_config(home):
         ("default_model = ", "not valid TOML"),
         ("default_model = 3", "must be a non-empty string"),
         ('default_model = "  "', "must be a non-empty string"),
+        # accepted before, then every ask failed with "cannot reach notaurl/v1"
+        ('endpoint = "notaurl"', "endpoint must be an http:// or https:// URL"),
+        ('endpoint = "ftp://host"', "endpoint must be an http:// or https:// URL"),
     ],
 )
 def test_bad_config(tmp_path, text, words):
@@ -112,3 +115,13 @@ def test_read_only_home_and_read_only_config_file_name_the_path(tmp_path, monkey
         settings.set_value("temperature", "0.5")
     assert str(info.value) == f"cannot write config file {path}: Read-only file system"
     assert path.read_text() == 'theme = "dark"\n'
+
+
+def test_endpoint_setting_takes_http_urls_from_every_source(home, monkeypatch):
+    key = settings.KEYS["endpoint"]
+    assert settings.parse_value(key, " HTTPS://gpu-box:8000/v1 ") == "HTTPS://gpu-box:8000/v1"
+    with pytest.raises(settings.SettingError, match="got 'gpu-box:8000'"):
+        settings.parse_value(key, "gpu-box:8000")
+    monkeypatch.setenv("LOCALCHAT_ENDPOINT", "notaurl")
+    with pytest.raises(LocalchatError, match="LOCALCHAT_ENDPOINT: endpoint must be an http"):
+        settings.load_settings()
