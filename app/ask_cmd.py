@@ -21,7 +21,12 @@ from localchat.app import cli_io, interrupts
 from localchat.app.ask_history import alternating, open_history, save_reply, save_user
 from localchat.app.ask_reply import answer
 from localchat.app.cli_io import CliUsageError
-from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+from localchat.app.load_options import (
+    LoadOptions,
+    check_load_options,
+    context_choice,
+    flag_or_setting,
+)
 from localchat.app.prompt_check import check_prompt_before_load
 
 if TYPE_CHECKING:  # torch stays out of ``localchat --help``
@@ -95,12 +100,13 @@ def run_ask(args: AskArgs) -> None:
     try:
         model = args.model or (conv.model if conv and conv.model else settings.default_model)
         context, context_origin = context_choice(args.context, settings)
-        options = LoadOptions(model=model, draft=args.draft or settings.draft,
-                              quant=args.quant or settings.quant or "auto",
+        draft, draft_origin = flag_or_setting(args.draft, settings, "draft")
+        quant, quant_origin = flag_or_setting(args.quant, settings, "quant")
+        options = LoadOptions(model=model, draft=draft, quant=quant or "auto",
                               num_speculative_tokens=args.num_speculative_tokens,
-                              context=context, context_origin=context_origin)
-        check_load_options(options, from_flags={"draft": bool(args.draft),
-                                                "quant": bool(args.quant)})
+                              context=context, context_origin=context_origin,
+                              draft_origin=draft_origin, quant_origin=quant_origin)
+        check_load_options(options)
         from localchat.app.session import ChatSession
 
         system = args.system or (conv.system_prompt if conv else None) or settings.system_prompt

@@ -63,7 +63,13 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         load_engine,
         with_model_defaults,
     )
-    from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+    from localchat.app.load_options import (
+        LoadOptions,
+        check_load_options,
+        context_choice,
+        flag_or_setting,
+        setting_origin,
+    )
     from localchat.app.server.client import BackendError
     from localchat.app.session import ChatSession
     from localchat.app.settings import load_settings
@@ -85,12 +91,14 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
     except ValueError as e:
         raise cli_io.CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
     context, context_origin = context_choice(args.context, settings)
-    options = LoadOptions(model=args.model or settings.default_model,
-                          draft=args.draft or settings.draft,
+    draft, draft_origin = flag_or_setting(args.draft, settings, "draft")
+    options = LoadOptions(model=args.model or settings.default_model, draft=draft,
                           quant=settings.quant or "auto",
                           num_speculative_tokens=args.num_speculative_tokens,
-                          context=context, context_origin=context_origin)
-    check_load_options(options, from_flags={"draft": bool(args.draft)})
+                          context=context, context_origin=context_origin,
+                          draft_origin=draft_origin,
+                          quant_origin=setting_origin(settings, "quant"))
+    check_load_options(options)
     from localchat.app.ask_cmd import remote_backend
 
     engine = remote_backend(args, settings, options.model) or cli_io.guarded(

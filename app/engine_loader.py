@@ -29,9 +29,15 @@ Progress = Callable[[str], None]
 
 class DraftChoiceError(LocalchatError):
     """``--draft auto`` for a model without a catalog draft, or a draft equal to the model: a
-    bad flag value, so the CLI exits 2 (``exit_code``) as for any other."""
+    bad flag value, so the CLI exits 2 (``exit_code``) as for any other; 1 when the draft came
+    from the settings (a bad setting, as for every other one)."""
 
     exit_code = cli_io.EXIT_USAGE
+
+    def __init__(self, message: str, origin: str = "--draft") -> None:
+        super().__init__(message)
+        if not origin.startswith("--"):
+            self.exit_code = cli_io.EXIT_RUNTIME
 
 
 def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
@@ -49,8 +55,8 @@ def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
     entry = resolve_alias(target_alias) if target_alias else None
     if entry is None or not entry.draft:
         name = target_alias or options.model
-        raise DraftChoiceError(f"--draft auto: no natural draft model is known for {name}; "
-                               "name one with --draft MODEL")
+        raise DraftChoiceError(f"{options.draft_origin} auto: no natural draft model is known "
+                               f"for {name}; name one with --draft MODEL", options.draft_origin)
     return entry.draft
 
 
@@ -73,7 +79,8 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
     draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
                                  progress=progress)
     if Path(draft_source.path).resolve() == Path(source.path).resolve():  # links too
-        raise DraftChoiceError(f"--draft {draft}: the draft is the model itself")
+        raise DraftChoiceError(f"{options.draft_origin} {draft}: the draft is the model itself",
+                               options.draft_origin)
     return draft, draft_source.path
 
 

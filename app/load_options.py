@@ -21,7 +21,8 @@ class LoadOptions:
     most draft tokens per step; None: ``SpeculativeConfig``'s default) and ``quant``
     (``auto|native|none|fp8|int8|int4``), as the
     user gave them; ``context`` the context size in tokens (prompt + reply; None: the model's,
-    at most 8192 on CPU) and ``context_origin`` where it came from (named in errors)."""
+    at most 8192 on CPU); ``context_origin``, ``draft_origin`` and ``quant_origin`` say where
+    those came from (the flag, or a setting: ``flag_or_setting``), named in errors."""
 
     model: str
     draft: str | None = None
@@ -29,31 +30,32 @@ class LoadOptions:
     num_speculative_tokens: int | None = None
     context: int | None = None
     context_origin: str = "--context"
+    draft_origin: str = "--draft"
+    quant_origin: str = "--quant"
 
 
-def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None = None) -> None:
-    """Refuse values the engine does not take, as the engine's config checks them.
-
-    ``from_flags`` says which of ``draft``/``quant`` came from a flag (else from the settings),
-    so the message names where to change it.
+def check_load_options(options: LoadOptions) -> None:
+    """Refuse values the engine does not take, as the engine's config checks them; the
+    message names where the value came from (``quant_origin``, ``context_origin``: the flag,
+    or the setting, so the user knows what to change).
 
     Raises:
         CliUsageError: ``QuantConfig`` refuses ``quant``, ``fp8`` without a CUDA GPU of
             compute capability >= 8.9 (checked before any model loads),
             ``SpeculativeConfig`` refuses ``num_speculative_tokens`` (the engine's reason in
             the message), or ``context`` is below 1 (exit 2).
+        SettingError: the same for a ``quant`` that came from the settings (exit 1, as for
+            every bad setting).
     """
+    from localchat.app.settings import SettingError
     from localchat.engine.config import QuantConfig, SpeculativeConfig
 
-    from_flags = from_flags or {}
-
-    def where(name: str) -> str:
-        return f"--{name}" if from_flags.get(name) else f"{name} (from the config or environment)"
-
+    bad_quant = CliUsageError if options.quant_origin.startswith("--") else SettingError
+    where = options.quant_origin
     try:
         QuantConfig(scheme=options.quant)
     except ValueError as exc:
-        raise CliUsageError(f"{where('quant')} {options.quant}: {exc}") from None
+        raise bad_quant(f"{where} {options.quant}: {exc}") from None
     if options.context is not None and options.context < 1:
         raise CliUsageError(f"{options.context_origin} {options.context}: the context must be "
                             "a positive number of tokens")
@@ -61,8 +63,8 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
         from localchat.engine.quant.schemes import fp8_supported
 
         if not fp8_supported("cuda"):
-            raise CliUsageError(f"{where('quant')} fp8: needs a CUDA GPU of compute capability "
-                                "8.9 or newer, and none is available (use int8 or int4)")
+            raise bad_quant(f"{where} fp8: needs a CUDA GPU of compute capability 8.9 or "
+                            "newer, and none is available (use int8 or int4)")
     k = options.num_speculative_tokens
     if k is not None:
         try:
@@ -74,9 +76,19 @@ def check_load_options(options: LoadOptions, from_flags: dict[str, bool] | None 
 def context_choice(flag: int | None, settings: object) -> tuple[int | None, str]:
     """The context size to use and where it came from: ``--context`` > ``LOCALCHAT_CONTEXT``
     > ``context`` in config.toml > None (the model's, at most 8192 on CPU)."""
+    return flag_or_setting(flag, settings, "context")
+
+
+def flag_or_setting(flag: object, settings: object, name: str) -> tuple[object, str]:
+    """The value of top-level setting ``name`` to use and where it came from: the flag
+    (``--name``) when given, else the setting (``setting_origin``; None when unset)."""
     if flag is not None:
-        return flag, "--context"
-    value = getattr(settings, "context", None)
-    source = getattr(settings, "sources", {}).get("context")
-    origin = ("LOCALCHAT_CONTEXT" if source == "env" else "context (config.toml)")
-    return value, origin
+        return flag, f"--{name}"
+    return getattr(settings, name, None), setting_origin(settings, name)
+
+
+def setting_origin(settings: object, name: str) -> str:
+    """How errors name top-level setting ``name`` where it came from: its environment
+    variable (``LOCALCHAT_DRAFT``) or ``draft (config.toml)``."""
+    source = getattr(settings, "sources", {}).get(name)
+    return f"LOCALCHAT_{name.upper()}" if source == "env" else f"{name} (config.toml)"

@@ -126,7 +126,12 @@ def run_serve(args: ServeArgs) -> None:
         CliUsageError: bad flags (exit 2).
         LocalchatError: unknown model, load failure, the port cannot be bound (exit 1).
     """
-    from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+    from localchat.app.load_options import (
+        LoadOptions,
+        check_load_options,
+        context_choice,
+        flag_or_setting,
+    )
     from localchat.app.settings import load_settings
 
     check_exposure(args)
@@ -136,11 +141,12 @@ def run_serve(args: ServeArgs) -> None:
     context, context_origin = context_choice(args.max_model_len, settings)
     if args.max_model_len is not None:
         context_origin = "--max-model-len"
-    options = LoadOptions(model=args.model or settings.default_model,
-                          draft=args.draft or settings.draft,
-                          quant=args.quant or settings.quant or "auto",
-                          context=context, context_origin=context_origin)
-    check_load_options(options, from_flags={"draft": bool(args.draft), "quant": bool(args.quant)})
+    draft, draft_origin = flag_or_setting(args.draft, settings, "draft")
+    quant, quant_origin = flag_or_setting(args.quant, settings, "quant")
+    options = LoadOptions(model=args.model or settings.default_model, draft=draft,
+                          quant=quant or "auto", context=context, context_origin=context_origin,
+                          draft_origin=draft_origin, quant_origin=quant_origin)
+    check_load_options(options)
     sock = _bind(args.host, args.port)  # before loading: a taken port fails fast
     try:
         engine, model_id = cli_io.guarded(lambda: _load(options, args))

@@ -76,7 +76,8 @@ def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | 
     from localchat.app.load_options import LoadOptions
 
     options = LoadOptions(model=spec, draft=draft, quant=quant or "auto", context=context,
-                          context_origin=context_origin)
+                          context_origin=context_origin, draft_origin="the draft setting",
+                          quant_origin="the quant setting")  # the TUI has no such flags
     return engine_loader.load(options, progress=progress or _quiet, use_async=True)
 
 

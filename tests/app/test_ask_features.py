@@ -271,6 +271,32 @@ def test_a_draft_that_is_the_model_is_a_bad_flag_value(home, tmp_path, capsys, m
                                   "itself\n")
 
 
+def test_a_bad_draft_setting_names_the_setting_not_a_flag(home, tmp_path, capsys, monkeypatch):
+    """A draft from config.toml or the environment is named as such (the user never typed
+    ``--draft``) and is a bad setting, exit 1, as every bad setting is."""
+    from localchat.app import settings
+    from tests.engine.tiny_models import save_tiny_model
+
+    folder = tmp_path / "tiny"
+    save_tiny_model("qwen2", folder)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", None)
+    settings.config_path().write_text(f'draft = "{folder}"\n')
+
+    def ask_here(*args):
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app),
+                              ["ask", "hi", "--local", "--no-save", "-m", str(folder), *args])
+        return code, capsys.readouterr().err
+
+    assert ask_here() == (1, f"localchat: error: draft (config.toml) {folder}: the draft is the "
+                             "model itself\n")
+    monkeypatch.setenv("LOCALCHAT_DRAFT", "auto")
+    code, err = ask_here()
+    assert (code, err.split(":")[:3]) == (1, ["localchat", " error", " LOCALCHAT_DRAFT auto"])
+    code, err = ask_here("--draft", "auto")  # the flag wins, and is named: a usage error
+    assert (code, err.split(":")[:3]) == (2, ["localchat", " error", " --draft auto"])
+
+
 def test_draft_options_reach_the_loader(ask):
     code, _, _, _, options = ask(["hi", "--draft", "auto", "--num-speculative-tokens", "3",
                                   "--quant", "int8"])
