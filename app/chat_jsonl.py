@@ -12,16 +12,20 @@ prompt or a reset; ``{"error": "..."}`` answers a malformed line, a turn the con
 hold, or a turn a server refused or dropped (that turn is not kept), and the conversation goes
 on. The engine keeps the conversation's earlier turns in its prefix cache, so each turn
 prefills only the new tokens (``usage.cached_tokens`` says how many were reused). Ctrl+C
-during a reply writes that turn's line (the reply so far, ``finish_reason``
-``"interrupted"``), then ends the command (``localchat: interrupted``, exit 130).
+(SIGTERM, SIGHUP) during a reply writes that turn's line (the reply so far, ``finish_reason``
+``"interrupted"``), then ends the command as ``ask`` does (``localchat: interrupted``, exit
+130; ``stopped by SIGTERM``, 143; 129).
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+import typer
 
 from localchat.app import cli_io
 from localchat.app.report import answer_stats
@@ -135,14 +139,15 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
                 emit({"error": cli_io.one_line(str(e))})
                 continue
             try:
-                reply, interrupted = _answer(engine, ids, sampling, session)
+                reply, stopped_by = _answer(engine, ids, sampling, session)
             except BackendError as e:  # the server refused the turn or went away: say so
                 session.messages.pop()
                 emit({"error": cli_io.one_line(str(e))})
                 continue
             emit(reply)
-            if interrupted:  # the turn's line is out: now end as Ctrl+C does (130)
-                raise KeyboardInterrupt
+            if stopped_by is not None:  # the turn's line is out: now end as ask does
+                cli_io.interrupted(signum=stopped_by)
+                raise typer.Exit(128 + stopped_by)
 
 
 def _parse(line: str) -> dict[str, Any]:
@@ -175,16 +180,21 @@ def _parse(line: str) -> dict[str, Any]:
 
 
 def _answer(engine: LLMEngine, ids: list[int], sampling: SamplingParams,
-            session: ChatSession) -> tuple[dict[str, Any], bool]:
-    """Generate one reply, append it to ``session`` and build its output line; also whether
-    Ctrl+C stopped it: the line then carries the reply so far with
-    ``finish_reason`` ``"interrupted"``, so a script reading the lines gets one per turn."""
+            session: ChatSession) -> tuple[dict[str, Any], int | None]:
+    """Generate one reply, append it to ``session`` and build its output line; also the
+    signal that stopped it (Ctrl+C, SIGTERM, SIGHUP: ``interrupts.InterruptGuard``) or None:
+    the line then carries the reply so far with ``finish_reason`` ``"interrupted"``, so a
+    script reading the lines gets one per turn."""
+    from localchat.app import interrupts
+
     last: RequestOutput | None = None
     interrupted = False
+    guard = interrupts.InterruptGuard()
     outputs = engine.generate(ids, sampling)
     try:
-        for out in outputs:
-            last = out
+        with guard.installed():
+            for out in outputs:
+                last = out
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -197,4 +207,6 @@ def _answer(engine: LLMEngine, ids: list[int], sampling: SamplingParams,
                          speculating=getattr(engine, "speculator", None) is not None)
     spec = stats.pop("speculative")
     line = {"content": text, **stats, "spec": spec, "dropped_turns": session.last_dropped_turns}
-    return line, interrupted
+    if not interrupted:
+        return line, None
+    return line, guard.signum if guard.signum is not None else signal.SIGINT

@@ -171,3 +171,32 @@ def test_ask_into_a_closed_stdout_keeps_the_reply(monkeypatch, capsys, tmp_path)
                           "the reply so far is saved in conversation "), err
     msgs = _last_messages(tmp_path / "home")
     assert [(m.content, m.interrupted) for m in msgs] == [("hi", False), ("Hel", True)]
+
+
+def test_sigterm_in_a_jsonl_turn_writes_its_line_then_exits_143(env, tmp_path):  # noqa: F811
+    """A real SIGTERM to ``chat --jsonl`` (the fake engine of ``fake_cli.py`` streams slowly):
+    the turn's line with the reply so far, ``stopped by SIGTERM``, 143 (it was killed by the
+    signal with nothing written)."""
+    import json
+    import signal
+    import time
+
+    from .test_cli_fake import FAKE_CLI
+
+    proc = subprocess.Popen([sys.executable, str(FAKE_CLI), "chat", "--jsonl"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            env={**env, "FAKE_REPLY": "word " * 400, "FAKE_DELAY": "0.02",
+                                 "FAKE_LOG": str(tmp_path / "started")})
+    proc.stdin.write(json.dumps({"role": "user", "content": "hi"}).encode() + b"\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the reply has begun
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    (line,) = [json.loads(x) for x in out.decode().splitlines()]
+    assert line["finish_reason"] == "interrupted" and line["content"].startswith("word ")
+    assert err.decode().endswith("localchat: stopped by SIGTERM\n")
