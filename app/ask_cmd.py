@@ -94,7 +94,7 @@ def run_ask(args: AskArgs) -> None:
     except ValueError as e:
         raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
     prompt = cli_io.valid_utf8(args.prompt, "the PROMPT argument")
-    text = cli_io.build_prompt(prompt, "" if args.no_stdin else cli_io.read_stdin())
+    text = cli_io.build_prompt(prompt, None if args.no_stdin else cli_io.read_stdin())
 
     store, conv = open_history(args)
     try:

@@ -227,19 +227,20 @@ def _valid_argument(arg: str) -> str:
         return fixed
 
 
-def build_prompt(argument: str | None, stdin_text: str) -> str:
+def build_prompt(argument: str | None, stdin_text: str | None) -> str:
     """Join stdin text and the prompt argument: stdin first, then a blank line, then the argument.
 
     Trailing whitespace of each part is dropped, so ``echo X | ask Y`` equals ``ask "X\\n\\nY"``.
+    ``stdin_text`` None: stdin was not read (``--no-stdin``), as the error then says.
 
     Raises:
         CliUsageError: both parts are empty or whitespace only.
     """
     parts = [p.rstrip() for p in (stdin_text, argument or "") if p and p.strip()]
     if not parts:
-        raise CliUsageError(
-            "no prompt: pass PROMPT or pipe text on stdin (see 'localchat ask --help')"
-        )
+        how = "pass PROMPT (--no-stdin leaves stdin unread)" if stdin_text is None else \
+            "pass PROMPT or pipe text on stdin"
+        raise CliUsageError(f"no prompt: {how} (see 'localchat ask --help')")
     return "\n\n".join(parts)
 
 
@@ -443,6 +444,8 @@ def guarded(fn: Callable[[], Any], say: bool = True) -> Any:
 def _usage_message(e: Any) -> str:
     msg = one_line(e.format_message())
     if e.ctx is not None:
+        if e.ctx.command.name == "ask" and "unexpected extra argument" in msg:
+            msg += "; quote a prompt of several words: localchat ask \"...\""
         msg += f" (see '{e.ctx.command_path} --help')"
     return msg
 

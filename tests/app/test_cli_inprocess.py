@@ -187,12 +187,23 @@ def test_unexpected_exception_is_one_line_without_traceback(fake_ask, monkeypatc
         cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "hi", "--debug"])
 
 
+def test_extra_words_after_the_prompt_say_to_quote_it(fake_ask):
+    code, out, err, _ = fake_ask(["Hi", "there", "friend"], ["x"])
+    assert (code, out) == (2, "")
+    assert err.startswith("localchat: error: Got unexpected extra argument") and \
+        err.endswith("(there friend); quote a prompt of several words: localchat ask \"...\" "
+                     "(see 'localchat ask --help')\n") and err.count("\n") == 1, err
+
+
 def test_build_prompt_and_sampling_messages():
     assert cli_io.build_prompt("Q", "C\n\n") == "C\n\nQ"
     assert cli_io.build_prompt(None, "C\n") == "C"
     assert cli_io.build_prompt("Q", "") == "Q"
-    with pytest.raises(cli_io.CliUsageError):
+    with pytest.raises(cli_io.CliUsageError, match="pass PROMPT or pipe text on stdin"):
         cli_io.build_prompt("", " \n")
+    assert cli_io.build_prompt("Q", None) == "Q"
+    with pytest.raises(cli_io.CliUsageError, match=r"pass PROMPT \(--no-stdin leaves stdin "):
+        cli_io.build_prompt(None, None)  # stdin not read
     msg = cli_io.sampling_error_message(
         ValueError("top_p must be in (0, 1], got 2"), ask_cmd.SAMPLING_FLAGS
     )
