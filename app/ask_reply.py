@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from localchat.app import cli_io, interrupts, render
+from localchat.app import cli_io, interrupts, output_errors, render
 from localchat.app.ask_history import drop_refused_turn, save_reply
 from localchat.app.report import answer_stats, format_stats_line
 from localchat.engine.errors import LocalchatError
@@ -59,17 +59,17 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
         close_quietly(outputs)
     except BrokenPipeError:  # the reader went away (`| head`): stop generating, quietly
         close_quietly(outputs)
-        cli_io.silence_stdout()
+        output_errors.silence_stdout()
         save_reply(store, conv_id, writer.text, True, None, parent_id)
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
     except OSError as exc:  # stdout refused the text (`> /dev/full`): keep what came
-        said = cli_io.output_error(exc)
+        said = output_errors.output_error(exc)
         if said is None:
             raise
         close_quietly(outputs)
-        cli_io.silence_stdout()
+        output_errors.silence_stdout()
         save_reply(store, conv_id, writer.text, True, None, parent_id)
-        raise cli_io.StdoutError(_saved(said, conv_id, "the reply so far is")) from None
+        raise output_errors.StdoutError(_saved(said, conv_id, "the reply so far is")) from None
     except LocalchatError as exc:  # e.g. the server died mid-reply: keep what came, end its line
         close_quietly(outputs)
         if writer.text:
@@ -91,14 +91,14 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
             stats["memory"] = _memory(engine)
         print_answer(writer, args, stats, model, conv_id)
     except BrokenPipeError:
-        cli_io.silence_stdout()
+        output_errors.silence_stdout()
         raise typer.Exit(cli_io.EXIT_BROKEN_PIPE) from None
     except OSError as exc:
-        said = cli_io.output_error(exc)
+        said = output_errors.output_error(exc)
         if said is None:
             raise
-        cli_io.silence_stdout()
-        raise cli_io.StdoutError(_saved(said, conv_id, "the reply is")) from None
+        output_errors.silence_stdout()
+        raise output_errors.StdoutError(_saved(said, conv_id, "the reply is")) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

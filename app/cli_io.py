@@ -8,7 +8,6 @@ transformers.
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import stat
@@ -19,6 +18,7 @@ from typing import IO, Any
 
 import typer
 
+from localchat.app.output_errors import ClosedStdout, broken_pipe, output_error, silence_stdout
 from localchat.engine.errors import LocalchatError
 
 try:  # typer >= 0.2x vendors its own click; older versions use click itself
@@ -39,47 +39,6 @@ class CliUsageError(Exception):
 
 class StdinError(LocalchatError):
     """stdin could not be read (an I/O error): a runtime error, exit 1, one line."""
-
-
-class StdoutError(LocalchatError):
-    """stdout refused what was written (a full disk, an I/O error; not a closed pipe, which
-    ends the command quietly with 141): a runtime error, exit 1, one line."""
-
-
-# errno values of a write that failed for the medium's sake, not the program's: a file
-# system full or over quota, a file too large, an I/O error, a device gone, stdout closed
-# (``>&-``: ``_ClosedStdout``)
-_OUTPUT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EIO",
-                                                       "ENXIO", "EBADF") if hasattr(errno, n))
-
-
-class _ClosedStdout(io.TextIOBase):
-    """``sys.stdout`` when the process started with file descriptor 1 closed (``>&-``), where
-    Python leaves it None: a write fails as writing to a closed descriptor does (EBADF), so
-    the command says it cannot write instead of crashing on None or printing nowhere."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        raise OSError(errno.EBADF, "it is closed")
-
-    def isatty(self) -> bool:
-        return False
-
-
-def output_error(exc: BaseException) -> str | None:
-    """The line to say when ``exc`` is a failed write to stdout (an ``OSError`` without a
-    file name whose errno is a medium's: ENOSPC, EDQUOT, EFBIG, EIO, ENXIO, EBADF), else
-    None."""
-    if isinstance(exc, OSError) and exc.filename is None and exc.errno in _OUTPUT_ERRNOS:
-        return f"cannot write to standard output: {exc.strerror or exc}"
-    return None
-
-
-def _broken_pipe(exc: BaseException | None) -> bool:
-    """True when ``exc`` is a write to a closed pipe (EPIPE)."""
-    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
 
 
 def one_line(text: str) -> str:
@@ -191,9 +150,9 @@ def _is_directory(stream: IO[Any]) -> bool:
         return False
 
 
-def valid_utf8(text: str | None, what: str, say: bool = True) -> str | None:
+def valid_utf8(text: str | None, what: str) -> str | None:
     """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once
-    (``what`` names it) unless ``say`` is false.
+    (``what`` names it).
 
     Command-line arguments reach Python with such bytes as lone surrogates
     (``surrogateescape``: ``caf\\xe9`` arrives as ``'caf\\udce9'``), which no tokenizer takes;
@@ -205,10 +164,15 @@ def valid_utf8(text: str | None, what: str, say: bool = True) -> str | None:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        if say:
-            warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
-            .encode("utf-8", "replace").decode("utf-8")
+        warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        return _replaced(text)
+
+
+def _replaced(text: str) -> str:
+    """``text`` (lone surrogates from ``surrogateescape``, or any other) as valid UTF-8 text,
+    every invalid byte or surrogate replaced by U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
+        .encode("utf-8", "replace").decode("utf-8")
 
 
 def _valid_argument(arg: str) -> str:
@@ -220,7 +184,7 @@ def _valid_argument(arg: str) -> str:
         arg.encode("utf-8")
         return arg
     except UnicodeEncodeError:
-        fixed = valid_utf8(arg, "x", say=False) or ""
+        fixed = _replaced(arg)
         shown = printable(fixed if len(fixed) <= 40 else fixed[:39] + "\u2026")
         warn(f"the argument '{shown}' is not valid UTF-8; invalid bytes were replaced with "
              "U+FFFD")
@@ -404,7 +368,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:
         # typer answers a closed stdout (`localchat models | head -1`) with exit 1 (click's
         # standalone habit); a closed pipe ends every command alike: quietly, 141
-        if _broken_pipe(e.__context__):
+        if broken_pipe(e.__context__):
             silence_stdout()
             return EXIT_BROKEN_PIPE
         raise
@@ -460,9 +424,9 @@ def _err_write(text: str) -> None:
 
 def _tolerant_streams() -> None:
     """Never crash on an unencodable character: replace it (e.g. an ASCII-only locale); a
-    closed stdout (None) becomes ``_ClosedStdout``."""
+    closed stdout (None) becomes ``ClosedStdout``."""
     if sys.stdout is None:
-        sys.stdout = _ClosedStdout()
+        sys.stdout = ClosedStdout()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -470,12 +434,3 @@ def _tolerant_streams() -> None:
                 reconfigure(errors="replace")
             except (ValueError, OSError):
                 pass
-
-
-def silence_stdout() -> None:
-    """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass

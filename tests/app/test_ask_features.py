@@ -288,8 +288,8 @@ def test_a_bad_draft_setting_names_the_setting_not_a_flag(home, tmp_path, capsys
                               ["ask", "hi", "--local", "--no-save", "-m", str(folder), *args])
         return code, capsys.readouterr().err
 
-    assert ask_here() == (1, f"localchat: error: draft (config.toml) {folder}: the draft is the "
-                             "model itself\n")
+    said = f"localchat: error: draft (config.toml) {folder}: the draft is the model itself\n"
+    assert ask_here() == (1, said)
     monkeypatch.setenv("LOCALCHAT_DRAFT", "auto")
     code, err = ask_here()
     assert (code, err.split(":")[:3]) == (1, ["localchat", " error", " LOCALCHAT_DRAFT auto"])

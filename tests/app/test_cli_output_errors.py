@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from localchat.app import ask_cmd, cli, cli_io
+from localchat.app import ask_cmd, cli, cli_io, output_errors
 
 from .fake_engine import FakeEngine
 from .test_cli import env  # noqa: F401 - the subprocess fixture
@@ -81,9 +81,9 @@ def test_a_full_disk_while_streaming_says_so_and_keeps_the_reply(run_with_stdout
 def test_a_full_disk_at_the_end_says_the_whole_reply_is_saved(run_with_stdout, tmp_path, flag):
     code, err = run_with_stdout(["ask", flag, "hi"], _Stdout(0, _full()))
     assert code == 1
-    assert err.strip().splitlines() == [
-        "localchat: error: cannot write to standard output: No space left on device; the reply "
-        f"is saved in conversation {_conversation_id(tmp_path / 'home')}"]
+    said = ("localchat: error: cannot write to standard output: No space left on device; the "
+            f"reply is saved in conversation {_conversation_id(tmp_path / 'home')}")
+    assert err.strip().splitlines() == [said]
     msgs = _last_messages(tmp_path / "home")
     assert [(m.content, m.interrupted) for m in msgs] == [("hi", False), ("Hello world!", False)]
 
@@ -97,16 +97,16 @@ def _conversation_id(home: Path) -> str:
 
 def test_a_full_disk_under_a_listing_is_one_line_not_an_internal_error(run_with_stdout):
     code, err = run_with_stdout(["models"], _Stdout(10, _full()))
-    assert (code, err) == (1, "localchat: error: cannot write to standard output: No space left "
-                              "on device\n")
+    assert code == 1
+    assert err == "localchat: error: cannot write to standard output: No space left on device\n"
 
 
 def test_other_os_errors_stay_internal_errors():
     """Only a medium's errno without a file name is taken for stdout's."""
-    assert cli_io.output_error(OSError(errno.ENOSPC, "full", "/some/file")) is None
-    assert cli_io.output_error(OSError(errno.EACCES, "denied")) is None
-    assert cli_io.output_error(ValueError("x")) is None
-    assert cli_io.output_error(OSError(errno.EIO, "Input/output error")) == (
+    assert output_errors.output_error(OSError(errno.ENOSPC, "full", "/some/file")) is None
+    assert output_errors.output_error(OSError(errno.EACCES, "denied")) is None
+    assert output_errors.output_error(ValueError("x")) is None
+    assert output_errors.output_error(OSError(errno.EIO, "Input/output error")) == (
         "cannot write to standard output: Input/output error")
 
 
