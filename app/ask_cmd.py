@@ -124,7 +124,8 @@ def run_ask(args: AskArgs) -> None:
             if engine is not None:
                 model = engine.model  # an endpoint asked without -m answers with its own model
             else:
-                engine = _load_naming_the_setting(options, settings, from_setting)
+                engine = _load_naming_the_setting(options, settings, from_setting,
+                                                  conv if not args.model else None)
         except typer.Exit as exc:
             if exc.exit_code in interrupts.STOP_EXIT_CODES:
                 if store is not None:
@@ -246,15 +247,20 @@ def load_engine(options: LoadOptions) -> LLMEngine:
         return engine_loader.load(options)
 
 
-def _load_naming_the_setting(options: LoadOptions, settings: Any, from_setting: bool) -> Any:
-    """``load_engine``; when the model came from the ``default_model`` setting and cannot be
-    found, the error says where that setting lives (config.toml or the environment)."""
+def _load_naming_the_setting(options: LoadOptions, settings: Any, from_setting: bool,
+                             conv: Any = None) -> Any:
+    """``load_engine``; when the model came from the ``default_model`` setting, or from the
+    conversation ``conv`` being continued (``-c`` without ``-m``), and cannot be found, the
+    error says where it came from and what to do."""
     from localchat.app.settings import KEYS, config_path
     from localchat.engine.errors import ModelNotFoundError
 
     try:
         return cli_io.guarded(lambda: load_engine(options), say=False)
     except ModelNotFoundError as exc:
+        if conv is not None and conv.model and conv.model == options.model:
+            raise ModelNotFoundError(f"{exc} (the model of conversation {conv.id}; continue "
+                                     "it with another: -m MODEL)") from None
         source = settings.sources.get("default_model")
         if not from_setting or source is None:
             raise

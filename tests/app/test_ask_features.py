@@ -297,6 +297,29 @@ def test_a_bad_draft_setting_names_the_setting_not_a_flag(home, tmp_path, capsys
     assert (code, err.split(":")[:3]) == (2, ["localchat", " error", " --draft auto"])
 
 
+def test_continuing_a_conversation_whose_model_is_gone_says_so(ask, monkeypatch, capsys):
+    """``-c`` without ``-m`` loads the conversation's model; when that file is gone the error
+    names the conversation and the way on (``-m``), which then works."""
+    from localchat.engine.errors import ModelNotFoundError
+
+    code, _, _, _, _ = ask(["hi", "-m", "/gone/model.gguf"])
+    assert code == 0
+    with Store() as store:
+        conv_id = store.most_recent().id
+
+    def missing(options):
+        raise ModelNotFoundError(f"no such file or folder: {options.model}")
+
+    monkeypatch.setattr(ask_cmd, "load_engine", missing)
+    code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", "-c", "again"])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "localchat: error: no such file or folder: /gone/model.gguf (the model of conversation "
+        f"{conv_id}; continue it with another: -m MODEL)\n")
+    code, out, err, _, options = ask(["-c", "-m", "other-model", "again"])
+    assert (code, err, options.model) == (0, "", "other-model")
+
+
 def test_draft_options_reach_the_loader(ask):
     code, _, _, _, options = ask(["hi", "--draft", "auto", "--num-speculative-tokens", "3",
                                   "--quant", "int8"])
