@@ -316,7 +316,7 @@ def test_continuing_a_conversation_whose_model_is_gone_says_so(ask, monkeypatch,
     assert capsys.readouterr().err == (
         "localchat: error: no such file or folder: /gone/model.gguf (the model of conversation "
         f"{conv_id}; continue it with another: -m MODEL)\n")
-    code, out, err, _, options = ask(["-c", "-m", "other-model", "again"])
+    code, _, err, _, options = ask(["-c", "-m", "other-model", "again"])
     assert (code, err, options.model) == (0, "", "other-model")
 
 
