@@ -101,12 +101,14 @@ class ChatSession:
         what = "the system prompt plus the latest message take" if head else (
             "the latest message takes")
         if max_prompt_tokens is not None:
-            at_least = _far_too_long(tokenizer, head + tail, max_prompt_tokens,
-                                     add_generation_prompt)
-            if at_least is not None:
+            far = _far_too_long(tokenizer, head + tail, max_prompt_tokens,
+                                add_generation_prompt)
+            if far is not None:
+                at_least, about = far
                 raise ContextLengthError(
                     f"{what} more than {at_least} tokens, more than the {max_prompt_tokens} "
-                    "available for the prompt; shorten it")
+                    f"available for the prompt; shorten it (about {about:,} tokens in all, at "
+                    "the rate of the part measured)")
         ids = render(0)
         if max_prompt_tokens is None or len(ids) <= max_prompt_tokens:
             return ids
@@ -167,14 +169,17 @@ _PREFIX_MARGIN = 16
 
 
 def _far_too_long(tokenizer: ChatTemplateTokenizer, messages: list[dict[str, str]],
-                  max_prompt_tokens: int, add_generation_prompt: bool) -> int | None:
-    """A lower bound on the prompt's tokens when one of ``messages`` (those always kept: the
-    system prompt, the latest user message and after) is far longer than ``max_prompt_tokens``
-    could hold, else None. Such a message (over ``8 * (max_prompt_tokens + 16)`` characters)
-    is rendered alone on its first that many characters (cut at a space or newline where
-    there is one in the second half): the prompt renders that prefix and more, so its tokens,
-    less ``_PREFIX_MARGIN``, bound the prompt's from below. A pasted 6.7 MB file was otherwise
-    tokenized whole, several times, before being refused (32 s, 1.7 GB for SmolLM2)."""
+                  max_prompt_tokens: int, add_generation_prompt: bool
+                  ) -> tuple[int, int] | None:
+    """``(a lower bound on the prompt's tokens, an estimate of them)`` when one of
+    ``messages`` (those always kept: the system prompt, the latest user message and after) is
+    far longer than ``max_prompt_tokens`` could hold, else None. Such a message (over
+    ``8 * (max_prompt_tokens + 16)`` characters) is rendered alone on its first that many
+    characters (cut at a space or newline where there is one in the second half): the prompt
+    renders that prefix and more, so its tokens, less ``_PREFIX_MARGIN``, bound the prompt's
+    from below; the estimate scales them by the message's length over the prefix's. A pasted
+    6.7 MB file was otherwise tokenized whole, several times, before being refused (32 s,
+    1.7 GB for SmolLM2)."""
     cut = _PREFIX_CHARS_PER_TOKEN * (max_prompt_tokens + _PREFIX_MARGIN)
     for m in messages:
         text = m["content"]
@@ -185,7 +190,7 @@ def _far_too_long(tokenizer: ChatTemplateTokenizer, messages: list[dict[str, str
         n = len(_render_ids(tokenizer, [{"role": "user", "content": prefix}],
                             add_generation_prompt)) - _PREFIX_MARGIN
         if n > max_prompt_tokens:
-            return n
+            return n, round(n * len(text) / len(prefix))
     return None
 
 

@@ -257,11 +257,16 @@ def test_a_far_too_long_message_is_refused_on_a_prefix(smollm2_tokenizer_cold, k
     s = ChatSession(system="Be brief.")
     s.add_user(text)
     whole = len(session_module._render_ids(tok, s.to_messages(), True))
-    bound = session_module._far_too_long(tok, s.to_messages(), budget, True)
-    if bound is None:
+    far = session_module._far_too_long(tok, s.to_messages(), budget, True)
+    if far is None:
         assert kind == "spaces" and whole <= 20 * budget
         return
+    bound, about = far
     assert budget < bound <= whole
+    # the estimate scales the prefix's count by length: within a quarter of the real count
+    # for these uniform texts (a prefix is a fair sample), where the bound is 10-20x under it
+    assert 0.75 * whole <= about <= 1.25 * whole, (about, whole)
     with pytest.raises(ContextLengthError, match=f"take more than {bound} tokens, more than "
-                                                 f"the {budget} available"):
+                                                 f"the {budget} available for the prompt; "
+                                                 f"shorten it \\(about {about:,} tokens in all"):
         s.to_prompt_token_ids(tok, budget)
