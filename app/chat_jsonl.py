@@ -172,6 +172,9 @@ def _parse(line: str) -> dict[str, Any]:
         msg["content"].encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate ("\ud800") or bytes that were not UTF-8
         bad = msg["content"][e.start]
+        if 0xDC80 <= ord(bad) <= 0xDCFF and bad in line:  # a raw byte (surrogateescape)
+            raise ValueError(f"'content' is not valid UTF-8: byte 0x{ord(bad) - 0xDC00:02X} at "
+                             f"character {e.start}") from None
         raise ValueError(f"'content' is not valid Unicode text: lone surrogate "
                          f"U+{ord(bad):04X} at character {e.start}") from None
     if role == "user" and not msg["content"].strip():

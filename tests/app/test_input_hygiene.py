@@ -48,7 +48,7 @@ def test_jsonl_lone_surrogate_and_invalid_utf8_lines_get_an_error_and_the_sessio
     out = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     assert len(out) == 3
     assert "U+D800" in out[0]["error"] and "not valid Unicode" in out[0]["error"]
-    assert "not valid Unicode" in out[1]["error"]
+    assert out[1]["error"] == "'content' is not valid UTF-8: byte 0xE9 at character 3"
     assert out[2]["content"] == "Reply." and seen_prompt(env) == "user:fine|assistant:"
 
 
