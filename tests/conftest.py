@@ -12,6 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# First, before any test module imports transformers: the repository root is on sys.path
+# here, and its kernels/ folder would stand in for the Hub package transformers imports
+# (engine/hub_kernels_path.py).
+import localchat.engine  # noqa: F401
+
 # Tests compare against fixed references; keep threading deterministic and cheap.
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 

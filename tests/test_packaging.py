@@ -42,3 +42,16 @@ def test_wheel_contains_every_module(tmp_path: Path) -> None:
     assert want, "no package files found in the repository"
     missing = sorted(want - names)
     assert not missing, f"modules missing from the wheel: {missing}"
+
+
+def test_the_kernels_folder_does_not_stand_in_for_the_hub_package() -> None:
+    """Started in the repository root (``python -m``, as the CLI tests run it), the root is on
+    ``sys.path`` and ``import kernels`` would find this project's ``kernels/`` folder, not the
+    PyPI package transformers 5.x imports: transformers' own import then failed and so did
+    every GGUF load. The engine's package import puts the installed package in its place."""
+    code = ("import sys, localchat.engine, transformers.activations; "
+            "m = sys.modules.get('kernels'); print(m.__file__ if m else '')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not proc.stdout.strip().startswith(str(ROOT / "kernels"))
