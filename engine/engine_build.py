@@ -130,7 +130,8 @@ def plan_num_blocks(config: EngineConfig, model_config: ModelConfig, device: tor
     A budget below one full context caps ``max_model_len`` (see ``LLMEngine.__init__``) unless
     the user set ``max_model_len``, which then sizes the pool for one sequence.
 
-    Returns the number of blocks of ``config.cache.block_size`` tokens (at least 1).
+    Returns the number of blocks of ``config.cache.block_size`` tokens (at least 1): enough
+    for ``max_model_len`` tokens, rounded up to a whole block, when the context fits.
     """
     block_size = config.cache.block_size
     budget = config.cache.kv_cache_memory_bytes
@@ -144,6 +145,10 @@ def plan_num_blocks(config: EngineConfig, model_config: ModelConfig, device: tor
     tokens = min(max_model_len, budget // kv_bytes(model_config, 1, dtype))
     if config.scheduler.max_model_len is not None:
         tokens = max(tokens, max_model_len)
+    if tokens >= max_model_len:
+        # Whole blocks covering the context (a context of 100 tokens takes 7 blocks of 16):
+        # rounding down left a sequence without slots for its last tokens.
+        return -(-max_model_len // block_size)
     return max(1, tokens // block_size)
 
 

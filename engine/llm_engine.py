@@ -61,10 +61,13 @@ class LLMEngine:
         self.num_blocks = config.cache.num_blocks or plan_num_blocks(
             config, model_config, self.device, self.dtype, max_model_len)
         pool_tokens = self.num_blocks * block_size
-        if pool_tokens < max_model_len and config.scheduler.max_model_len is None:
-            # The model's context does not fit the KV plan: the plan caps the context.
-            logger.info("max_model_len capped from %d to %d tokens by the KV cache plan",
-                        max_model_len, pool_tokens)
+        if pool_tokens < max_model_len:
+            # The context does not fit the KV pool: the pool caps it (a sequence longer than
+            # the pool could never get its slots and would be preempted forever). A context the
+            # user set gets a pool to match (plan_num_blocks) unless cache.num_blocks is fixed.
+            log = logger.info if config.scheduler.max_model_len is None else logger.warning
+            log("max_model_len capped from %d to %d tokens by the KV cache pool",
+                max_model_len, pool_tokens)
             self.max_model_len = max_model_len = pool_tokens
         kv_caches = allocate_kv_caches(
             model_config.num_hidden_layers, self.num_blocks, block_size,

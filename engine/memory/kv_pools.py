@@ -74,6 +74,8 @@ def plan_kv_pools(free_bytes: int, *, bytes_per_token: int, draft_bytes_per_toke
     margin = max(MARGIN_MIN, int(free_bytes * MARGIN_FRACTION))
     per_token = bytes_per_token + draft_bytes_per_token
     left = free_bytes - activation_bytes - graph_pool_bytes - margin
+    # Whole blocks: a wanted 100 tokens take 7 blocks of 16, not 6 (96 slots).
+    wanted_tokens = -(-wanted_tokens // block_size) * block_size
     tokens = min(wanted_tokens, max(left, 0) // per_token)
     num_blocks = tokens // block_size
     if num_blocks < 1 or num_blocks * block_size < min(min_tokens, wanted_tokens):
