@@ -341,8 +341,10 @@ def serve(
         int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
     ] = 16,
     max_model_len: Annotated[
-        int | None, typer.Option("--max-model-len", help="Context size in tokens.",
-                                 show_default="the model's, capped by memory")
+        int | None, typer.Option("--max-model-len", "-C", "--context",
+                                 help="Context size in tokens (prompt + reply).",
+                                 show_default="config 'context', else the model's, at most "
+                                 "8192 on CPU")
     ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="critical|error|warning|info (one line per "

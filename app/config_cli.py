@@ -85,7 +85,11 @@ def _write(name: str, value: str | None) -> None:
             settings.check_setting(key, settings.parse_value(key, value))
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
+    was_set = settings.is_set_in_file(key)
     key, parsed = settings.set_value(name, value)  # ... an unreadable file a runtime error (1)
+    if value is None and not was_set:
+        cli_io.note(f"{key.name} is not set in {settings.config_path()}: nothing to remove")
+        return
     shown = "removed" if parsed is None else \
         ("set" if key.name == "api_key" else f"= {parsed!r}")  # a secret: never printed
     cli_io.note(f"{key.name} {shown} in {settings.config_path()}")

@@ -68,7 +68,8 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
 
     Raises:
         DraftChoiceError: ``auto`` with no known pairing, or the draft is the model itself.
-        LocalchatError: the draft model cannot be resolved.
+        LocalchatError: the draft model cannot be resolved (the message starts with
+            ``options.draft_origin``).
     """
     from localchat.app.settings import cache_dir
     from localchat.engine.hub.resolve import resolve_model
@@ -76,8 +77,11 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
     draft = draft_spec(options, source.alias)
     if draft is None or draft.lower() == NGRAM:
         return (None, None) if draft is None else (NGRAM, NGRAM)
-    draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
-                                 progress=progress)
+    try:
+        draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
+                                     progress=progress)
+    except LocalchatError as exc:  # say it is the draft, and where it was set
+        raise type(exc)(f"{options.draft_origin}: {exc}") from exc
     if Path(draft_source.path).resolve() == Path(source.path).resolve():  # links too
         raise DraftChoiceError(f"{options.draft_origin} {draft}: the draft is the model itself",
                                options.draft_origin)

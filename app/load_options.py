@@ -13,6 +13,15 @@ from dataclasses import dataclass
 
 from localchat.app.cli_io import CliUsageError
 
+# The most sequences ``serve --max-num-seqs`` batches and ``plan --max-num-seqs`` plans for.
+MAX_NUM_SEQS = 256
+
+
+def check_max_num_seqs(value: int) -> None:
+    """Raises ``CliUsageError`` (exit 2) unless ``1 <= value <= MAX_NUM_SEQS``."""
+    if not 1 <= value <= MAX_NUM_SEQS:
+        raise CliUsageError(f"--max-num-seqs {value}: must be between 1 and {MAX_NUM_SEQS}")
+
 
 @dataclass(frozen=True)
 class LoadOptions:

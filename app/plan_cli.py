@@ -52,15 +52,14 @@ def plan_command(
                                         show_default=False)] = False,
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
-    from localchat.app.load_options import context_choice
+    from localchat.app.load_options import check_max_num_seqs, context_choice
     from localchat.app.settings import load_settings
     from localchat.engine.memory.budget import parse_size
 
     context, context_origin = context_choice(context, load_settings())
     if context is not None and context <= 0:
         raise CliUsageError(f"{context_origin} must be positive, got {context}")
-    if max_num_seqs <= 0:
-        raise CliUsageError(f"--max-num-seqs must be positive, got {max_num_seqs}")
+    check_max_num_seqs(max_num_seqs)
     if quant not in ("auto", "native", "none", "fp8", "int8", "int4"):
         raise CliUsageError(f"--quant {quant}: choose auto, native, none, fp8, int8 or int4")
     try:
@@ -68,6 +67,9 @@ def plan_command(
     except ValueError as e:
         raise CliUsageError(f"--memory: {e}") from None
     spec = _device(device, budget is not None)
+    if quant == "fp8" and not spec.fp8:  # as ask refuses it (load_options.check_load_options)
+        raise CliUsageError(f"--quant fp8: needs a CUDA GPU of compute capability 8.9 or newer, "
+                            f"and the device planned for ({spec.name}) is not one (use int8 or int4)")
     from huggingface_hub.utils import disable_progress_bars
     from huggingface_hub.utils import logging as hf_logging
 

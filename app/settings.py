@@ -335,6 +335,17 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     return key, value
 
 
+def is_set_in_file(key: Key, path: Path | None = None) -> bool:
+    """Whether the config file (default ``config_path()``) sets ``key``; False when the file
+    is missing or does not parse (``set_value`` then says why)."""
+    try:
+        data = _read_toml(config_path() if path is None else Path(path))
+    except SettingError:
+        return False
+    table = data.get(key.table, {}) if key.table else data
+    return isinstance(table, dict) and key.field in table
+
+
 def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
     """The data of the TOML file at ``path`` ({} when missing).
 

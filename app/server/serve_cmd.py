@@ -87,8 +87,9 @@ def check_exposure(args: ServeArgs) -> None:
 
     if args.log_level not in LOG_LEVELS:
         raise CliUsageError(f"--log-level {args.log_level}: one of {', '.join(LOG_LEVELS)}")
-    if not 1 <= args.max_num_seqs <= 256:
-        raise CliUsageError(f"--max-num-seqs {args.max_num_seqs}: must be between 1 and 256")
+    from localchat.app.load_options import check_max_num_seqs
+
+    check_max_num_seqs(args.max_num_seqs)
     keep_alive_seconds(args)
     if is_loopback(args.host) or args.api_key:
         return

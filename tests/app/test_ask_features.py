@@ -295,6 +295,14 @@ def test_a_bad_draft_setting_names_the_setting_not_a_flag(home, tmp_path, capsys
     assert (code, err.split(":")[:3]) == (1, ["localchat", " error", " LOCALCHAT_DRAFT auto"])
     code, err = ask_here("--draft", "auto")  # the flag wins, and is named: a usage error
     assert (code, err.split(":")[:3]) == (2, ["localchat", " error", " --draft auto"])
+    # A draft that names no model says which setting (or flag) named it.
+    missing = tmp_path / "absent.gguf"
+    monkeypatch.setenv("LOCALCHAT_DRAFT", str(missing))
+    code, err = ask_here()
+    assert code == 1 and err.startswith("localchat: error: LOCALCHAT_DRAFT: ")
+    assert str(missing) in err and err.count("\n") == 1
+    code, err = ask_here("--draft", str(missing))
+    assert code == 1 and err.startswith("localchat: error: --draft: ") and str(missing) in err
 
 
 def test_continuing_a_conversation_whose_model_is_gone_says_so(ask, monkeypatch, capsys):

@@ -130,8 +130,12 @@ def test_config_command_path_set_show_unset(run, home):
     assert "\x1b" not in out
     assert tomllib.loads(settings.config_path().read_text()) == {
         "default_model": "qwen2.5-coder-0.5b", "sampling": {"temperature": 0.2}}
-    code, _, _ = run("config", "unset", "temperature")
+    code, _, err = run("config", "unset", "temperature")
     assert code == 0 and settings.load_settings().sampling == {}
+    assert err.startswith("localchat: note: sampling.temperature removed in ")
+    # A key the file does not set is not said to be removed.
+    code, _, err = run("config", "unset", "temperature")
+    assert code == 0 and "sampling.temperature is not set in " in err and "removed" not in err
 
 
 def test_config_show_names_the_environment(run, monkeypatch):

@@ -155,9 +155,11 @@ def test_hypothetical_cuda_needs_memory(capsys, tiny_folders):
     (["--memory", "12 parsecs"], 2, "--memory: invalid size"),
     (["--quant", "int3"], 2, "--quant int3"),
     (["--context", "0"], 2, "--context must be positive"),
+    (["--max-num-seqs", "0"], 2, "--max-num-seqs 0: must be between 1 and 256"),
+    (["--max-num-seqs", "100000"], 2, "--max-num-seqs 100000: must be between 1 and 256"),
     (["--device", "tpu"], 2, "--device tpu"),
     (["--memory", "100MiB"], 1, "no format fits in 0.10 GiB: int4 needs"),
-    (["--memory", "600MiB", "--quant", "fp8"], 1, "fp8"),
+    (["--memory", "600MiB", "--quant", "fp8"], 2, "--quant fp8: needs a CUDA GPU"),
 ])
 def test_errors_are_one_line(capsys, tiny_folders, args, code, needle):
     got, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--device", "cpu", *args)

@@ -179,8 +179,10 @@ def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
                               timeout=300, check=False)
 
     served = run("serve", "--port", "0", "--max-model-len", value)
+    served_c = run("serve", "--port", "0", "-C", value)  # ask's name for it works too
     asked = run("ask", "--local", "--no-save", "-C", value, "hi")
-    for proc, flag in ((served, "--max-model-len"), (asked, "--context")):
+    for proc, flag in ((served, "--max-model-len"), (served_c, "--max-model-len"),
+                       (asked, "--context")):
         err = proc.stderr.decode().strip()
         assert proc.returncode == 2 and err.count("\n") == 0, err
         assert err.startswith(f"localchat: error: {flag} {value}: ") and says in err
