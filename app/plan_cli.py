@@ -9,6 +9,7 @@ repo are fetched (``engine/hub/describe.py``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -128,6 +129,8 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     draft = draft_spec(LoadOptions(model=model, draft=draft), model)
     # prompt lookup (--draft ngram) holds no draft weights or KV cache: nothing to plan
     drafted = describe_model(draft, cache_dir()) if draft and draft.lower() != NGRAM else None
+    if drafted is not None and _same_local_model(model, draft):  # as ask refuses it
+        raise CliUsageError(f"--draft {draft}: the draft is the model itself")
     if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
         cli_io.warn(f"draft {drafted.name} has a vocabulary of {drafted.config.vocab_size} "
                     f"tokens, the model {target.config.vocab_size}: not a matching pair")
@@ -165,6 +168,21 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
         "loads": _loaded_format(model, device, plan, native, quant, drafted is not None),
         "notes": notes,
     }
+
+
+def _same_local_model(model: str, draft: str) -> bool:
+    """Whether ``model`` and ``draft`` are the same file or folder on disk (links too); False
+    when either is not on disk (a Hub repo not downloaded yet)."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.errors import LocalchatError
+    from localchat.engine.hub.resolve import resolve_model
+
+    try:
+        paths = [Path(resolve_model(spec, cache_dir=cache_dir(), download=False).path).resolve()
+                 for spec in (model, draft)]
+    except LocalchatError:
+        return False
+    return paths[0] == paths[1]
 
 
 def _loaded_format(spec: str, device, plan, native: dict[str, Any] | None, quant: str,

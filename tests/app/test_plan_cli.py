@@ -95,6 +95,17 @@ def test_table_and_draft(capsys, tiny_folders):
     assert row["draft_kv_bytes"] > 0
 
 
+def test_a_draft_that_is_the_model_is_refused_as_ask_refuses_it(capsys, tiny_folders,
+                                                                 tmp_path):
+    model = tiny_folders / "qwen2"
+    link = tmp_path / "link"
+    link.symlink_to(model)
+    for draft in (model, link):
+        code, out, err = run_plan(capsys, str(model), "--draft", str(draft), "--memory", "4GiB")
+        assert (code, out) == (2, "")
+        assert err == f"localchat: error: --draft {draft}: the draft is the model itself\n"
+
+
 def test_draft_auto_plans_the_catalog_draft(capsys, tiny_folders, monkeypatch):
     """``--draft auto`` plans the catalog's natural draft for the model, as ``ask`` loads it
     (``engine_loader.draft_spec``); a model the catalog pairs with none gets one error line
