@@ -78,6 +78,10 @@ def answer(engine: LLMEngine, prompt_ids: list[int] | list[dict[str, str]],
                 writer.finish()  # the error line must not start after the partial reply
         elif getattr(exc, "refused", False):  # e.g. too long for the server's context
             drop_refused_turn(store, parent_id)
+            raise
+        if conv_id is not None and len(exc.args) == 1:  # say what was kept, as Ctrl+C does
+            kept = "the reply so far is" if writer.text else "your message is"
+            exc.args = (_saved(str(exc), conv_id, kept),)
         raise
     # Finish saving and printing whatever arrives now.
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in interrupts.STOP_SIGNALS}

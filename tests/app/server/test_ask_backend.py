@@ -217,6 +217,7 @@ def test_localchat_serve_killed_mid_reply(env, tmp_path):
         assert client.returncode == 1
         lines = err.decode().strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("localchat: error: "), lines
+        assert "; the reply so far is saved in conversation " in lines[0], lines
         assert history(env)[0][0] == "user"
         assert "lighthouse" in history(env)[0][1]
     finally:
