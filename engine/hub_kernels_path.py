@@ -12,40 +12,32 @@ tokenizer and config read fails with it. Installed wheels never see the folder.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from importlib.machinery import PathFinder
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
-_KERNELS_FOLDER = Path(__file__).resolve().parents[1] / "kernels"
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+class HubKernelsFinder:
+    """A ``sys.meta_path`` finder for the top-level name ``kernels`` alone: the spec the
+    ``sys.path`` entries other than the repository root give (the installed package), else
+    None (the usual finders then run). Finding imports nothing, so the package (and the
+    ``huggingface_hub`` and ``tqdm`` it imports) loads only when something imports it."""
+
+    @classmethod
+    def find_spec(cls, fullname: str, path=None, target=None) -> ModuleSpec | None:
+        if fullname != "kernels":
+            return None
+        return PathFinder.find_spec(fullname, [p for p in sys.path if _resolved(p) != _ROOT])
 
 
 def unshadow_hub_kernels() -> None:
-    """If ``import kernels`` would import this checkout's ``kernels/`` folder, import the
-    installed ``kernels`` package into ``sys.modules`` instead, found on ``sys.path`` without
-    the repository root. No-op when ``kernels`` is already imported, is not shadowed, or is
-    not installed (transformers then sees no package version and leaves it alone)."""
-    if "kernels" in sys.modules:
-        return
-    try:
-        spec = importlib.util.find_spec("kernels")
-    except (ImportError, ValueError):
-        return
-    if spec is None or spec.origin is None:
-        return
-    if Path(spec.origin).resolve().parent != _KERNELS_FOLDER:
-        return
-    root = _KERNELS_FOLDER.parent
-    path = [p for p in sys.path if _resolved(p) != root]
-    real = PathFinder.find_spec("kernels", path)
-    if real is None or real.loader is None:
-        return
-    module = importlib.util.module_from_spec(real)
-    sys.modules["kernels"] = module
-    try:
-        real.loader.exec_module(module)
-    except Exception:  # a broken install: transformers reports it as it would anyway
-        del sys.modules["kernels"]
+    """Put ``HubKernelsFinder`` first on ``sys.meta_path`` (once). Without an installed
+    ``kernels`` package nothing changes: transformers then finds no package version and leaves
+    the name alone."""
+    if not any(f is HubKernelsFinder for f in sys.meta_path):
+        sys.meta_path.insert(0, HubKernelsFinder)
 
 
 def _resolved(entry: str) -> Path | None:
