@@ -40,7 +40,7 @@ def open_history(args: Any) -> tuple[Any, Any]:
         if args.conversation:
             conv = store.get_conversation(args.conversation)
         elif args.continue_:
-            conv = store.most_recent()
+            conv = store.most_recent(with_messages=True)
             if conv is None:
                 cli_io.note("no earlier conversation to continue; starting a new one")
     except BaseException:

@@ -163,7 +163,11 @@ def check(debug: DebugOpt = False) -> None:
 
 
 @history_app.command()
-def repair(debug: DebugOpt = False) -> None:
+def repair(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild a file that passes the "
+                                        "integrity check too.")] = False,
+    debug: DebugOpt = False,
+) -> None:
     """Copy every readable conversation into a new history file and put it in place; the
     damaged file is kept beside it as history.db.corrupt-<time>."""
     from localchat.app import store_repair
@@ -172,6 +176,10 @@ def repair(debug: DebugOpt = False) -> None:
     path = default_path()
     if not path.is_file():
         raise cli_io.CliUsageError(f"there is no history file at {path}")
+    if not force and not store_repair.check(path):
+        cli_io.note(f"{path} passes SQLite's integrity check: nothing to repair (--force "
+                    "rebuilds it anyway)")
+        return
     result = store_repair.repair(path)
     lost = ""
     if result.lost_conversations or result.lost_messages:

@@ -231,10 +231,18 @@ class Store:
         return [conversation_from_row(r) for r in rows]
 
     @raises_history_unavailable
-    def most_recent(self) -> Conversation | None:
-        """The most recently updated conversation with its messages, or None when empty."""
-        recent = self.list_conversations(limit=1)
-        return self.get_conversation(recent[0].id) if recent else None
+    def most_recent(self, *, with_messages: bool = False) -> Conversation | None:
+        """The most recently updated conversation with its messages, or None when empty.
+        ``with_messages``: the most recent one that has a message (``ask -c``: an ``ask`` that
+        could create its conversation in a damaged file but not add its message leaves an
+        empty one, which has nothing to continue)."""
+        if not with_messages:
+            recent = self.list_conversations(limit=1)
+            return self.get_conversation(recent[0].id) if recent else None
+        row = self._db.execute(
+            "SELECT c.id FROM conversations c WHERE EXISTS (SELECT 1 FROM messages m WHERE "
+            "m.conversation_id = c.id) ORDER BY c.updated DESC, c.rowid DESC LIMIT 1").fetchone()
+        return self.get_conversation(row[0]) if row else None
 
     @raises_history_unavailable
     def resolve_id(self, prefix: str) -> str:

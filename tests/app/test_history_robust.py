@@ -81,6 +81,20 @@ def test_corrupt_history_ask_answers_commands_say_one_line_and_repair_salvages(e
     assert proc.returncode == 0 and proc.stderr == b""
 
 
+def test_repair_of_a_sound_file_changes_nothing_unless_forced(env):
+    path = history_path(env)
+    fill_history(path, n=3)
+    before = path.read_bytes()
+    repair = fake(env, "history", "repair")
+    assert repair.returncode == 0 and "nothing to repair" in repair.stderr.decode()
+    assert path.read_bytes() == before and not list(path.parent.glob("history.db.*-*"))
+    forced = fake(env, "history", "repair", "--force")
+    assert forced.returncode == 0
+    assert forced.stderr.decode().startswith("localchat: note: salvaged 3 conversations and 6")
+    assert len([p for p in path.parent.glob("history.db.corrupt-*")
+                if not p.name.endswith(("-wal", "-shm"))]) == 1
+
+
 def test_repair_keeps_every_row_on_readable_pages(tmp_path):
     path = tmp_path / "history.db"
     fill_history(path, n=40)

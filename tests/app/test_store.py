@@ -70,6 +70,8 @@ def test_list_order_most_recent_rename_and_prefix_ids(db):
     assert db.most_recent().id == a.id and db.most_recent().messages[0].content == "later"
     db.rename_conversation(b.id, "renamed")
     assert db.list_conversations(limit=1)[0].title == "renamed"
+    # b (renamed last) is the most recent, but only a has a message to continue (ask -c)
+    assert db.most_recent().id == b.id and db.most_recent(with_messages=True).id == a.id
     assert db.get_conversation(b.id[:5]).id == b.id
     with pytest.raises(ConversationNotFoundError, match="no conversation 'nope'"):
         db.get_conversation("nope")
