@@ -70,7 +70,8 @@ def plan_command(
     spec = _device(device, budget is not None)
     if quant == "fp8" and not spec.fp8:  # as ask refuses it (load_options.check_load_options)
         raise CliUsageError(f"--quant fp8: needs a CUDA GPU of compute capability 8.9 or newer, "
-                            f"and the device planned for ({spec.name}) is not one (use int8 or int4)")
+                            f"and the device planned for ({spec.name}) is not one (use int8 or "
+                            "int4)")
     from huggingface_hub.utils import disable_progress_bars
     from huggingface_hub.utils import logging as hf_logging
 
