@@ -111,6 +111,10 @@ def resolve_model(
     if entry is not None:
         return _resolve_entry(spec, entry, cache_dir, download, progress, pip_args)
     if path_like:
+        head, at, rev = text.partition("@")
+        if at and not rev.strip() and parse_repo_spec(head) is not None:  # org/name@
+            raise ModelNotFoundError(f"{text}: nothing after '@'; give a revision (a branch, "
+                                     f"tag or commit: {head}@main) or drop the '@'")
         raise ModelNotFoundError(f"no such file or folder: {text}")
     repo = parse_repo_spec(text)
     if repo is not None:

@@ -159,6 +159,14 @@ def test_missing_path(tmp_path, fake_hub, spec):
     assert fake_hub.calls == []
 
 
+@pytest.mark.parametrize("spec", ["org/name@", "org/name@ "])
+def test_an_empty_revision_is_named(tmp_path, fake_hub, spec):
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model(spec, cache_dir=tmp_path)
+    assert str(err.value).startswith("org/name@") and "nothing after '@'" in str(err.value)
+    assert "org/name@main" in str(err.value) and fake_hub.calls == []
+
+
 def test_unknown_spec(tmp_path, fake_hub):
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model("not-a-model", cache_dir=tmp_path)
