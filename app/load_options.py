@@ -15,6 +15,10 @@ from localchat.app.cli_io import CliUsageError
 
 # The most sequences ``serve --max-num-seqs`` batches and ``plan --max-num-seqs`` plans for.
 MAX_NUM_SEQS = 256
+# The smallest context (tokens): one prompt token and one reply token.
+MIN_CONTEXT = 2
+CONTEXT_TOO_SMALL = (f"the context must hold at least {MIN_CONTEXT} tokens (one for the "
+                     "prompt, one for the reply)")
 
 
 def check_max_num_seqs(value: int) -> None:
@@ -65,9 +69,8 @@ def check_load_options(options: LoadOptions) -> None:
         QuantConfig(scheme=options.quant)
     except ValueError as exc:
         raise bad_quant(f"{where} {options.quant}: {exc}") from None
-    if options.context is not None and options.context < 1:
-        raise CliUsageError(f"{options.context_origin} {options.context}: the context must be "
-                            "a positive number of tokens")
+    if options.context is not None and options.context < MIN_CONTEXT:
+        raise CliUsageError(f"{options.context_origin} {options.context}: {CONTEXT_TOO_SMALL}")
     if options.quant == "fp8":
         from localchat.engine.quant.schemes import fp8_supported
 

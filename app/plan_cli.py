@@ -53,13 +53,14 @@ def plan_command(
                                         show_default=False)] = False,
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
-    from localchat.app.load_options import check_max_num_seqs, context_choice
+    from localchat.app.load_options import CONTEXT_TOO_SMALL, MIN_CONTEXT, check_max_num_seqs, \
+        context_choice
     from localchat.app.settings import load_settings
     from localchat.engine.memory.budget import parse_size
 
     context, context_origin = context_choice(context, load_settings())
-    if context is not None and context <= 0:
-        raise CliUsageError(f"{context_origin} must be positive, got {context}")
+    if context is not None and context < MIN_CONTEXT:
+        raise CliUsageError(f"{context_origin} {context}: {CONTEXT_TOO_SMALL}")
     check_max_num_seqs(max_num_seqs)
     if quant not in ("auto", "native", "none", "fp8", "int8", "int4"):
         raise CliUsageError(f"--quant {quant}: choose auto, native, none, fp8, int8 or int4")

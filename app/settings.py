@@ -222,8 +222,10 @@ def parse_value(key: Key, raw: Any) -> Any:
         kind = "an integer" if key.type is int else "a number"
         raise SettingError(f"{key.name} must be {kind}, got {raw!r}") from None
     if key.table != SAMPLING_TABLE:  # context
-        if value < 1:
-            raise SettingError(f"{key.name} must be a positive number of tokens, got {value}")
+        from localchat.app.load_options import CONTEXT_TOO_SMALL, MIN_CONTEXT
+
+        if value < MIN_CONTEXT:
+            raise SettingError(f"{key.name} {value}: {CONTEXT_TOO_SMALL}")
         return value
     from localchat.engine.sampling_params import SamplingParams
 

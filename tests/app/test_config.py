@@ -148,6 +148,7 @@ def test_config_show_names_the_environment(run, monkeypatch):
     (["config", "set", "colour", "red"], "unknown config key 'colour'"),
     (["config", "set", "top_p", "2"], "sampling.top_p must be in (0, 1]"),
     (["config", "set", "quant", "int2"], "quant must be one of"),
+    (["config", "set", "context", "1"], "context 1: the context must hold at least 2 tokens"),
     (["config", "unset", "nope"], "unknown config key 'nope'"),
     (["config", "set", "temperature"], "Missing argument"),
 ])

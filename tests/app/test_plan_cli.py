@@ -165,7 +165,8 @@ def test_hypothetical_cuda_needs_memory(capsys, tiny_folders):
 @pytest.mark.parametrize(("args", "code", "needle"), [
     (["--memory", "12 parsecs"], 2, "--memory: invalid size"),
     (["--quant", "int3"], 2, "--quant int3"),
-    (["--context", "0"], 2, "--context must be positive"),
+    (["--context", "0"], 2, "--context 0: the context must hold at least 2 tokens"),
+    (["--context", "1"], 2, "--context 1: the context must hold at least 2 tokens"),
     (["--max-num-seqs", "0"], 2, "--max-num-seqs 0: must be between 1 and 256"),
     (["--max-num-seqs", "100000"], 2, "--max-num-seqs 100000: must be between 1 and 256"),
     (["--device", "tpu"], 2, "--device tpu"),

@@ -167,8 +167,9 @@ def test_ask_uses_a_running_server_through_its_state_file(env, live_server, smol
 
 @pytest.mark.parametrize("value,says", [
     ("100000", "smollm2-135m was trained for a context of at most 8192 tokens"),
-    ("0", "the context must be a positive number of tokens"),
-    ("-5", "the context must be a positive number of tokens"),
+    ("0", "the context must hold at least 2 tokens"),
+    ("-5", "the context must hold at least 2 tokens"),
+    ("1", "the context must hold at least 2 tokens"),  # was an internal error in ask
 ])
 def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
     """``serve --max-model-len`` is refused where ``ask -C`` is (exit 2, one line naming the
