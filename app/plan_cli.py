@@ -42,9 +42,9 @@ def plan_command(
                                  show_default=False)
     ] = None,
     quant: Annotated[
-        str, typer.Option("--quant", help="auto, native (a GGUF's own format), none, fp8, "
-                                          "int8 or int4.")
-    ] = "auto",
+        str | None, typer.Option("--quant", help="auto, native (a GGUF's own format), none, "
+                                 "fp8, int8 or int4.", show_default="config 'quant', else auto")
+    ] = None,
     max_num_seqs: Annotated[
         int, typer.Option("--max-num-seqs", help="Conversations held in the KV cache at once.")
     ] = 1,
@@ -53,26 +53,37 @@ def plan_command(
                                         show_default=False)] = False,
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
-    from localchat.app.load_options import CONTEXT_TOO_SMALL, MIN_CONTEXT, check_max_num_seqs, \
-        context_choice
-    from localchat.app.settings import load_settings
+    from localchat.app.load_options import (
+        CONTEXT_TOO_SMALL,
+        MIN_CONTEXT,
+        check_max_num_seqs,
+        context_choice,
+        flag_or_setting,
+    )
+    from localchat.app.settings import SettingError, load_settings
     from localchat.engine.memory.budget import parse_size
 
-    context, context_origin = context_choice(context, load_settings())
+    # the settings ask and serve read (config.toml, LOCALCHAT_*), so the plan is what they load
+    settings = load_settings()
+    context, context_origin = context_choice(context, settings)
+    draft, draft_origin = flag_or_setting(draft, settings, "draft")
+    quant, quant_origin = flag_or_setting(quant, settings, "quant")
+    quant = quant or "auto"
+    bad_quant = CliUsageError if quant_origin.startswith("--") else SettingError
     if context is not None and context < MIN_CONTEXT:
         raise CliUsageError(f"{context_origin} {context}: {CONTEXT_TOO_SMALL}")
     check_max_num_seqs(max_num_seqs)
     if quant not in ("auto", "native", "none", "fp8", "int8", "int4"):
-        raise CliUsageError(f"--quant {quant}: choose auto, native, none, fp8, int8 or int4")
+        raise bad_quant(f"{quant_origin} {quant}: choose auto, native, none, fp8, int8 or int4")
     try:
         budget = parse_size(memory) if memory is not None else None
     except ValueError as e:
         raise CliUsageError(f"--memory: {e}") from None
     spec = _device(device, budget is not None)
     if quant == "fp8" and not spec.fp8:  # as ask refuses it (load_options.check_load_options)
-        raise CliUsageError(f"--quant fp8: needs a CUDA GPU of compute capability 8.9 or newer, "
-                            f"and the device planned for ({spec.name}) is not one (use int8 or "
-                            "int4)")
+        raise bad_quant(f"{quant_origin} fp8: needs a CUDA GPU of compute capability 8.9 or "
+                        f"newer, and the device planned for ({spec.name}) is not one (use int8 "
+                        "or int4)")
     from huggingface_hub.utils import disable_progress_bars
     from huggingface_hub.utils import logging as hf_logging
 
@@ -83,7 +94,8 @@ def plan_command(
 
     with build.predict_only():  # sizes only: a plan on a fresh machine builds no kernels
         result = cli_io.guarded(lambda: _plan(model, draft, spec, budget, context,
-                                              max_num_seqs, quant, context_origin))
+                                              max_num_seqs, quant, context_origin,
+                                              draft_origin))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -112,13 +124,18 @@ def _device(name: str | None, has_budget: bool):
 
 
 def _plan(model: str, draft: str | None, device, budget: int | None, context: int | None,
-          max_num_seqs: int, quant: str, context_origin: str = "--context") -> dict[str, Any]:
+          max_num_seqs: int, quant: str, context_origin: str = "--context",
+          draft_origin: str = "--draft") -> dict[str, Any]:
     """Describe the model (and draft), plan, and return the JSON-ready result.
 
     Raises:
-        CliUsageError: ``context`` is above the model's trained context (both named).
+        CliUsageError: ``context`` is above the model's trained context (both named), or the
+            draft is the model itself.
+        LocalchatError: the model or the draft cannot be described (a draft's message starts
+            with ``draft_origin``).
     """
     from localchat.app.settings import cache_dir
+    from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.describe import describe_model
     from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
@@ -128,11 +145,16 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     from localchat.app.load_options import LoadOptions
 
     # --draft auto: the catalog's natural draft, as ask / serve load it
-    draft = draft_spec(LoadOptions(model=model, draft=draft), model)
+    draft = draft_spec(LoadOptions(model=model, draft=draft, draft_origin=draft_origin), model)
     # prompt lookup (--draft ngram) holds no draft weights or KV cache: nothing to plan
-    drafted = describe_model(draft, cache_dir()) if draft and draft.lower() != NGRAM else None
+    drafted = None
+    if draft and draft.lower() != NGRAM:
+        try:
+            drafted = describe_model(draft, cache_dir())
+        except LocalchatError as exc:  # say it is the draft, as ask does
+            raise type(exc)(f"{draft_origin}: {exc}") from exc
     if drafted is not None and _same_local_model(model, draft):  # as ask refuses it
-        raise CliUsageError(f"--draft {draft}: the draft is the model itself")
+        raise CliUsageError(f"{draft_origin} {draft}: the draft is the model itself")
     if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
         cli_io.warn(f"draft {drafted.name} has a vocabulary of {drafted.config.vocab_size} "
                     f"tokens, the model {target.config.vocab_size}: not a matching pair")

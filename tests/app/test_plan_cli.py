@@ -28,6 +28,19 @@ from tests.engine.tiny_models import save_tiny_model
 GiB = 2**30
 
 
+@pytest.fixture(autouse=True)
+def config_file(tmp_path, monkeypatch) -> Path:
+    """``plan`` reads the settings ``ask`` reads: here only the ones a test writes to this
+    file (none from the machine's own config.toml or LOCALCHAT_* variables)."""
+    from localchat.app import settings
+
+    path = tmp_path / "config.toml"
+    monkeypatch.setattr(settings, "config_path", lambda: path)
+    for key in settings.KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)
+    return path
+
+
 def run_plan(capsys, *args: str) -> tuple[int, str, str]:
     code = cli_io.run_cli(typer.main.get_command(app), ["plan", *args])
     out, err = capsys.readouterr()
@@ -104,6 +117,27 @@ def test_a_draft_that_is_the_model_is_refused_as_ask_refuses_it(capsys, tiny_fol
         code, out, err = run_plan(capsys, str(model), "--draft", str(draft), "--memory", "4GiB")
         assert (code, out) == (2, "")
         assert err == f"localchat: error: --draft {draft}: the draft is the model itself\n"
+
+
+def test_draft_and_quant_settings_are_planned_as_ask_loads_them(capsys, tiny_folders,
+                                                                 config_file, monkeypatch):
+    """The ``draft`` and ``quant`` settings (config.toml, LOCALCHAT_*) are what ``ask`` and
+    ``serve`` load, so ``plan`` plans them, names them in its errors, and a flag wins."""
+    model, draft = str(tiny_folders / "qwen2"), str(tiny_folders / "llama")
+    config_file.write_text(f'draft = "{draft}"\nquant = "int8"\n')
+    code, out, err = run_plan(capsys, model, "--memory", "4GiB", "--json")
+    plan = json.loads(out)
+    assert code == 0, err
+    assert plan["choice"]["format"] == "int8" and plan["choice"]["draft_weight_bytes"] > 0
+    code, out, _ = run_plan(capsys, model, "--memory", "4GiB", "--json", "--quant", "int4")
+    assert json.loads(out)["choice"]["format"] == "int4"
+    config_file.write_text('draft = "bogus"\n')
+    code, out, err = run_plan(capsys, model, "--memory", "4GiB")
+    assert (code, out) == (1, "") and err.startswith("localchat: error: draft (config.toml): ")
+    config_file.write_text("")
+    monkeypatch.setenv("LOCALCHAT_QUANT", "fp8")
+    code, out, err = run_plan(capsys, model, "--memory", "4GiB", "--device", "cpu")
+    assert (code, out) == (1, "") and err.startswith("localchat: error: LOCALCHAT_QUANT fp8: ")
 
 
 def test_draft_auto_plans_the_catalog_draft(capsys, tiny_folders, monkeypatch):
