@@ -156,8 +156,47 @@ def _build(here: Path, out: Path) -> None:
             extra_cflags=list(_CFLAGS), extra_ldflags=list(_OPENMP), is_python_module=False,
             verbose=False)
         os.replace(scratch / f"{_NAME}.so", out / f"{_NAME}.so")
+    except BaseException:  # Ctrl+C, SIGTERM, a failed build: no compiler left running
+        stop_build_processes(scratch)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def stop_build_processes(scratch: Path) -> int:
+    """Kill (SIGKILL) every process working in the build folder ``scratch``; returns how many
+    were signalled. An interrupted ``cpp_extension.load`` kills ninja, but ninja runs each
+    compile in its own process group, so its compilers (several minutes of CPU on 2 cores)
+    outlived the interrupted ``ask``; they are found by their working directory
+    (``/proc/PID/cwd``, Linux; elsewhere nothing is done). SIGKILL, because ``cc1plus`` outlived
+    a SIGTERM; nothing of theirs is kept (the folder is removed)."""
+    import signal
+
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return 0
+    try:
+        where = str(Path(scratch).resolve())
+    except OSError:
+        return 0
+    stopped = 0
+    for _ in range(20):  # again until none is left: a compiler driver may fork as we scan
+        found = 0
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if os.readlink(entry / "cwd") != where:
+                    continue
+                os.kill(int(entry.name), signal.SIGKILL)
+                found += 1
+            except OSError:  # gone meanwhile, or another user's process
+                continue
+        if not found:
+            break
+        stopped += found
+        time.sleep(0.05)
+    return stopped
 
 
 def _load_built(library: Path) -> bool:
