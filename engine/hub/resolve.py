@@ -115,6 +115,9 @@ def resolve_model(
         if at and not rev.strip() and parse_repo_spec(head) is not None:  # org/name@
             raise ModelNotFoundError(f"{text}: nothing after '@'; give a revision (a branch, "
                                      f"tag or commit: {head}@main) or drop the '@'")
+        if at:  # meant as a Hub repo (org/@main, org/name@@)
+            raise ModelNotFoundError(f"no such file or folder, and not a Hub repo id "
+                                     f"(org/name[@revision]): {text}")
         raise ModelNotFoundError(f"no such file or folder: {text}")
     repo = parse_repo_spec(text)
     if repo is not None:

@@ -167,6 +167,15 @@ def test_an_empty_revision_is_named(tmp_path, fake_hub, spec):
     assert "org/name@main" in str(err.value) and fake_hub.calls == []
 
 
+@pytest.mark.parametrize("spec", ["org/@main", "org/name@@", "org/na me@main"])
+def test_a_malformed_repo_id_is_named(tmp_path, fake_hub, spec):
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model(spec, cache_dir=tmp_path)
+    assert str(err.value) == ("no such file or folder, and not a Hub repo id "
+                              f"(org/name[@revision]): {spec}")
+    assert fake_hub.calls == []
+
+
 def test_unknown_spec(tmp_path, fake_hub):
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model("not-a-model", cache_dir=tmp_path)
