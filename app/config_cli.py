@@ -85,9 +85,8 @@ def _write(name: str, value: str | None) -> None:
             settings.check_setting(key, settings.parse_value(key, value))
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
-    was_set = settings.is_set_in_file(key)
-    key, parsed = settings.set_value(name, value)  # ... an unreadable file a runtime error (1)
-    if value is None and not was_set:
+    key, parsed, changed = settings.set_value(name, value)  # ... an unreadable file: exit 1
+    if not changed:
         cli_io.note(f"{key.name} is not set in {settings.config_path()}: nothing to remove")
         return
     shown = "removed" if parsed is None else \

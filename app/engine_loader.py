@@ -12,9 +12,10 @@ TUI owns the terminal). No engine logic lives here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,27 @@ def draft_spec(options: LoadOptions, target_alias: str | None) -> str | None:
     return entry.draft
 
 
+@contextlib.contextmanager
+def naming_the_draft(origin: str) -> Iterator[None]:
+    """A ``LocalchatError`` raised inside (the draft model cannot be resolved, downloaded or
+    described) is raised again, of the same class, with its message led by ``origin`` (the
+    flag or setting that named the draft, ``LoadOptions.draft_origin``), so the user knows
+    the failing model is the draft."""
+    try:
+        yield
+    except DraftChoiceError:
+        raise
+    except LocalchatError as exc:
+        raise type(exc)(f"{origin}: {exc}") from exc
+
+
+def refuse_the_model_itself(draft: str, draft_path: Path | str, model_path: Path | str,
+                            origin: str) -> None:
+    """Raises ``DraftChoiceError`` when the draft's file or folder is the model's (links too)."""
+    if Path(draft_path).resolve() == Path(model_path).resolve():
+        raise DraftChoiceError(f"{origin} {draft}: the draft is the model itself", origin)
+
+
 def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
                   ) -> tuple[str | None, Path | str | None]:
     """``(draft spec, what engine_config takes)`` for the target ``source``: ``(None, None)``
@@ -77,14 +99,10 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
     draft = draft_spec(options, source.alias)
     if draft is None or draft.lower() == NGRAM:
         return (None, None) if draft is None else (NGRAM, NGRAM)
-    try:
+    with naming_the_draft(options.draft_origin):
         draft_source = resolve_model(draft, cache_dir=cache_dir(), download=True,
                                      progress=progress)
-    except LocalchatError as exc:  # say it is the draft, and where it was set
-        raise type(exc)(f"{options.draft_origin}: {exc}") from exc
-    if Path(draft_source.path).resolve() == Path(source.path).resolve():  # links too
-        raise DraftChoiceError(f"{options.draft_origin} {draft}: the draft is the model itself",
-                               options.draft_origin)
+    refuse_the_model_itself(draft, draft_source.path, source.path, options.draft_origin)
     return draft, draft_source.path
 
 

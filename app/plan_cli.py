@@ -9,7 +9,6 @@ repo are fetched (``engine/hub/describe.py``).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -54,8 +53,8 @@ def plan_command(
 ) -> None:
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
     from localchat.app.load_options import (
-        CONTEXT_TOO_SMALL,
-        MIN_CONTEXT,
+        LoadOptions,
+        check_load_options,
         check_max_num_seqs,
         context_choice,
         flag_or_setting,
@@ -63,24 +62,25 @@ def plan_command(
     from localchat.app.settings import SettingError, load_settings
     from localchat.engine.memory.budget import parse_size
 
-    # the settings ask and serve read (config.toml, LOCALCHAT_*), so the plan is what they load
+    # the settings ask and serve read (config.toml, LOCALCHAT_*), so the plan is what they
+    # load, checked as they check them
     settings = load_settings()
     context, context_origin = context_choice(context, settings)
     draft, draft_origin = flag_or_setting(draft, settings, "draft")
     quant, quant_origin = flag_or_setting(quant, settings, "quant")
-    quant = quant or "auto"
-    bad_quant = CliUsageError if quant_origin.startswith("--") else SettingError
-    if context is not None and context < MIN_CONTEXT:
-        raise CliUsageError(f"{context_origin} {context}: {CONTEXT_TOO_SMALL}")
+    options = LoadOptions(model=model, draft=draft, quant=quant or "auto", context=context,
+                          context_origin=context_origin, draft_origin=draft_origin,
+                          quant_origin=quant_origin)
     check_max_num_seqs(max_num_seqs)
-    if quant not in ("auto", "native", "none", "fp8", "int8", "int4"):
-        raise bad_quant(f"{quant_origin} {quant}: choose auto, native, none, fp8, int8 or int4")
+    check_load_options(options)
+    quant = options.quant
     try:
         budget = parse_size(memory) if memory is not None else None
     except ValueError as e:
         raise CliUsageError(f"--memory: {e}") from None
     spec = _device(device, budget is not None)
-    if quant == "fp8" and not spec.fp8:  # as ask refuses it (load_options.check_load_options)
+    if quant == "fp8" and not spec.fp8:  # the device planned for (check_load_options: this one)
+        bad_quant = CliUsageError if quant_origin.startswith("--") else SettingError
         raise bad_quant(f"{quant_origin} fp8: needs a CUDA GPU of compute capability 8.9 or "
                         f"newer, and the device planned for ({spec.name}) is not one (use int8 "
                         "or int4)")
@@ -129,19 +129,18 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     """Describe the model (and draft), plan, and return the JSON-ready result.
 
     Raises:
-        CliUsageError: ``context`` is above the model's trained context (both named), or the
-            draft is the model itself.
+        CliUsageError: ``context`` is above the model's trained context (both named).
+        DraftChoiceError: the draft is the model itself.
         LocalchatError: the model or the draft cannot be described (a draft's message starts
             with ``draft_origin``).
     """
     from localchat.app.settings import cache_dir
-    from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.describe import describe_model
     from localchat.engine.memory.budget import available_memory_bytes, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
 
     target = describe_model(model, cache_dir())
-    from localchat.app.engine_loader import NGRAM, draft_spec
+    from localchat.app.engine_loader import NGRAM, draft_spec, naming_the_draft
     from localchat.app.load_options import LoadOptions
 
     # --draft auto: the catalog's natural draft, as ask / serve load it
@@ -149,12 +148,9 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     # prompt lookup (--draft ngram) holds no draft weights or KV cache: nothing to plan
     drafted = None
     if draft and draft.lower() != NGRAM:
-        try:
+        with naming_the_draft(draft_origin):
             drafted = describe_model(draft, cache_dir())
-        except LocalchatError as exc:  # say it is the draft, as ask does
-            raise type(exc)(f"{draft_origin}: {exc}") from exc
-    if drafted is not None and _same_local_model(model, draft):  # as ask refuses it
-        raise CliUsageError(f"{draft_origin} {draft}: the draft is the model itself")
+        _refuse_the_model_itself(model, draft, draft_origin)
     if drafted is not None and drafted.config.vocab_size != target.config.vocab_size:
         cli_io.warn(f"draft {drafted.name} has a vocabulary of {drafted.config.vocab_size} "
                     f"tokens, the model {target.config.vocab_size}: not a matching pair")
@@ -194,19 +190,21 @@ def _plan(model: str, draft: str | None, device, budget: int | None, context: in
     }
 
 
-def _same_local_model(model: str, draft: str) -> bool:
-    """Whether ``model`` and ``draft`` are the same file or folder on disk (links too); False
-    when either is not on disk (a Hub repo not downloaded yet)."""
+def _refuse_the_model_itself(model: str, draft: str, origin: str) -> None:
+    """As ``ask`` refuses it (``engine_loader.refuse_the_model_itself``): a draft on disk that
+    is the model's file or folder (links too). Nothing is checked when either is not on disk
+    (a Hub repo not downloaded yet)."""
+    from localchat.app.engine_loader import refuse_the_model_itself
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import LocalchatError
     from localchat.engine.hub.resolve import resolve_model
 
     try:
-        paths = [Path(resolve_model(spec, cache_dir=cache_dir(), download=False).path).resolve()
-                 for spec in (model, draft)]
+        model_path, draft_path = (resolve_model(spec, cache_dir=cache_dir(), download=False).path
+                                  for spec in (model, draft))
     except LocalchatError:
-        return False
-    return paths[0] == paths[1]
+        return
+    refuse_the_model_itself(draft, draft_path, model_path, origin)
 
 
 def _loaded_format(spec: str, device, plan, native: dict[str, Any] | None, quant: str,

@@ -313,9 +313,10 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
                     unknown_keys=tuple(unknown))
 
 
-def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key, Any]:
+def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key, Any, bool]:
     """Check ``raw`` for the key ``name`` and write it to the config file (None removes the
-    key). Other lines and comments of the file are kept. Returns the key and parsed value.
+    key). Other lines and comments of the file are kept. Returns the key, the parsed value and
+    whether the file changed (False: a key to remove that the file does not set).
 
     Raises:
         SettingError: unknown key, bad value, the current file is not valid TOML, or it
@@ -331,21 +332,10 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
     _read_toml(path, fix=f"left unchanged: fix it in an editor (or move it aside to start "
                          f"over), then run '{command}' again")
     try:
-        toml_edit.set_key(path, key.table, key.field, value)
+        changed = toml_edit.set_key(path, key.table, key.field, value)
     except OSError as exc:  # a read-only file or folder, a full disk
         raise SettingError(f"cannot write config file {path}: {exc.strerror or exc}") from None
-    return key, value
-
-
-def is_set_in_file(key: Key, path: Path | None = None) -> bool:
-    """Whether the config file (default ``config_path()``) sets ``key``; False when the file
-    is missing or does not parse (``set_value`` then says why)."""
-    try:
-        data = _read_toml(config_path() if path is None else Path(path))
-    except SettingError:
-        return False
-    table = data.get(key.table, {}) if key.table else data
-    return isinstance(table, dict) and key.field in table
+    return key, value, changed
 
 
 def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:

@@ -50,8 +50,9 @@ def dumps(data: dict[str, Any]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def set_key(path: Path, table: str | None, key: str, value: Any | None) -> None:
+def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
     """Set ``[table].key = value`` in the file at ``path`` (``value`` None removes the key).
+    Returns False, writing nothing, when ``value`` is None and the file does not set the key.
 
     The file is created when missing and replaced atomically. Raises ``tomllib.TOMLDecodeError``
     when the existing file is not valid TOML.
@@ -61,7 +62,9 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> None:
     want = json.loads(json.dumps(data))  # a deep copy
     section = want.setdefault(table, {}) if table else want
     if value is None:
-        section.pop(key, None)
+        if key not in section:
+            return False
+        section.pop(key)
     else:
         section[key] = value
     if table and not want[table]:
@@ -72,6 +75,7 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> None:
     except tomllib.TOMLDecodeError:
         ok = False
     _atomic_write(path, new if ok else dumps(want))
+    return True
 
 
 def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> str | None:
