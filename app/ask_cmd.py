@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from localchat.app import cli_io, interrupts
+from localchat.app import cli_input, cli_io, interrupts
 from localchat.app.ask_history import alternating, open_history, save_reply, save_user
 from localchat.app.ask_reply import answer
 from localchat.app.cli_io import CliUsageError
@@ -93,8 +93,8 @@ def run_ask(args: AskArgs) -> None:
         sampling = SamplingParams(**knobs)
     except ValueError as e:
         raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
-    prompt = cli_io.valid_utf8(args.prompt, "the PROMPT argument")
-    text = cli_io.build_prompt(prompt, None if args.no_stdin else cli_io.read_stdin())
+    prompt = cli_input.valid_utf8(args.prompt, "the PROMPT argument")
+    text = cli_input.build_prompt(prompt, None if args.no_stdin else cli_input.read_stdin())
 
     store, conv = open_history(args)
     try:

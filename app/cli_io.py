@@ -1,4 +1,5 @@
-"""Terminal plumbing for the CLI: stdin, streamed stdout, one-line errors and exit codes.
+"""Terminal plumbing for the CLI: streamed stdout, one-line errors and exit codes (what the
+user typed and piped: ``cli_input.py``).
 
 The error contract (README, Usage): one line on stderr for every user-facing error
 (``localchat: error: ...``), no traceback unless ``--debug``; exit 0 ok, 1 runtime error, 2
@@ -8,9 +9,7 @@ transformers.
 
 from __future__ import annotations
 
-import io
 import os
-import stat
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -35,10 +34,6 @@ _NoArgsIsHelpError = getattr(click_exc, "NoArgsIsHelpError", ())
 
 class CliUsageError(Exception):
     """A usage error found after parsing (bad flag value, no prompt): exit 2, one line."""
-
-
-class StdinError(LocalchatError):
-    """stdin could not be read (an I/O error): a runtime error, exit 1, one line."""
 
 
 def one_line(text: str) -> str:
@@ -103,109 +98,6 @@ def stream_isatty(stream: IO[Any] | None) -> bool:
         return bool(stream is not None and stream.isatty())
     except (ValueError, OSError, AttributeError):
         return False
-
-
-_STDIN_IS_A_DIRECTORY = ("stdin is a directory; redirect a file ('< FILE'), pipe text, "
-                         "or pass --no-stdin")
-
-
-def read_stdin() -> str:
-    """Read stdin to EOF when it is not a terminal; '' when it is one or is absent.
-
-    The bytes are decoded as UTF-8 with replacement; a one-line warning goes to stderr when
-    any byte was invalid.
-
-    Raises:
-        CliUsageError: stdin is a directory (``localchat ask hi < some/folder``). CPython
-            itself stops at startup with a fatal error on such a stdin when it runs a script,
-            so this is the safety net for interpreters and launchers that let it through.
-        StdinError: reading stdin failed (an I/O error): the piped text would be lost, so
-            nothing is answered without it (exit 1).
-    """
-    stdin = sys.stdin
-    if stdin is None or stream_isatty(stdin):
-        return ""
-    if _is_directory(stdin):
-        raise CliUsageError(_STDIN_IS_A_DIRECTORY)
-    try:
-        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
-    except IsADirectoryError:
-        raise CliUsageError(_STDIN_IS_A_DIRECTORY) from None
-    except OSError as e:
-        raise StdinError(f"cannot read stdin: {e.strerror or e}") from None
-    except ValueError:  # a closed stream: nothing was piped
-        return ""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        warn("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
-        return data.decode("utf-8", errors="replace")
-
-
-def _is_directory(stream: IO[Any]) -> bool:
-    """True when ``stream``'s file descriptor is a directory (False when it has none)."""
-    try:
-        return stat.S_ISDIR(os.fstat(stream.fileno()).st_mode)
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        return False
-
-
-def valid_utf8(text: str | None, what: str) -> str | None:
-    """``text`` with bytes that were not valid UTF-8 replaced by U+FFFD, warning once
-    (``what`` names it).
-
-    Command-line arguments reach Python with such bytes as lone surrogates
-    (``surrogateescape``: ``caf\\xe9`` arrives as ``'caf\\udce9'``), which no tokenizer takes;
-    stdin gets the same treatment in ``read_stdin``.
-    """
-    if text is None:
-        return None
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        warn(f"{what} is not valid UTF-8; invalid bytes were replaced with U+FFFD")
-        return _replaced(text)
-
-
-def _replaced(text: str) -> str:
-    """``text`` (lone surrogates from ``surrogateescape``, or any other) as valid UTF-8 text,
-    every invalid byte or surrogate replaced by U+FFFD."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
-        .encode("utf-8", "replace").decode("utf-8")
-
-
-def _valid_argument(arg: str) -> str:
-    """A command-line argument with bytes that were not valid UTF-8 replaced by U+FFFD (a
-    warning names it): every argument, not only the prompt, reaches tokenizers, the history
-    database and config.toml, which take no lone surrogates (``-s $'sys\\xff'`` was an
-    internal error)."""
-    try:
-        arg.encode("utf-8")
-        return arg
-    except UnicodeEncodeError:
-        fixed = _replaced(arg)
-        shown = printable(fixed if len(fixed) <= 40 else fixed[:39] + "\u2026")
-        warn(f"the argument '{shown}' is not valid UTF-8; invalid bytes were replaced with "
-             "U+FFFD")
-        return fixed
-
-
-def build_prompt(argument: str | None, stdin_text: str | None) -> str:
-    """Join stdin text and the prompt argument: stdin first, then a blank line, then the argument.
-
-    Trailing whitespace of each part is dropped, so ``echo X | ask Y`` equals ``ask "X\\n\\nY"``.
-    ``stdin_text`` None: stdin was not read (``--no-stdin``), as the error then says.
-
-    Raises:
-        CliUsageError: both parts are empty or whitespace only.
-    """
-    parts = [p.rstrip() for p in (stdin_text, argument or "") if p and p.strip()]
-    if not parts:
-        how = "pass PROMPT (--no-stdin leaves stdin unread)" if stdin_text is None else \
-            "pass PROMPT or pipe text on stdin"
-        raise CliUsageError(f"no prompt: {how} (see 'localchat ask --help')")
-    return "\n\n".join(parts)
 
 
 class AnswerWriter:
@@ -330,7 +222,9 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     line naming it, 1; anything else -> ``internal error`` line, 1. With ``--debug`` runtime
     errors re-raise (traceback).
     """
-    args = [_valid_argument(a) for a in (sys.argv[1:] if argv is None else argv)]
+    from localchat.app.cli_input import valid_argument
+
+    args = [valid_argument(a) for a in (sys.argv[1:] if argv is None else argv)]
     debug = debug_requested(args)
     _tolerant_streams()
     if not debug and not sys.warnoptions:  # library warnings are noise on a user's stderr

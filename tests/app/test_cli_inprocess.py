@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from localchat.app import ask_cmd, cli, cli_io
+from localchat.app import ask_cmd, cli, cli_input, cli_io
 
 from .fake_engine import CharTokenizer, FakeEngine
 
@@ -196,14 +196,14 @@ def test_extra_words_after_the_prompt_say_to_quote_it(fake_ask):
 
 
 def test_build_prompt_and_sampling_messages():
-    assert cli_io.build_prompt("Q", "C\n\n") == "C\n\nQ"
-    assert cli_io.build_prompt(None, "C\n") == "C"
-    assert cli_io.build_prompt("Q", "") == "Q"
+    assert cli_input.build_prompt("Q", "C\n\n") == "C\n\nQ"
+    assert cli_input.build_prompt(None, "C\n") == "C"
+    assert cli_input.build_prompt("Q", "") == "Q"
     with pytest.raises(cli_io.CliUsageError, match="pass PROMPT or pipe text on stdin"):
-        cli_io.build_prompt("", " \n")
-    assert cli_io.build_prompt("Q", None) == "Q"
+        cli_input.build_prompt("", " \n")
+    assert cli_input.build_prompt("Q", None) == "Q"
     with pytest.raises(cli_io.CliUsageError, match=r"pass PROMPT \(--no-stdin leaves stdin "):
-        cli_io.build_prompt(None, None)  # stdin not read
+        cli_input.build_prompt(None, None)  # stdin not read
     msg = cli_io.sampling_error_message(
         ValueError("top_p must be in (0, 1], got 2"), ask_cmd.SAMPLING_FLAGS
     )
