@@ -378,25 +378,12 @@ def main(argv: list[str] | None = None) -> None:
 
     command = typer.main.get_command(app)
     cli_coerce.install(command)  # plain values without pydantic (a warm ``ask`` is start-up)
-    _flags_show_no_type(command)
+    cli_coerce.flags_show_no_type(command)
     code = cli_io.run_cli(command, argv)
     sys.exit(code)
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def _flags_show_no_type(command: Any, parent: Any = None) -> None:
-    """On/off flags (``--json``, ``--no-save``, ``--help``) show no value type in ``--help``:
-    typer 0.2x prints ``<bool>`` there, as if the flag took a value, which click and ``llm``
-    do not. The help option is the one the command builds (and keeps) for a context made as
-    parsing makes it (the command's context settings, under its parent's)."""
-    ctx = command.context_class(command, parent=parent, **command.context_settings)
-    for param in [*command.params, command.get_help_option(ctx)]:
-        if getattr(param, "is_flag", False) and getattr(param, "metavar", None) is None:
-            param.metavar = ""
-    for sub in getattr(command, "commands", {}).values():  # a group's commands (history ...)
-        _flags_show_no_type(sub, ctx)
 
 
 def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],

@@ -10,6 +10,9 @@ spellings itself (a ``str`` or ``bool`` as is, ``-?[0-9]+`` as ``int``,
 anything else (``1e3``, ``+5``, ``abc``, ...) to typer's own converter, built only then, so
 values and error messages are typer's: the tests compare both converters on the same inputs.
 
+``flags_show_no_type(command)`` is the other adjustment of typer's command tree: on/off flags
+show no ``<bool>`` value type in ``--help``.
+
 It relies on two attributes of typer's parameters (``type_descriptor``, ``_runtime_param``);
 with a typer that lacks them (older releases convert through click, without pydantic) it
 leaves the command as it is.
@@ -125,3 +128,16 @@ def _typer_builder(descriptor: Any) -> Any:
         return build_runtime_param(descriptor)
 
     return build
+
+
+def flags_show_no_type(command: Any, parent: Any = None) -> None:
+    """On/off flags (``--json``, ``--no-save``, ``--help``) show no value type in ``--help``:
+    typer 0.2x prints ``<bool>`` there, as if the flag took a value, which click and ``llm``
+    do not. The help option is the one the command builds (and keeps) for a context made as
+    parsing makes it (the command's context settings, under its parent's)."""
+    ctx = command.context_class(command, parent=parent, **command.context_settings)
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", None) is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():  # a group's commands (history ...)
+        flags_show_no_type(sub, ctx)
