@@ -77,7 +77,9 @@ def _model(dtype, scheme, device):
     if scheme != "none":
         for layer in m.modules():
             if isinstance(layer, Linear) and layer is not getattr(m, "lm_head", None):
-                layer.quant_method = _KernelQuant(scheme, layer.weight.data).to(device)
+                # quantized on the CPU on both sides: a GPU's rounding of w / s can land a
+                # value on the other side of a .5 and change the weights being compared
+                layer.quant_method = _KernelQuant(scheme, layer.weight.data.cpu()).to(device)
     return m
 
 
