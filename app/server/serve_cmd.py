@@ -207,6 +207,7 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
         begin_shutdown,
         create_app,
     )
+    from localchat.app.server.shutdown import stopping_line
     from localchat.app.server.state import (
         ServerInfo,
         find_server,
@@ -267,6 +268,9 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
             # it has shut down, and SIGTERM's default action ends the process at once.
             # In-flight requests end first (streams with an error event and [DONE], the rest
             # with a 503), so uvicorn's graceful wait finds the connections done at once.
+            captured = getattr(self, "_captured_signals", None)  # uvicorn >= 0.29
+            if captured:
+                print(stopping_line(captured[0], activity(app)[0]), file=sys.stderr, flush=True)
             try:
                 begin_shutdown(app)
                 await super().shutdown(sockets=sockets)

@@ -13,9 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from typing import Any
 
 from localchat.app.server.errors import APIError
+
+
+def stopping_line(signum: int, in_flight: int) -> str:
+    """The line ``serve`` prints on stderr when signal ``signum`` stops it, with the number
+    of generation requests it ends (``in_flight``): so a terminal or a service log says why
+    the server went away (uvicorn itself says nothing at the default log level)."""
+    name = "Ctrl+C" if signum == signal.SIGINT else signal.Signals(signum).name
+    ended = "" if in_flight == 0 else \
+        f"; ending {in_flight} request{'s' if in_flight != 1 else ''} in flight"
+    return f"localchat: stopping ({name}){ended}"
 
 
 def shutting_down_error() -> APIError:

@@ -62,6 +62,9 @@ def test_stopping_ends_in_flight_requests_properly(env, sig):
     assert "Traceback" not in err and "ERROR" not in err, err
     assert exit_s < EXIT_BOUND_S, (exit_s, err)
     assert serve.returncode in (0, 128 + sig, -sig), (serve.returncode, err)
+    # One line says why the server went away and what it ended (both requests).
+    name = "Ctrl+C" if sig == signal.SIGINT else "SIGTERM"
+    assert f"localchat: stopping ({name}); ending 2 requests in flight" in err, err
     # The stream: content, then the error event, then [DONE], nothing after it.
     assert events[-1] == "[DONE]", events[-3:]
     final = json.loads(events[-2])
