@@ -67,7 +67,8 @@ def _weight_rows(layer: nn.Module, rows: slice | torch.Tensor) -> torch.Tensor:
     if hasattr(method, "dequantize_rows"):
         return method.dequantize_rows(layer, rows)
     if isinstance(rows, slice):
-        rows = torch.arange(layer.out_features)[rows]
+        device = next(iter(layer.buffers())).device  # the ids where the weights are
+        rows = torch.arange(layer.out_features, device=device)[rows]
     return method.embed(layer, rows, torch.float32)
 
 
@@ -75,13 +76,15 @@ def block_abs_sum_max(layer: nn.Module, chunk: int = 4096) -> torch.Tensor:
     """``G [K // 32]`` fp32: for each 32-column block of ``layer``'s weight ``[N, K]``, the
     largest ``sum |w[n, k]|`` over the block among the ``N`` rows, from the rows dequantized
     ``chunk`` at a time (0.1-0.5 s for a 152k x 1536 output layer on 2 threads; done once,
-    when the weights are first repacked)."""
+    when the weights are first repacked), on the device that holds the weights (on CUDA the
+    rows dequantize there: a CPU ``G`` beside them failed every first load of a GGUF)."""
     n, k = layer.out_features, layer.in_features
-    g = torch.zeros(k // BLOCK, dtype=torch.float32)
+    g = None
     for a in range(0, n, chunk):
         w = _weight_rows(layer, slice(a, min(a + chunk, n)))
-        torch.maximum(g, w.abs_().view(w.shape[0], -1, BLOCK).sum(-1).amax(0), out=g)
-    return g
+        m = w.abs_().view(w.shape[0], -1, BLOCK).sum(-1).amax(0)
+        g = m if g is None else torch.maximum(g, m)
+    return g if g is not None else torch.zeros(k // BLOCK, dtype=torch.float32)
 
 
 def fill_bound(layer: nn.Module) -> None:
