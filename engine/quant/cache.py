@@ -128,8 +128,10 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
     replace, e.g. int4 for PyTorch's CPU kernel) are copied into their allocated storage
     instead, so no mapped page of theirs stays resident; ``on_module_loaded(module_name)``
     runs as soon as each module's tensors are all in (the caller repacks it there, one layer
-    in flight). Returns ``False`` (nothing replaced) when the file is unreadable or does not
-    match the model's names, shapes, dtypes or format (``fmt``, the metadata's ``format``).
+    in flight). On a GPU model the tensors are read and copied into the device tensors the
+    model holds (nothing stays mapped). Returns ``False`` (nothing replaced) when the file is
+    unreadable or does not match the model's names, shapes, dtypes or format (``fmt``, the
+    metadata's ``format``).
     """
     import json
     import mmap
@@ -177,10 +179,16 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
                 attr = name.rpartition(".")[2]
                 if nbytes == 0:
                     continue
+                target = state[name]
+                if target.device.type != "cpu":
+                    # a GPU model: read into host memory, then into the device tensor the
+                    # model allocated (a mapped view left on the CPU failed the first step)
+                    target.copy_(_read_tensor(reader, offset, target))
+                    continue
                 if module_name in copy_modules:
                     # read, not mapped: a mapped page once touched would stay in the process's
                     # RSS for as long as the map lives, beside the repacked copy
-                    t = _read_tensor(reader, offset, state[name])
+                    t = _read_tensor(reader, offset, target)
                 else:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # the map is copy-on-write: writable
