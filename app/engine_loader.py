@@ -130,7 +130,9 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
         if draft_path is None:
             cli_io.note("--num-speculative-tokens has no effect without a draft (--draft, or "
                         "'draft' in the settings)")
-    quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress)
+    # the first answer does not wait for the weight cache's write (the process waits at exit)
+    quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress,
+                        background_write=True)
     return EngineConfig(quant=quant, speculative=spec,
                         scheduler=SchedulerConfig(max_model_len=options.context))
 

@@ -173,7 +173,9 @@ class QuantConfig:
     exactly) and 128 otherwise (``engine/quant/int4.py``). ``use_cache`` keeps quantized
     weights in the user cache so later loads skip quantizing. ``progress`` prints a one-line
     counter on stderr while a first load repacks a GGUF (``loader/native.py``; the CLI sets it
-    when stderr is a terminal).
+    when stderr is a terminal). ``background_write``: a first load hands the cache entry to a
+    thread that writes it while the model answers (``quant.cache.save_quantized``; the CLI
+    sets it; the interpreter waits for the write at exit); off, the load returns after it.
 
     Raises ``ValueError`` for an unknown scheme or a group size other than 32, 64 or 128.
     """
@@ -182,6 +184,7 @@ class QuantConfig:
     group_size: int | None = None
     use_cache: bool = True
     progress: bool = False
+    background_write: bool = False
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEME_NAMES:

@@ -184,7 +184,7 @@ def load_model(
             model, path, dtype=dtype, device=device, cache_dir=cache_dir,
             use_cache=quant.use_cache, kernel=quant_kernel,
             init_buffers=lambda m: _init_buffers(m, model_config, max_position),
-            progress=progress,
+            progress=progress, background_write=quant.background_write,
         )
     if scheme.is_quantized:
         quant = dataclasses.replace(quant, group_size=default_group_size(path, quant.group_size))

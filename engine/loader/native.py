@@ -23,7 +23,13 @@ from torch import nn
 from ..errors import ModelLoadError
 from ..layers import greedy_head
 from ..layers.linear import Linear
-from ..quant.cache import NATIVE_FORMAT, cache_path, load_quantized_mmap, save_quantized
+from ..quant.cache import (
+    NATIVE_FORMAT,
+    cache_path,
+    load_quantized_mmap,
+    save_quantized,
+    wait_saved,
+)
 from ..quant.gguf_repack import (
     dequantize_repacked,
     ggml_layout,
@@ -93,14 +99,15 @@ def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
 
 def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
                      device: torch.device, cache_dir: Path | None, use_cache: bool,
-                     init_buffers, kernel: str = "packed", progress: bool = False
-                     ) -> nn.Module:
+                     init_buffers, kernel: str = "packed", progress: bool = False,
+                     background_write: bool = False) -> nn.Module:
     """Fill meta-constructed ``model`` with the GGUF's own weights (see the module doc).
 
     Float tensors (norms, biases, F32/F16 weights) are converted to ``dtype``. With
     ``cache_dir`` and ``use_cache`` the repacked state is cached and read back on later loads
     (``model.quant_cache_hit``). ``progress`` prints a one-line progress counter on stderr
-    during a first (uncached) load. Returns the model after ``process_weights_after_loading``.
+    during a first (uncached) load; ``background_write`` writes that load's cache entry from a
+    thread (``save_quantized``). Returns the model after ``process_weights_after_loading``.
 
     Raises ``ModelLoadError`` for a truncated/corrupt file, an unsupported tensor type, a shape
     mismatch, or missing tensors (naming up to three).
@@ -146,6 +153,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             modules[name].process_weights_after_loading()
             finished.add(name)
 
+    if cached is not None:
+        wait_saved(cached)  # this process's own write of it, still in flight
     if cached is not None and cached.is_file() and load_quantized_mmap(
             model, cached, copy_modules=repacked, on_module_loaded=finish,
             fmt=NATIVE_FORMAT):
@@ -157,7 +166,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
         if cached is not None:
             try:
                 save_quantized(model, cached, {"scheme": "native", "model": path.name,
-                                               "format": NATIVE_FORMAT})
+                                               "format": NATIVE_FORMAT},
+                               background=background_write)
             except OSError as exc:  # a full or read-only cache must not fail the load
                 logger.warning("could not write quantized cache %s: %s", cached, exc)
     for name, module in model.named_modules():

@@ -23,7 +23,7 @@ from torch import nn
 from ..config import QuantConfig
 from ..errors import ModelLoadError
 from ..layers.linear import Linear
-from ..quant.cache import cache_path, load_quantized, save_quantized
+from ..quant.cache import cache_path, load_quantized, save_quantized, wait_saved
 from ..quant.methods import make_linear_method
 from ..quant.schemes import QuantScheme
 
@@ -84,6 +84,8 @@ def load_quantized_model(
     if cache_dir is not None and quant.use_cache:
         cached = cache_path(cache_dir, path, scheme.value, quant.group_size, dtype)
     model.quant_cache_hit = False
+    if cached is not None:
+        wait_saved(cached)  # this process's own write of it, still in flight
     if cached is not None and cached.is_file():
         for layer in quantized.values():
             layer.quant_method.create_weights(layer, device)
@@ -104,7 +106,8 @@ def load_quantized_model(
     _load_and_quantize(model, path, weights_fn(), quantized, device)
     if cached is not None:
         try:
-            save_quantized(model, cached, {"scheme": scheme.value, "model": Path(path).name})
+            save_quantized(model, cached, {"scheme": scheme.value, "model": Path(path).name},
+                           background=quant.background_write)
         except OSError as exc:  # a full or read-only cache must not fail the load
             logger.warning("could not write quantized cache %s: %s", cached, exc)
     return _finish(model)
