@@ -181,6 +181,8 @@ def _local_model(path: Path, text: str) -> tuple[Path, Literal["hf", "gguf"]]:
         if path.suffix.lower() == ".gguf":  # fail before the engine is imported (seconds)
             raise ModelLoadError(f"{text} is not a GGUF file (it does not start with 'GGUF')")
         raise ModelNotFoundError(f"{text} is not a model: expected a .gguf file or a model folder")
+    if not path.is_dir():  # a device, a pipe or a socket
+        raise ModelNotFoundError(f"{text} is not a model: expected a .gguf file or a model folder")
     if (path / "config.json").is_file():
         return path.resolve(), "hf"
     ggufs = sorted(p for p in path.iterdir() if p.suffix.lower() == ".gguf" and p.is_file())
