@@ -24,6 +24,7 @@ from localchat.app.cli_io import CliUsageError
 from localchat.app.load_options import (
     LoadOptions,
     check_load_options,
+    check_model_flag,
     context_choice,
     flag_or_setting,
 )
@@ -79,6 +80,7 @@ def run_ask(args: AskArgs) -> None:
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
 
+    check_model_flag(args.model)
     if args.conversation is not None and not args.conversation.strip():
         raise CliUsageError("--conversation needs a conversation id (see 'localchat history "
                             "list'); use -c to continue the most recent one")

@@ -70,6 +70,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
     from localchat.app.load_options import (
         LoadOptions,
         check_load_options,
+        check_model_flag,
         context_choice,
         flag_or_setting,
         setting_origin,
@@ -87,6 +88,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
         except (ValueError, OSError):
             pass
     stdout = stdout or sys.stdout
+    check_model_flag(args.model)
     settings = load_settings()
     flags = {"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens}
     knobs = {**settings.sampling, **{k: v for k, v in flags.items() if v is not None}}

@@ -389,7 +389,10 @@ def main(argv: list[str] | None = None) -> None:
 def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],
               context: int | None = None, endpoint: str | None = None) -> None:
     """Run the chat TUI (``app/tui``) until the user quits."""
+    from localchat.app.load_options import check_model_flag
     from localchat.app.tui.app import run_tui
+
+    check_model_flag(model)
 
     raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context,
                              endpoint=endpoint))

@@ -27,6 +27,15 @@ def check_max_num_seqs(value: int) -> None:
         raise CliUsageError(f"--max-num-seqs {value}: must be between 1 and {MAX_NUM_SEQS}")
 
 
+def check_model_flag(value: str | None) -> None:
+    """Raises ``CliUsageError`` (exit 2) for ``-m/--model`` given as an empty or blank string
+    (``-m "$MODEL"`` with the variable unset), which would otherwise fall back to the default
+    model without a word. ``None`` (not given) passes."""
+    if value is not None and not value.strip():
+        raise CliUsageError("-m/--model needs a model name (see 'localchat models'); leave "
+                            "it out for the default model")
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: ``model`` (a model spec), ``draft`` (a draft model spec for speculative

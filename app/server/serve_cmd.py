@@ -130,11 +130,13 @@ def run_serve(args: ServeArgs) -> None:
     from localchat.app.load_options import (
         LoadOptions,
         check_load_options,
+        check_model_flag,
         context_choice,
         flag_or_setting,
     )
     from localchat.app.settings import load_settings
 
+    check_model_flag(args.model)
     check_exposure(args)
     settings = load_settings()
     # --max-model-len is checked as ask's --context is: positive, at most what the model

@@ -161,3 +161,16 @@ def test_a_broken_config_file_says_how_to_fix_it_everywhere(config_run):
     path.write_text('default_model = "smollm2-135m"\n')  # fixed by hand: set works again
     assert config_run("config", "set", "temperature", "0.2")[0] == 0
     assert "temperature = 0.2" in path.read_text()
+
+
+# -- an empty -m (a third trial: `-m "$MODEL"` with the variable unset) -------------------------
+
+
+@pytest.mark.parametrize("args", [("ask", "-m", "", "hi"), ("ask", "-m", "  ", "hi"),
+                                  ("serve", "-m", ""), ("chat", "--jsonl", "-m", "")],
+                         ids=["ask", "ask-blank", "serve", "chat-jsonl"])
+def test_an_empty_model_flag_is_a_usage_error_not_the_default_model(env, args):
+    """``-m ""`` answered with the default model (``args.model or default``); ``plan ""`` and
+    ``pull ""`` already refused an empty name."""
+    proc = run(env, *args)
+    assert_one_line_error(proc, 2, "-m/--model needs a model name")
