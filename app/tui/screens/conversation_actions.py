@@ -130,17 +130,28 @@ class ConversationActions(MixinBase):
             text = None
         default = f"{_slug(conv.title) or 'conversation'}-{cid.removeprefix('mem-')[:6]}.md"
 
-        def done(path: str | None) -> None:
-            if not path:
-                return
+        def write(target: Path) -> None:
             try:
-                target = Path(path).expanduser()
                 body = text if text is not None else self.app.store.export_markdown(cid)
                 target.write_text(body, encoding="utf-8")
             except OSError as exc:
-                self.notify(f"cannot write {path}: {exc.strerror}", severity="error")
+                self.notify(f"cannot write {target}: {exc.strerror}", severity="error")
                 return
             self.notify(f"Exported to {target}")
+
+        def done(path: str | None) -> None:
+            if not path:
+                return
+            target = Path(path).expanduser()
+            if not target.exists():
+                write(target)
+                return
+            # an existing file is replaced only when the user says so (it was silently
+            # overwritten); a folder or the like is refused by the write itself
+            self.app.push_screen(
+                ConfirmScreen(f"{target} exists. Replace it with this conversation?",
+                              confirm="Replace"),
+                lambda yes: write(target) if yes else self.notify("Not exported"))
 
         self.app.push_screen(TextPromptScreen("Export to Markdown file", default), done)
 

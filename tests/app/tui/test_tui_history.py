@@ -81,6 +81,30 @@ async def test_rename_delete_export(make_app, tmp_path):
         assert [c.id for c in app.store.list_conversations()] == [b]
 
 
+async def test_export_asks_before_replacing_an_existing_file(make_app, tmp_path):
+    """Ctrl+T onto an existing file replaced it without a word (new-user trial): now a
+    confirmation; "n" keeps the file as it was, "y" replaces it with the export."""
+    app = make_app(GatedEngine(gated=False))
+    a = seed(app.store, "First", [("q1", "a1")])
+    target = tmp_path / "notes.md"
+    target.write_text("IMPORTANT USER NOTES\n", encoding="utf-8")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await chat(app).open_conversation(a)
+        for answer in ("n", "y"):
+            await pilot.press("ctrl+t")
+            await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen))
+            app.screen.query_one("Input").value = str(target)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "exists" in str(
+                app.screen.query_one("Label").render()), what="the confirmation")
+            await pilot.press(answer)
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            if answer == "n":
+                assert target.read_text(encoding="utf-8") == "IMPORTANT USER NOTES\n"
+        await wait_for(pilot, lambda: target.read_text(encoding="utf-8")
+                       == app.store.export_markdown(a), what="the export")
+
+
 async def test_settings_apply_to_the_next_turn(make_app):
     engine = GatedEngine([["r"]], gated=False)
     app = make_app(engine)
