@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from localchat.app import cli_io
@@ -152,12 +153,12 @@ def run_serve(args: ServeArgs) -> None:
     check_load_options(options)
     sock = _bind(args.host, args.port)  # before loading: a taken port fails fast
     try:
-        engine, model_id = cli_io.guarded(lambda: _load(options, args))
+        engine, model_id, weights = cli_io.guarded(lambda: _load(options, args))
     except BaseException:
         sock.close()
         raise
     try:
-        _serve(engine, model_id, options.model, args, sock)
+        _serve(engine, model_id, (options.model, weights), args, sock)
     finally:
         engine.shutdown()
 
@@ -176,8 +177,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
-    """Resolve and load an ``AsyncLLMEngine``; returns it and the model id to serve."""
+def _load(options: Any, args: ServeArgs) -> tuple[Any, str, str]:
+    """Resolve and load an ``AsyncLLMEngine``; returns it, the model id to serve and the
+    absolute path of its weights (a name a local ``-m PATH`` is matched by)."""
     from localchat.app import interrupts
     from localchat.app.engine_loader import check_context, engine_config, resolve_draft
     from localchat.app.settings import cache_dir
@@ -195,11 +197,15 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str]:
             max_num_seqs=args.max_num_seqs, max_model_len=options.context))
         name = source.alias or options.model
         cli_io.notice(f"loading {name} ...")
-        return AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir()), name
+        engine = AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())
+        # a local path is served (and recorded in clients' histories) by its absolute path:
+        # ./m.gguf means nothing from another folder; the spec as typed stays an alias
+        local = source.alias is None and Path(options.model).expanduser().exists()
+        return engine, str(source.path) if local else name, str(source.path)
 
 
-def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.socket
-           ) -> None:
+def _serve(engine: Any, model_id: str, names: tuple[str, ...], args: ServeArgs,
+           sock: socket.socket) -> None:
     import uvicorn
 
     from localchat.app.keep_alive import show_duration
@@ -221,7 +227,9 @@ def _serve(engine: Any, model_id: str, spec: str, args: ServeArgs, sock: socket.
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
-    aliases = tuple(a for a in dict.fromkeys([spec]) if a != model_id)
+    # the spec as typed (what the server's clients send) and the weights' absolute path (what
+    # a local -m PATH of ask, chat and the TUI is compared by: ServerInfo.serves)
+    aliases = tuple(a for a in dict.fromkeys(names) if a != model_id)
     app = create_app(engine, ServerOptions(
         model_id=model_id, aliases=aliases, api_key=args.api_key,
         max_in_flight=args.max_in_flight, max_tokens_limit=args.max_tokens_limit))

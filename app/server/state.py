@@ -34,7 +34,19 @@ class ServerInfo:
     pid: int | None = None
 
     def serves(self, spec: str | None) -> bool:
-        return spec is None or spec == self.model or spec in self.aliases
+        """Whether this server answers for ``spec`` (None: any model). A spec naming an
+        existing local file or folder matches by its absolute path (a server registers its
+        weights' path), so ``./m.gguf`` typed in another folder, or naming another file by
+        now, does not match what the server was started with; a path-like spec that names
+        nothing matches no server (the in-process load then says it is missing)."""
+        if spec is None:
+            return True
+        local = Path(spec).expanduser()
+        if local.exists():
+            return str(local.resolve()) in (self.model, *self.aliases)
+        if spec.startswith((".", "~", os.sep)) or spec.lower().endswith(".gguf"):
+            return False
+        return spec == self.model or spec in self.aliases
 
 
 def runtime_dir() -> Path:

@@ -232,6 +232,11 @@ def test_serve_stopped_by_sigterm_removes_its_state_file(env):
     file, as Ctrl+C does: no stale ``server.json`` is left for the next ``ask`` to check."""
     serve, state_file, _ = start_serve(env, "--max-model-len", "256")
     try:
+        # it registers the weights' absolute path too: a local -m PATH matches by it
+        # (ServerInfo.serves; tests/app/server/test_server_match.py)
+        aliases = json.loads(state_file.read_text())["aliases"]
+        assert any(a.endswith(".gguf") and os.path.isabs(a) and os.path.isfile(a)
+                   for a in aliases), aliases
         serve.send_signal(signal.SIGTERM)
         serve.wait(60)
     finally:
