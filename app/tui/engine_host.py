@@ -112,32 +112,36 @@ def plan_for(path: Any, context_len: int | None = None, cache_dir: Any = None) -
 
 
 def _plan_text(path: Any, context_len: int | None, cache_dir: Any) -> str | None:
+    """``localchat plan``'s plan of ``path`` (``plan_cli.plan_model``: the weight format the
+    engine loads under the ``quant`` setting, a GGUF's own ``native`` format included), as the
+    picker's text. ``cache_dir`` is the settings' (the tests' fixture is the same folder)."""
     try:
         import torch
 
-        from localchat.app.plan_cli import default_context
-        from localchat.app.settings import cache_dir as default_cache_dir
-        from localchat.engine.loader import load_model_config
-        from localchat.engine.memory.budget import DeviceSpec, default_budget_bytes
-        from localchat.engine.memory.planner import plan_memory
+        from localchat.app.plan_cli import plan_model
+        from localchat.app.settings import load_settings
+        from localchat.engine.memory.budget import DeviceSpec
     except ImportError:
         return None
     try:
-        config = load_model_config(path, cache_dir=cache_dir or default_cache_dir())
         kind = "cuda" if torch.cuda.is_available() else "cpu"
-        device = DeviceSpec.detect(kind)
-        ctx = context_len or default_context(config.max_position_embeddings, kind)
-        plan = plan_memory(config, default_budget_bytes(kind), ctx, device=device)
+        quant = getattr(load_settings(), "quant", None) or "auto"
+        r = plan_model(str(path), None, DeviceSpec.detect(kind), None, context_len, 1, quant)
     except Exception as exc:  # noqa: BLE001 - shown as text, never raised into the UI
         return f"no plan: {describe_error(exc)}"
-    head = (f"format {plan.format} at {plan.context_len} tokens of context "
-            f"(budget {plan.budget_bytes / 2**30:.1f} GiB)")
-    lines = [head]
-    for row in plan.rows:
-        mark = "fits" if row.fits else "too big"
-        lines.append(f"  {row.format:5} weights {row.weight_bytes / 2**20:,.0f} MiB, "
-                     f"KV {row.kv_bytes / 2**20:,.0f} MiB, total "
-                     f"{row.total_bytes / 2**30:.2f} GiB ({mark})")
-    if plan.note:
-        lines.append(plan.note)
+    choice = r["choice"]
+    lines = [f"format {r['loads']} at {choice['context_len']} tokens of context "
+             f"(budget {r['budget_bytes'] / 2**30:.1f} GiB)"]
+    native = r["native"]
+    if native is not None:
+        mark = "fits" if native["fits"] else "too big"
+        lines.append(f"  native weights {native['weight_bytes'] / 2**20:,.0f} MiB, "
+                     f"total {native['total_bytes'] / 2**30:.2f} GiB ({mark}, the file's own)")
+    for row in r["rows"]:
+        mark = "fits" if row["fits"] else "too big"
+        lines.append(f"  {row['format']:6} weights {row['weight_bytes'] / 2**20:,.0f} MiB, "
+                     f"KV {row['kv_bytes'] / 2**20:,.0f} MiB, total "
+                     f"{row['total_bytes'] / 2**30:.2f} GiB ({mark})")
+    if r["note"]:
+        lines.append(r["note"])
     return "\n".join(lines)

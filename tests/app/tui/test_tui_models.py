@@ -53,14 +53,19 @@ async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
 
 
 def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
+    """The picker's plan is ``localchat plan``'s: the format the engine loads (the GGUF's own,
+    ``native``, where auto picks it: the picker said bf16 while native loaded, a new-user
+    trial), the native row and every planner row, against the planner called directly."""
     from localchat.app.tui.engine_host import plan_for
     from localchat.engine.loader import load_model_config
-    from localchat.engine.memory.budget import default_budget_bytes
+    from localchat.engine.memory.budget import DeviceSpec, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
 
     text = plan_for(smollm2_gguf, context_len=2048, cache_dir=cache_dir)
     plan = plan_memory(load_model_config(smollm2_gguf, cache_dir=cache_dir),
-                       default_budget_bytes("cpu"), 2048)
-    assert text.splitlines()[0].startswith(f"format {plan.format} at {plan.context_len} tokens")
+                       default_budget_bytes("cpu"), 2048, device=DeviceSpec.detect("cpu"),
+                       int4_group_size=32)  # a GGUF's blocks
+    assert text.splitlines()[0].startswith(f"format native at {plan.context_len} tokens")
+    assert "native weights" in text.splitlines()[1]
     for row in plan.rows:
         assert f"weights {row.weight_bytes / 2**20:,.0f} MiB" in text
