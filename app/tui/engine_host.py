@@ -130,8 +130,9 @@ def _plan_text(path: Any, context_len: int | None, cache_dir: Any) -> str | None
     except Exception as exc:  # noqa: BLE001 - shown as text, never raised into the UI
         return f"no plan: {describe_error(exc)}"
     choice = r["choice"]
-    lines = [f"format {r['loads']} at {choice['context_len']} tokens of context "
-             f"(budget {r['budget_bytes'] / 2**30:.1f} GiB)"]
+    head = (f"format {r['loads']} at {choice['context_len']} tokens of context "
+            f"(budget {r['budget_bytes'] / 2**30:.1f} GiB)")
+    lines = [head]
     native = r["native"]
     if native is not None:
         mark = "fits" if native["fits"] else "too big"
