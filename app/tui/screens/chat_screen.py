@@ -250,6 +250,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             self.draft_before_edit = prompt.text
         self.editing = idx
         prompt.text = state.messages[idx].content
+        prompt.move_cursor(prompt.document.end)  # typing goes on at the end, as in a shell
         prompt.focus()
         self.show_notice("Editing your last message: Enter resends it, Esc cancels")
 
