@@ -94,8 +94,8 @@ def plan_command(
 
     with build.predict_only():  # sizes only: a plan on a fresh machine builds no kernels
         result = cli_io.guarded(lambda: plan_model(model, draft, spec, budget, context,
-                                              max_num_seqs, quant, context_origin,
-                                              draft_origin))
+                                                   max_num_seqs, quant, context_origin,
+                                                   draft_origin))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -123,9 +123,10 @@ def _device(name: str | None, has_budget: bool):
         raise CliUsageError(str(e)) from None
 
 
-def plan_model(model: str, draft: str | None, device, budget: int | None, context: int | None,
-          max_num_seqs: int, quant: str, context_origin: str = "--context",
-          draft_origin: str = "--draft") -> dict[str, Any]:
+def plan_model(model: str, draft: str | None, device, budget: int | None,
+               context: int | None, max_num_seqs: int, quant: str,
+               context_origin: str = "--context", draft_origin: str = "--draft"
+               ) -> dict[str, Any]:
     """Describe the model (and draft), plan, and return the JSON-ready result.
 
     Raises:

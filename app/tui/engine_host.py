@@ -98,23 +98,22 @@ def describe_error(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def plan_for(path: Any, context_len: int | None = None, cache_dir: Any = None) -> str | None:
+def plan_for(path: Any, context_len: int | None = None) -> str | None:
     """The memory plan of a cached model as a short text, or None when the planner is not in
-    this build. Reads only the model's config (GGUF metadata cached under ``cache_dir``,
-    default the user's cache), never its weights. Waits for a model load in progress
-    (``ENGINE_LOCK``).
+    this build. Reads only the model's config and tensor table (cached under the user's
+    cache), never its weights. Waits for a model load in progress (``ENGINE_LOCK``).
 
     The same plan as ``localchat plan`` and the engine: ``context_len`` (None: the engine's
     default, the model's trained context, at most 8192 on CPU: ``plan_cli.default_context``),
     the device the engine would use (CUDA when present, else CPU) and its default budget."""
     with ENGINE_LOCK:
-        return _plan_text(path, context_len, cache_dir)
+        return _plan_text(path, context_len)
 
 
-def _plan_text(path: Any, context_len: int | None, cache_dir: Any) -> str | None:
+def _plan_text(path: Any, context_len: int | None) -> str | None:
     """``localchat plan``'s plan of ``path`` (``plan_cli.plan_model``: the weight format the
     engine loads under the ``quant`` setting, a GGUF's own ``native`` format included), as the
-    picker's text. ``cache_dir`` is the settings' (the tests' fixture is the same folder)."""
+    picker's text."""
     try:
         import torch
 

@@ -43,6 +43,6 @@ def test_model_picker_plans_the_engines_context(smollm2_gguf, cache_dir):
 
     trained = load_model_config(smollm2_gguf, cache_dir).max_position_embeddings
     expected = default_context(trained, "cuda" if torch.cuda.is_available() else "cpu")
-    text = plan_for(smollm2_gguf, cache_dir=cache_dir)
+    text = plan_for(smollm2_gguf)
     assert text is not None and f"at {expected} tokens of context" in text
-    assert "at 1024 tokens of context" in plan_for(smollm2_gguf, 1024, cache_dir=cache_dir)
+    assert "at 1024 tokens of context" in plan_for(smollm2_gguf, 1024)

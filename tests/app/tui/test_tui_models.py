@@ -61,7 +61,7 @@ def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
     from localchat.engine.memory.budget import DeviceSpec, default_budget_bytes
     from localchat.engine.memory.planner import plan_memory
 
-    text = plan_for(smollm2_gguf, context_len=2048, cache_dir=cache_dir)
+    text = plan_for(smollm2_gguf, context_len=2048)
     plan = plan_memory(load_model_config(smollm2_gguf, cache_dir=cache_dir),
                        default_budget_bytes("cpu"), 2048, device=DeviceSpec.detect("cpu"),
                        int4_group_size=32)  # a GGUF's blocks
