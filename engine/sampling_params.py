@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 # The highest temperature a request may ask for (the server's bound too: one range everywhere).
 MAX_TEMPERATURE = 100.0
+# Larger than any vocabulary (a k past the vocabulary keeps every token, as 0 does); the
+# bound keeps k inside the int64 the sampler's tensors hold (a 20-digit k crashed a step).
+MAX_TOP_K = 2**31 - 1
 # The most stop strings a request may give (the OpenAI API's bound is 4; the server's is this,
 # so a request means the same with and without a server).
 MAX_STOP_STRINGS = 16
@@ -65,8 +68,9 @@ class SamplingParams:
                              f"got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (0 <= self.top_k <= MAX_TOP_K):
+            raise ValueError(f"top_k must be in [0, {MAX_TOP_K}] (0 disables it), "
+                             f"got {self.top_k}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.seed is not None and not (0 <= self.seed < 2**63):

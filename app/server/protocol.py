@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from localchat.app.server.errors import APIError
 from localchat.app.server.prompt_forms import check_prompt
-from localchat.engine.sampling_params import MAX_STOP_STRINGS, MAX_TEMPERATURE
+from localchat.engine.sampling_params import MAX_STOP_STRINGS, MAX_TEMPERATURE, MAX_TOP_K
 
 logger = logging.getLogger("localchat.server")
 
@@ -122,7 +122,7 @@ class _SamplingFields(_Strict):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
+    top_k: Annotated[int, Field(ge=0, le=MAX_TOP_K)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0, le=100.0)] | None = None
     seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None

@@ -99,6 +99,7 @@ def test_no_prompt_and_empty_stdin_is_a_usage_error(env):
         (["--max-tokens", "0"], "--max-tokens"),
         (["--top-p", "1.5"], "--top-p"),
         (["--top-k", "-3"], "--top-k"),
+        (["--top-k", "99999999999999999999"], "--top-k"),
         (["--temperature", "warm"], "--temperature"),
         (["--min-p", "1.5"], "--min-p"),
         (["--min-p", "-0.1"], "--min-p"),

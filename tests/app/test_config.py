@@ -88,6 +88,7 @@ def test_parse_value_accepts(name, raw, value):
     ("temperature", "hot", "sampling.temperature must be a number, got 'hot'"),
     ("temperature", "-1", "sampling.temperature must be in [0, 100], got -1.0"),
     ("top_k", "1.5", "sampling.top_k must be an integer"),
+    ("top_k", "99999999999999999999", "sampling.top_k must be in [0, 2147483647]"),
     ("max_tokens", "0", "sampling.max_tokens must be >= 1"),
     ("quant", "int3", "quant must be one of auto, native, none, fp8, int8, int4, got 'int3'"),
     ("default_model", " ", "default_model must be a non-empty string"),

@@ -17,7 +17,7 @@ from localchat.engine.sampling_params import SamplingParams
         ("temperature", -0.1), ("temperature", -1e-9), ("temperature", 100.5),
         ("temperature", math.inf), ("temperature", math.nan),
         ("top_p", 0.0), ("top_p", -0.5), ("top_p", 1.0001), ("top_p", math.nan),
-        ("top_k", -1), ("top_k", -100),
+        ("top_k", -1), ("top_k", -100), ("top_k", 2**31), ("top_k", 10**20),
         ("max_tokens", 0), ("max_tokens", -5),
         ("seed", -1), ("seed", 2**63),
     ],
@@ -31,7 +31,7 @@ def test_bad_values_raise_naming_the_field(field, value):
     "kwargs",
     [
         {"temperature": 0.0}, {"temperature": 100.0}, {"temperature": 1e-30},
-        {"top_p": 1.0}, {"top_p": 1e-6}, {"top_k": 0}, {"top_k": 1}, {"top_k": 10**6},
+        {"top_p": 1.0}, {"top_p": 1e-6}, {"top_k": 0}, {"top_k": 1}, {"top_k": 10**6}, {"top_k": 2**31 - 1},
         {"max_tokens": 1}, {"max_tokens": None}, {"seed": 0}, {"seed": 2**63 - 1},
         {"seed": None},
     ],

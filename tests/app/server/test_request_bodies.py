@@ -189,6 +189,15 @@ def test_temperature_outside_the_engines_range_is_refused(client, engine, raw):
     assert engine.params == []
 
 
+@pytest.mark.parametrize("raw", [b"2147483648", b"99999999999999999999"])
+def test_a_top_k_past_the_bound_is_refused_before_the_engine(client, engine, raw):
+    """A 20-digit ``top_k`` reached the engine and crashed its step, ending every request
+    in it (a new-user trial); now a 400 names the field and the engine sees nothing."""
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_k":' + raw + b"}")
+    assert_error(r, 400, "top_k")
+    assert engine.params == []
+
+
 def test_other_floats_must_be_finite(client):
     r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_p":NaN}')
     assert_error(r, 400, "top_p")
