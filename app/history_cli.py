@@ -152,6 +152,12 @@ def check(debug: DebugOpt = False) -> None:
     from localchat.app.store import default_path
 
     path = default_path()
+    if not path.exists():  # nothing written yet: nothing wrong either (repair has no file)
+        typer.echo(f"{path}: no history yet (nothing to check)")
+        return
+    if not path.is_file():  # a folder or the like: repair cannot help, say what it is
+        typer.echo(f"{path}: not a file; move it aside and the next turn starts a new history")
+        raise typer.Exit(cli_io.EXIT_RUNTIME)
     problems = store_repair.check(path)
     if not problems:
         typer.echo(f"{path}: ok")

@@ -92,6 +92,12 @@ def open_store(path: str | Path | None = None) -> tuple[Store, HistoryUnavailabl
         return Store(":memory:"), exc
 
 
+
+def sql_limit(limit: int | None) -> int:
+    """``limit`` for SQLite's ``LIMIT ?``: -1 (no limit) for None or a number past its 64-bit
+    integers (``history list -n 99999999999999999999`` was an internal error)."""
+    return -1 if limit is None or limit >= 2**63 else int(limit)
+
 class Store:
     """The history database. Use as a context manager or call ``close``.
 
@@ -223,11 +229,12 @@ class Store:
 
     @raises_history_unavailable
     def list_conversations(self, limit: int | None = None) -> list[Conversation]:
-        """Conversations, most recently updated first (messages not loaded)."""
+        """Conversations, most recently updated first (messages not loaded); ``limit`` None
+        or past SQLite's 64-bit integers means all."""
         rows = self._db.execute(
             "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) AS n "
             "FROM conversations c ORDER BY c.updated DESC, c.rowid DESC LIMIT ?",
-            (-1 if limit is None else int(limit),)).fetchall()
+            (sql_limit(limit),)).fetchall()
         return [conversation_from_row(r) for r in rows]
 
     @raises_history_unavailable
@@ -334,7 +341,7 @@ class Store:
             return []
         if not self.fts:
             warnings.warn("this SQLite has no FTS5; searching by substring", stacklevel=2)
-        return search_messages(self._db, words, limit, fts=self.fts)
+        return search_messages(self._db, words, sql_limit(limit), fts=self.fts)
 
     # -- export --------------------------------------------------------------------------------
 

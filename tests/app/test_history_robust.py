@@ -95,6 +95,25 @@ def test_repair_of_a_sound_file_changes_nothing_unless_forced(env):
                 if not p.name.endswith(("-wal", "-shm"))]) == 1
 
 
+def test_check_without_a_history_file_or_with_a_folder_sends_nowhere(env):
+    """No history yet: ``check`` printed the path twice, exited 1 and sent the user to
+    ``repair``, which then refused (exit 2) for lack of a file (a new-user trial). Now a
+    missing file is "no history yet" (exit 0); a folder in its place is named, exit 1, with
+    no pointer to a repair that cannot help."""
+    path = history_path(env)
+    if path.exists():
+        path.unlink()
+    proc = fake(env, "history", "check")
+    assert proc.returncode == 0 and proc.stdout.decode().strip() == \
+        f"{path}: no history yet (nothing to check)"
+    path.mkdir(parents=True)
+    proc = fake(env, "history", "check")
+    out = proc.stdout.decode().strip()
+    assert proc.returncode == 1 and out.count(str(path)) == 1 and "not a file" in out
+    assert b"repair" not in proc.stderr
+    path.rmdir()
+
+
 def test_repair_keeps_every_row_on_readable_pages(tmp_path):
     path = tmp_path / "history.db"
     fill_history(path, n=40)

@@ -117,6 +117,19 @@ def test_search_finds_words_from_past_replies(db):
         db.delete_conversation(cats.id)
 
 
+def test_a_limit_past_sqlites_integers_means_all(db):
+    """``history list -n 99999999999999999999`` was an internal error (OverflowError from
+    SQLite's binding; a new-user trial); such a limit now lists everything."""
+    ids = []
+    for word in ("alpha", "beta", "gamma"):
+        conv = db.create_conversation()
+        db.add_message(conv.id, "user", f"{word} shared")
+        ids.append(conv.id)
+    assert [c.id for c in db.list_conversations(limit=10**20)] == ids[::-1]
+    assert [c.id for c in db.list_conversations(limit=2)] == ids[:0:-1]
+    assert len(db.search("shared", limit=10**20)) == 3
+
+
 def test_like_fallback_without_fts5(tmp_path, monkeypatch):
     monkeypatch.setattr(Store, "_init_fts", lambda self: False)
     with Store(tmp_path / "plain.db") as db:
