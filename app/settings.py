@@ -185,6 +185,23 @@ def lookup_key(name: str) -> Key:
     return key
 
 
+def endpoint_problem(url: str) -> str | None:
+    """What an endpoint URL must be, when ``url`` is not that: an http(s) URL with a host and,
+    if any, a valid port (``http://[::1`` passed the scheme check and failed inside the HTTP
+    client as an internal error). None for a usable URL."""
+    from urllib.parse import urlsplit
+
+    want = "an http:// or https:// URL (e.g. http://127.0.0.1:8088)"
+    if not url.strip().lower().startswith(("http://", "https://")):
+        return want
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as exc:
+        return f"{want}; {exc}"
+    return None if parts.hostname else f"{want}; it names no host"
+
+
 def parse_value(key: Key, raw: Any) -> Any:
     """Convert and check a value for ``key`` (text from the command line or environment, or a
     TOML value). Sampling values are checked by ``SamplingParams`` itself.
@@ -203,9 +220,8 @@ def parse_value(key: Key, raw: Any) -> Any:
         if key.choices and value not in key.choices:
             raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "
                                f"got {value!r}")
-        if key.name == "endpoint" and not value.lower().startswith(("http://", "https://")):
-            raise SettingError(f"endpoint must be an http:// or https:// URL (e.g. "
-                               f"http://127.0.0.1:8088), got {value!r}")
+        if key.name == "endpoint" and (problem := endpoint_problem(value)) is not None:
+            raise SettingError(f"endpoint must be {problem}, got {value!r}")
         if key.name == "keep_alive":
             from localchat.app.keep_alive import parse_duration
 

@@ -27,7 +27,7 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
     Raises:
         BackendError: the named endpoint cannot be reached or lists no model.
         CliUsageError: ``--local`` together with ``--endpoint``, an ``--endpoint`` that is
-            not an http(s) URL, or an endpoint (flag or setting) with an engine flag (exit 2).
+            not an http(s) URL with a host and a valid port, or an endpoint (flag or setting) with an engine flag (exit 2).
     """
     if local:
         if endpoint:
@@ -37,11 +37,14 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
         return None
     from localchat.app.server.client import RemoteEngine
 
-    if endpoint and not endpoint.strip().lower().startswith(("http://", "https://")):
-        from localchat.app.cli_io import CliUsageError
+    if endpoint:
+        from localchat.app.settings import endpoint_problem
 
-        raise CliUsageError(f"--endpoint {endpoint}: not an http:// or https:// URL "
-                            "(e.g. http://127.0.0.1:8088)")
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            from localchat.app.cli_io import CliUsageError
+
+            raise CliUsageError(f"--endpoint {endpoint}: not {problem}")
     if (endpoint or settings.endpoint) and engine_flags:
         from localchat.app.cli_io import CliUsageError
 

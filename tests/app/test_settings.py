@@ -56,6 +56,7 @@ def test_default_model_from_config(home):
         # accepted before, then every ask failed with "cannot reach notaurl/v1"
         ('endpoint = "notaurl"', "endpoint must be an http:// or https:// URL"),
         ('endpoint = "ftp://host"', "endpoint must be an http:// or https:// URL"),
+        ('endpoint = "http://[::1"', "endpoint must be an http:// or https:// URL"),
     ],
 )
 def test_bad_config(tmp_path, text, words):

@@ -109,7 +109,8 @@ def test_local_and_endpoint_together_is_a_usage_error(env):
     assert len(lines) == 1 and "--local" in lines[0] and "--endpoint" in lines[0], lines
 
 
-@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:8088", "ftp://example.org"])
+@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:8088", "ftp://example.org",
+                                 "http://[::1", "http://127.0.0.1:99999", "http://"])
 def test_endpoint_that_is_not_an_http_url_is_a_usage_error(env, url):
     proc = ask(env, "--endpoint", url, QUESTION)
     assert proc.returncode == 2
