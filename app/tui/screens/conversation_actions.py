@@ -143,11 +143,14 @@ class ConversationActions(MixinBase):
             if not path:
                 return
             target = Path(path).expanduser()
+            if target.is_dir():
+                self.notify(f"{target} is a folder: give a file name", severity="error")
+                return
             if not target.exists():
                 write(target)
                 return
             # an existing file is replaced only when the user says so (it was silently
-            # overwritten); a folder or the like is refused by the write itself
+            # overwritten)
             self.app.push_screen(
                 ConfirmScreen(f"{target} exists. Replace it with this conversation?",
                               confirm="Replace"),

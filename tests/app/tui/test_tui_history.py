@@ -103,6 +103,14 @@ async def test_export_asks_before_replacing_an_existing_file(make_app, tmp_path)
                 assert target.read_text(encoding="utf-8") == "IMPORTANT USER NOTES\n"
         await wait_for(pilot, lambda: target.read_text(encoding="utf-8")
                        == app.store.export_markdown(a), what="the export")
+        # a folder is refused with a notice, not offered for replacing
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen))
+        app.screen.query_one("Input").value = str(tmp_path)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await wait_for(pilot, lambda: any("is a folder" in str(n.message)
+                                          for n in app._notifications), what="the notice")
 
 
 async def test_settings_apply_to_the_next_turn(make_app):
