@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -125,8 +126,11 @@ def _saved(said: str, conv_id: str | None, kept: str) -> str:
 
 def make_writer(args: Any) -> Any:
     """Markdown on a terminal (buffered with ``--no-stream``), buffered for ``--json`` and
-    ``--extract``, else plain text streamed to stdout."""
-    markdown = cli_io.stream_isatty(sys.stdout) and not args.raw
+    ``--extract``, else plain text streamed to stdout. ``TERM=dumb`` (Emacs' shell, some
+    editors' terminals) gets plain text: the Markdown writer redraws its line with cursor
+    controls such a terminal shows as text."""
+    markdown = cli_io.stream_isatty(sys.stdout) and not args.raw \
+        and os.environ.get("TERM") != "dumb"
     if args.json or args.extract or (markdown and args.no_stream):
         return render.BufferedWriter()
     if markdown:

@@ -166,3 +166,19 @@ def test_terminal_output_markdown_raw_and_no_color(tmp_path):
     text = out.decode()
     assert code == 0 and "\x1b[1m" in text  # styles stay ...
     assert not has_colour(text)  # ... colours go
+
+
+@pytest.mark.parametrize(("term", "markdown"), [("xterm-256color", True), ("dumb", False)])
+def test_a_dumb_terminal_gets_plain_text(monkeypatch, term, markdown):
+    """``TERM=dumb`` (Emacs' shell) showed the Markdown writer's redraw codes as text, the
+    answer twice (a new-user trial): on such a terminal ``ask`` streams plain text."""
+    from types import SimpleNamespace
+
+    from localchat.app import ask_reply, cli_io
+
+    monkeypatch.setattr(cli_io, "stream_isatty", lambda stream: True)
+    monkeypatch.setenv("TERM", term)
+    args = SimpleNamespace(raw=False, json=False, extract=False, no_stream=False)
+    writer = ask_reply.make_writer(args)
+    assert isinstance(writer, MarkdownWriter) == markdown
+    assert isinstance(writer, cli_io.AnswerWriter) == (not markdown)
