@@ -1,8 +1,7 @@
-"""The ``localchat`` command line: ``ask``, ``pull``, ``models``, ``history``, ``config``,
-``serve``.
-
-A thin shell over the engine (README, Architecture): parse flags and delegate (``ask_cmd``,
-``history_cli``, ``config_cli``, ``models_cli``, ``plan_cli``). torch and transformers are imported inside the commands, so
+"""The ``localchat`` command line: ``ask``, ``chat``, ``serve``, ``pull``, ``models``, ``plan``,
+``history``, ``config``. A thin shell over the engine (README, Architecture): parse flags and
+delegate (``ask_cmd``, ``chat_jsonl``, ``serve_cmd``, ``history_cli``, ``config_cli``,
+``models_cli``, ``plan_cli``). torch and transformers are imported inside the commands, so
 ``localchat --help`` and usage errors stay fast. Exit codes and error lines follow
 ``cli_io.run_cli`` (README, Usage).
 """
@@ -17,6 +16,7 @@ import typer
 from localchat.app import cli_io
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
+from localchat.app.load_options import check_jsonl_only, check_model_flag
 from localchat.app.models_cli import models_command, pull_command
 from localchat.app.plan_cli import plan_command
 
@@ -38,11 +38,9 @@ ContextOpt = Annotated[
                  "KV cache.", show_default="config 'context', else the model's, at most 8192 "
                  "on CPU"),
 ]
-ThemeOpt = Annotated[
-    str | None,
-    typer.Option("--theme", help="TUI theme: dark, light, high-contrast (or a Textual theme).",
-                 show_default="settings' theme, dark"),
-]
+ThemeOpt = Annotated[str | None, typer.Option(
+    "--theme", help="TUI theme: dark, light, high-contrast (or a Textual theme).",
+    show_default="settings' theme, dark")]
 
 
 def _print_version() -> None:
@@ -296,6 +294,7 @@ def chat(
 ) -> None:
     """Chat in the TUI; with --jsonl: one conversation over JSON lines (see README)."""
     if not jsonl:
+        check_jsonl_only(draft=draft, k=num_speculative_tokens, local=local)
         if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
             raise cli_io.CliUsageError("the chat TUI needs a terminal; use "
                                        "'localchat chat --jsonl' or 'localchat ask'")
@@ -389,11 +388,9 @@ def main(argv: list[str] | None = None) -> None:
 def _open_tui(model: str | None, theme: str | None, sampling: dict[str, Any],
               context: int | None = None, endpoint: str | None = None) -> None:
     """Run the chat TUI (``app/tui``) until the user quits."""
-    from localchat.app.load_options import check_model_flag
     from localchat.app.tui.app import run_tui
 
     check_model_flag(model)
-
     raise typer.Exit(run_tui(model=model, theme=theme, sampling=sampling, context=context,
                              endpoint=endpoint))
 

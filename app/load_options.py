@@ -36,6 +36,17 @@ def check_model_flag(value: str | None) -> None:
                             "it out for the default model")
 
 
+def check_jsonl_only(draft: str | None, k: int | None, local: bool) -> None:
+    """Raises ``CliUsageError`` (exit 2) when ``chat`` without ``--jsonl`` (the TUI) is given
+    ``--draft``, ``--num-speculative-tokens`` or ``--local``: the TUI took them without a
+    word (its draft is a conversation setting, Ctrl+S)."""
+    for flag, value in (("--draft", draft), ("--num-speculative-tokens", k),
+                        ("--local", local or None)):
+        if value is not None:
+            raise CliUsageError(f"{flag} applies with --jsonl; in the TUI, set the draft "
+                                "under Ctrl+S")
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """What to load: ``model`` (a model spec), ``draft`` (a draft model spec for speculative

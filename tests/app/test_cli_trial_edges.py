@@ -174,3 +174,12 @@ def test_an_empty_model_flag_is_a_usage_error_not_the_default_model(env, args):
     ``pull ""`` already refused an empty name."""
     proc = run(env, *args)
     assert_one_line_error(proc, 2, "-m/--model needs a model name")
+
+
+@pytest.mark.parametrize("args", [("--draft", "ngram"), ("--num-speculative-tokens", "3"),
+                                  ("--local",)], ids=["draft", "k", "local"])
+def test_the_tui_refuses_the_flags_only_jsonl_uses(env, args):
+    """``localchat chat --draft ngram`` opened the TUI without a draft and said nothing (a
+    second trial); these flags are --jsonl's (the TUI's draft is set under Ctrl+S)."""
+    proc = run(env, "chat", *args)
+    assert_one_line_error(proc, 2, f"{args[0]} applies with --jsonl")
