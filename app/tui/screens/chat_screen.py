@@ -246,8 +246,12 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
                         else "a reply is still streaming (Esc stops it)", severity="warning")
             return
         prompt = self.query_one(PromptInput)
-        if self.editing is None:  # keep what was typed but not sent (Esc or Enter gives it back)
-            self.draft_before_edit = prompt.text
+        if self.editing is not None:  # a second Ctrl+E would throw the rewrite away
+            prompt.focus()
+            self.show_notice("Already editing your last message: Enter resends it, Esc cancels")
+            return
+        # what was typed but not sent (Esc or Enter gives it back)
+        self.draft_before_edit = prompt.text
         self.editing = idx
         prompt.text = state.messages[idx].content
         prompt.move_cursor(prompt.document.end)  # typing goes on at the end, as in a shell
