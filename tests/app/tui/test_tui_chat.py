@@ -134,8 +134,9 @@ async def test_edit_last_message_and_resend(make_app):
 
 async def test_edit_last_keeps_an_unsent_draft(make_app):
     """Ctrl+E puts the last message in the prompt; the draft it replaced comes back on Esc
-    (edit cancelled) and after the edit is sent: nothing typed is lost."""
-    engine = GatedEngine([["r1"], ["r2"]], gated=False)
+    (edit cancelled) and after the edit is sent: nothing typed is lost. A second Ctrl+E while
+    editing keeps the rewrite (it put the original back: a second trial)."""
+    engine = GatedEngine([["r1"], ["r2"], ["r3"]], gated=False)
     app = make_app(engine)
     async with app.run_test(size=(100, 30)) as pilot:
         await type_and_send(pilot, "a")
@@ -150,24 +151,13 @@ async def test_edit_last_keeps_an_unsent_draft(make_app):
         await wait_for(pilot, lambda: len(engine.calls) == 2 and not chat(app).current.streaming)
         assert [m.content for m in chat(app).current.messages] == ["ab", "r2"]
         assert prompt.text == "draft"
-
-
-async def test_a_second_ctrl_e_keeps_the_rewrite(make_app):
-    """Ctrl+E again while editing put the original back and the rewrite was lost (a second
-    trial); now the edit stays and a notice says an edit is in progress."""
-    engine = GatedEngine([["r1"], ["r2"]], gated=False)
-    app = make_app(engine)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await type_and_send(pilot, "a")
-        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
-        prompt = chat(app).query_one(PromptInput)
         await pilot.press("ctrl+e", *"xyz")
-        assert prompt.text == "axyz"
+        assert prompt.text == "abxyz"
         await pilot.press("ctrl+e")
-        assert prompt.text == "axyz"
+        assert prompt.text == "abxyz"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(engine.calls) == 2 and not chat(app).current.streaming)
-        assert [m.content for m in chat(app).current.messages] == ["axyz", "r2"]
+        await wait_for(pilot, lambda: len(engine.calls) == 3 and not chat(app).current.streaming)
+        assert [m.content for m in chat(app).current.messages] == ["abxyz", "r3"]
 
 
 async def test_switch_conversation_during_stream(make_app):
