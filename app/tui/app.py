@@ -168,6 +168,8 @@ class ChatApp(App[None]):
                 self.notify(f"{message.model} is ready", timeout=3)
         screen = self._chat_screen()
         if screen is not None:
+            if not message.error:
+                screen.model_loaded(message.model)
             screen.show_notice("")
             screen.refresh_status()
 

@@ -59,6 +59,8 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         self.editing: int | None = None  # index of the user message being edited
         self.draft_before_edit = ""  # the unsent prompt text Ctrl+E replaced (given back)
         self._live: dict[str, MessageView] = {}  # request_id -> view shown for it
+        # (conversation, model) of a switch whose load is in flight (``model_loaded``)
+        self.switched_for: tuple[ConversationState | None, str | None] = (None, None)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):

@@ -219,18 +219,30 @@ class ConversationActions(MixinBase):
                                                remote=remote), done)
 
     def switch_model(self, model: str, draft: str | None) -> None:
-        """Load another model for this and later replies (running replies are stopped)."""
+        """Load another model for this and later replies (running replies are stopped). The
+        conversation's stored model changes when the load succeeds (``model_loaded``): a
+        model that failed to load was written into it, and the history then named it for
+        turns another model wrote."""
         for state in list(self.states.values()):
             if state.turn is not None and state.turn.worker is not None:
                 state.turn.worker.cancel()
-        self.current.model = model
-        if self.current.id is not None:
-            try:
-                self.app.store.update_conversation(self.current.id, model=model)
-            except Exception as exc:  # noqa: BLE001
-                self.notify(describe_error(exc), severity="error")
+        self.switched_for = (self.current, model)
         self.app.load_model(model, draft)
         self.refresh_status()
+
+    def model_loaded(self, model: str) -> None:
+        """``model`` now answers (the app's ``EngineLoaded`` without an error): where this
+        screen switched to it, it becomes that conversation's model, in the history too."""
+        state, wanted = self.switched_for
+        if state is None or wanted != model:
+            return
+        self.switched_for = (None, None)
+        state.model = model
+        if state.id is not None:
+            try:
+                self.app.store.update_conversation(state.id, model=model)
+            except Exception as exc:  # noqa: BLE001
+                self.notify(describe_error(exc), severity="error")
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.app.keymap))

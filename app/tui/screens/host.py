@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         states: dict[str, ConversationState]
         info: StatusInfo
         _live: dict[str, MessageView]
+        switched_for: tuple[ConversationState | None, str | None]
 
         def fresh_state(self) -> ConversationState: ...
         async def render_state(self) -> None: ...

@@ -69,3 +69,29 @@ def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
     assert "native weights" in text.splitlines()[1]
     for row in plan.rows:
         assert f"weights {row.weight_bytes / 2**20:,.0f} MiB" in text
+
+async def test_a_failed_switch_is_not_written_into_the_conversation(make_app):
+    """Switching to a model that fails to load wrote its name into the open conversation, so
+    ``history`` named it for turns another model wrote (a second trial). The stored model
+    changes only once the new model has loaded."""
+    from localchat.engine.errors import ModelNotFoundError
+    from tests.app.tui.test_tui_history import chat, seed
+
+    def loader(spec, **kwargs):
+        if spec == "nosuch":
+            raise ModelNotFoundError("unknown model 'nosuch'")
+        return GatedEngine(gated=False)
+
+    app = make_app(None, engine_loader=loader, model="smollm2-135m")
+    conv_id = seed(app.store, "First", [("q1", "a1")])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.engine is not None)
+        await chat(app).open_conversation(conv_id)
+        chat(app).switch_model("nosuch", None)
+        await wait_for(pilot, lambda: app.engine_error is not None, what="the failed load")
+        assert app.store.get_conversation(conv_id).model == "smollm2-135m"
+        chat(app).switch_model("qwen2.5-coder-0.5b", None)
+        await wait_for(pilot, lambda: app.engine is not None and app.engine_error is None,
+                       what="the second load")
+        await wait_for(pilot, lambda: app.store.get_conversation(conv_id).model
+                       == "qwen2.5-coder-0.5b", what="the stored model")
