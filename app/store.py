@@ -92,11 +92,11 @@ def open_store(path: str | Path | None = None) -> tuple[Store, HistoryUnavailabl
         return Store(":memory:"), exc
 
 
-
 def sql_limit(limit: int | None) -> int:
     """``limit`` for SQLite's ``LIMIT ?``: -1 (no limit) for None or a number past its 64-bit
     integers (``history list -n 99999999999999999999`` was an internal error)."""
     return -1 if limit is None or limit >= 2**63 else int(limit)
+
 
 class Store:
     """The history database. Use as a context manager or call ``close``.

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ts in times.items():
         size = STREAM_BYTES if name == "stream" else sum(_nbytes(m) for m in kinds[name][0])
         best = min(ts)
-        print(f"{name:8s} {size / 1e6:8.1f} MB  {best * 1e3:8.3f} ms  {size / best / 1e9:6.1f} GB/s")
+        print(f"{name:8s} {size / 1e6:8.1f} MB  {best * 1e3:8.3f} ms  "
+              f"{size / best / 1e9:6.1f} GB/s")
     return 0
 
 

@@ -27,7 +27,8 @@ def choose_backend(model: str, *, explicit_model: bool, local: bool, endpoint: s
     Raises:
         BackendError: the named endpoint cannot be reached or lists no model.
         CliUsageError: ``--local`` together with ``--endpoint``, an ``--endpoint`` that is
-            not an http(s) URL with a host and a valid port, or an endpoint (flag or setting) with an engine flag (exit 2).
+            not an http(s) URL with a host and a valid port, or an endpoint (flag or setting)
+            with an engine flag (exit 2).
     """
     if local:
         if endpoint:

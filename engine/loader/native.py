@@ -26,9 +26,9 @@ from ..layers.linear import Linear
 from ..quant.cache import (
     NATIVE_FORMAT,
     cache_path,
+    entry_ready,
     load_quantized_mmap,
     save_quantized,
-    wait_saved,
 )
 from ..quant.gguf_repack import (
     dequantize_repacked,
@@ -153,9 +153,7 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             modules[name].process_weights_after_loading()
             finished.add(name)
 
-    if cached is not None:
-        wait_saved(cached)  # this process's own write of it, still in flight
-    if cached is not None and cached.is_file() and load_quantized_mmap(
+    if cached is not None and entry_ready(cached) and load_quantized_mmap(
             model, cached, copy_modules=repacked, on_module_loaded=finish,
             fmt=NATIVE_FORMAT):
         model.quant_cache_hit = True

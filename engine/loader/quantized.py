@@ -23,7 +23,7 @@ from torch import nn
 from ..config import QuantConfig
 from ..errors import ModelLoadError
 from ..layers.linear import Linear
-from ..quant.cache import cache_path, load_quantized, save_quantized, wait_saved
+from ..quant.cache import cache_path, entry_ready, load_quantized, save_quantized
 from ..quant.methods import make_linear_method
 from ..quant.schemes import QuantScheme
 
@@ -84,9 +84,7 @@ def load_quantized_model(
     if cache_dir is not None and quant.use_cache:
         cached = cache_path(cache_dir, path, scheme.value, quant.group_size, dtype)
     model.quant_cache_hit = False
-    if cached is not None:
-        wait_saved(cached)  # this process's own write of it, still in flight
-    if cached is not None and cached.is_file():
+    if cached is not None and entry_ready(cached):
         for layer in quantized.values():
             layer.quant_method.create_weights(layer, device)
         materialize(model, device)

@@ -114,6 +114,13 @@ def wait_saved(path: Path) -> None:
         thread.join()
 
 
+def entry_ready(path: Path) -> bool:
+    """Whether the cache entry ``path`` can be read now: this process's own background write
+    of it (if any) waited for, then the file there (what both loaders check first)."""
+    wait_saved(path)
+    return path.is_file()
+
+
 def _write_logged(state: dict[str, torch.Tensor], path: Path, meta: dict[str, str]) -> None:
     try:
         _write(state, path, meta)

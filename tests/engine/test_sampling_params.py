@@ -31,7 +31,8 @@ def test_bad_values_raise_naming_the_field(field, value):
     "kwargs",
     [
         {"temperature": 0.0}, {"temperature": 100.0}, {"temperature": 1e-30},
-        {"top_p": 1.0}, {"top_p": 1e-6}, {"top_k": 0}, {"top_k": 1}, {"top_k": 10**6}, {"top_k": 2**31 - 1},
+        {"top_p": 1.0}, {"top_p": 1e-6}, {"top_k": 0}, {"top_k": 1}, {"top_k": 10**6},
+        {"top_k": 2**31 - 1},
         {"max_tokens": 1}, {"max_tokens": None}, {"seed": 0}, {"seed": 2**63 - 1},
         {"seed": None},
     ],
