@@ -5,7 +5,8 @@ On CUDA a GGUF's first (repacking) load computes the bound from rows dequantized
 a GPU failed with a device mismatch (found by the first H200 run). Here a native int8 (Q8_0
 layout) and int4 (Q4_0 layout) output layer is built on the device with seeded random
 buffers: its bound equals ``max_n sum_k |w|`` per 32-column block, with ``w = q * s (+ m)``
-dequantized by hand in float64 from the same buffers. No C++ kernel
+dequantized by hand in float64 from the same buffers, within the rounding of fp32 sums of
+32 terms (rtol 1e-5; the reduction order differs between CPU kinds). No C++ kernel
 is involved (the device path dequantizes with PyTorch ops), so this also runs on a CPU,
 where it checks the same maths; the CUDA case is the one the defect was about.
 """
@@ -50,7 +51,7 @@ def test_int8_bound_is_filled_on_the_weights_device(device, monkeypatch):
     q = layer.qweight.cpu().double()
     s = layer.scales.cpu().double().repeat_interleave(32, dim=1)
     want = (q * s).abs().view(N, K // 32, 32).sum(-1).amax(0)
-    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-6, atol=0)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -64,4 +65,4 @@ def test_int4_bound_is_filled_on_the_weights_device(device):
     s = layer.scales.cpu().double().repeat_interleave(32, dim=1)
     m = layer.mins.cpu().double().repeat_interleave(32, dim=1)
     want = (q * s + m).abs().view(N, K // 32, 32).sum(-1).amax(0)
-    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-6, atol=0)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=0)
