@@ -148,6 +148,10 @@ def cases(device, dtype, quick: bool):
                   .transpose(1, 2).contiguous() for c in (kc, vc))
         impls = both("paged_attention_decode", lambda m, q=q, kc=kc, vc=vc, bt=bt, sl=sl:
                      m.paged_attention_decode(q, kc, vc, bt, sl, HEAD_DIM ** -0.5))
+        if label == "c++" and tri and dtype == torch.bfloat16:  # vdpbf16ps scores vs FMAs
+            impls["c++ fp32-FMA scores"] = lambda q=q, kc=kc, vc=vc, bt=bt, sl=sl: \
+                tri["paged_attention_decode"].paged_attention_decode(
+                    q, kc, vc, bt, sl, HEAD_DIM ** -0.5, bf16_dot=False)
         impls["sdpa contiguous KV"] = lambda q=q, kg=kg, vg=vg: F.scaled_dot_product_attention(
             q[:, :, None], kg, vg, enable_gqa=True)[:, :, 0]
         yield "paged_attention_decode", f"{num_seqs} x {seq_len} tokens", impls, \

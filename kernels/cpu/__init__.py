@@ -186,26 +186,32 @@ def _isa(isa: int | None) -> int:
 
 
 def paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens, scale: float,
-                           isa: int | None = None):
+                           isa: int | None = None, bf16_dot: bool = True):
     """``reference.paged_attention_decode``'s contract, reading K/V in place through
     ``block_tables`` (online softmax in fp32, one thread per (sequence, kv head)); query and
     caches fp32/bf16/fp16 of one dtype, ``head_dim`` a multiple of 16 up to 256, at most 16
-    query heads per kv head. Raises ``RuntimeError`` on other inputs."""
+    query heads per kv head. With bf16 query and caches, a ``head_dim`` that is a multiple of
+    32 and the avx512 level on a CPU with AVX512_BF16, the scores come from ``vdpbf16ps``
+    over the bf16 rows (``attn_dot.cpp``; ``bf16_dot=False`` keeps the fp32 FMAs, for tests).
+    Raises ``RuntimeError`` on other inputs."""
     return _ops().paged_attention_decode(query, key_cache, value_cache, block_tables, seq_lens,
-                                         float(scale), _isa(isa))
+                                         float(scale), _isa(isa), bf16_dot)
 
 
 def paged_attention_verify(query, key_cache, value_cache, query_start_loc, seq_lens,
-                           block_tables, scale: float, isa: int | None = None):
+                           block_tables, scale: float, isa: int | None = None,
+                           bf16_dot: bool = True):
     """``reference.prefill_attention``'s contract (causal query chunks over a cached prefix,
     ``query [num_tokens, H, D]``, ``query_start_loc [S + 1]``, ``seq_lens [S]``,
     ``block_tables [S, max_blocks]``), each query row computed by the decode tasks as the
     decode step at its position: equal to ``paged_attention_decode`` there bit for bit. Meant
     for short chunks (speculative verification); cost grows with query rows x context.
+    ``bf16_dot`` as for ``paged_attention_decode``.
     Raises ``RuntimeError`` on inputs ``paged_attention_decode`` rejects or inconsistent
     ``query_start_loc`` / ``seq_lens``."""
     return _ops().paged_attention_verify(query, key_cache, value_cache, query_start_loc,
-                                         seq_lens, block_tables, float(scale), _isa(isa))
+                                         seq_lens, block_tables, float(scale), _isa(isa),
+                                         bf16_dot)
 
 
 def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:

@@ -92,6 +92,9 @@ struct AttnKernels {
 const AttnKernels& attn_kernels_scalar();
 const AttnKernels& attn_kernels_avx2();
 const AttnKernels& attn_kernels_avx512();
+// The AVX-512 decode tasks with vdpbf16ps scores (attn_dot.cpp; bf16 only, CPUs with
+// AVX512_BF16).
+void attn_decode_dot(const DecodeArgs& a, int64_t task0, int64_t task1);
 
 // Largest supported head_dim and query heads per kv head (stack buffers of the decode task).
 constexpr int64_t kMaxHeadDim = 256;

@@ -106,6 +106,77 @@ struct ChunkRows {
   }
 };
 
+// Whether a task computes its scores with scores_dot (attn_dot.cpp: bf16 query and keys, a
+// head_dim that is a multiple of 32) rather than with fp32 FMAs.
+template <int T>
+inline bool dot_scores(int64_t head_dim) {
+#ifdef ATTN_DOT
+  return T == kBF16 && head_dim % 32 == 0;
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
+#ifdef ATTN_DOT
+// Decode scores with AVX512_BF16's vdpbf16ps, defined by attn_dot.cpp as
+// vdot_bf16(acc, a, b): lane j += a[2j+1] * b[2j+1], then += a[2j] * b[2j] (each product of
+// two bf16 values exact in fp32, each add rounded once). s[g][t] = scale * (q_g . k_t) for
+// the group's G heads over the chunk's cn rows, read in place in bf16 (no fp32 copy of K):
+// four tokens' K rows in registers meet each head's query, and their four sums come from
+// one transposed reduction (vsum4); rows past cn read zeros. The products are exact and each
+// score sums D of them in fp32 (then one rounding for the scale), so the fp32 path's bound
+// holds; the bits differ from it (which scales q before the products).
+// NQ > 0: head_dim / 32 known at compile time; NQ == 0: nq at run time.
+template <int NQ>
+inline void scores_dot(const uint16_t* q, int64_t q_s1, int64_t G, int64_t nq,
+                       const uint16_t* const* krow, int64_t cn, float scale,
+                       float (*s)[kChunk]) {
+  constexpr int64_t kMaxNq = kMaxHeadDim / 32;
+  alignas(64) static const uint16_t zero_row[kMaxHeadDim] = {};
+  const int64_t n = NQ > 0 ? NQ : nq;
+  for (int64_t t = 0; t < cn; t += 4) {
+    __m512i k[4][kMaxNq];
+    for (int64_t j = 0; j < 4; ++j) {
+      const uint16_t* kp = t + j < cn ? krow[t + j] : zero_row;
+      for (int64_t v = 0; v < n; ++v) k[j][v] = _mm512_loadu_si512(kp + 32 * v);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      const uint16_t* qg = q + g * q_s1;
+      V d0 = vzero(), d1 = vzero(), d2 = vzero(), d3 = vzero();
+      for (int64_t v = 0; v < n; ++v) {
+        const __m512i qv = _mm512_loadu_si512(qg + 32 * v);
+        d0 = vdot_bf16(d0, k[0][v], qv);
+        d1 = vdot_bf16(d1, k[1][v], qv);
+        d2 = vdot_bf16(d2, k[2][v], qv);
+        d3 = vdot_bf16(d3, k[3][v], qv);
+      }
+      vsum4(d0, d1, d2, d3, &s[g][t]);
+    }
+  }
+  const V vscale = vset1(scale);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t t = 0; t < kChunk; t += W) vst(&s[g][t], vmul(vld_f32(&s[g][t]), vscale));
+}
+#endif
+
+// Scores of one chunk by scores_dot; false (nothing done) where the task does not use it.
+template <int T, int NV>
+inline bool chunk_scores_dot(const DecodeArgs& a, const typename Elem<T>::type* qbase,
+                             int64_t G, const typename Elem<T>::type* const* krow, int64_t cn,
+                             float (*s)[kChunk]) {
+#ifdef ATTN_DOT
+  if constexpr (T == kBF16) {
+    if (!dot_scores<T>(a.head_dim)) return false;
+    scores_dot<(NV * W) % 32 == 0 ? NV * W / 32 : 0>(qbase, a.q_s1, G, a.head_dim / 32, krow,
+                                                     cn, a.scale, s);
+    return true;
+  }
+#endif
+  (void)a, (void)qbase, (void)G, (void)krow, (void)cn, (void)s;
+  return false;
+}
+
 // The GQA group's queries and accumulators all in registers (2 * G * head_dim / W vectors
 // within kRegBudget: SmolLM2's 3 heads x 64 dims are 24 AVX-512 vectors): each K / V row is
 // loaded and widened once and meets every head of the group.
@@ -147,8 +218,9 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
     rows.prefetch(cur ^ 1, next_cn);
     const E* const* krow = rows.k[cur];
     const E* const* vrow = rows.v[cur];
+    const bool dot = chunk_scores_dot<T, NV>(a, qbase, G, krow, cn, s);
     // scores: s[g, t] = (scale * q_g) . k_t
-    for (int64_t t = 0; t < cn; ++t) {
+    for (int64_t t = 0; !dot && t < cn; ++t) {
       const E* kp = krow[t];
       V kr[kMaxHeadDim / W];
       for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
@@ -255,21 +327,22 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
     const int64_t next_cn = c0 + kChunk < t1 ? rows.fill(c0 + kChunk, cur ^ 1) : 0;
     rows.prefetch(cur ^ 1, next_cn);
     const int64_t cn4 = (cn + 3) / 4 * 4;  // scores are reduced four tokens at a time
-    for (int64_t t = 0; t < cn; ++t) {  // widened to fp32
+    const bool dot = chunk_scores_dot<T, NV>(a, qbase, G, rows.k[cur], cn, s);
+    for (int64_t t = 0; t < cn; ++t) {  // widened to fp32 (K only for the FMA scores)
       const E* kp = rows.k[cur][t];
       const E* vp = rows.v[cur][t];
       for (int64_t v = 0; v < nv; ++v) {
-        vst(kf + t * D + v * W, vld<T>(kp + v * W));
+        if (!dot) vst(kf + t * D + v * W, vld<T>(kp + v * W));
         vst(vf + t * D + v * W, vld<T>(vp + v * W));
       }
     }
-    for (int64_t t = cn; t < cn4; ++t)  // padding rows: finite scores, replaced below
+    for (int64_t t = cn; !dot && t < cn4; ++t)  // padding rows: finite scores, replaced below
       for (int64_t v = 0; v < nv; ++v) vst(kf + t * D + v * W, vzero());
     for (int64_t g = 0; g < G; ++g) {
       // scores: s[g, t] = (scale * q_g) . k_t
       V q[kMaxNv];
       for (int64_t v = 0; v < nv; ++v) q[v] = vld_f32(qs + g * D + v * W);
-      for (int64_t t = 0; t < cn4; t += 4) {
+      for (int64_t t = 0; !dot && t < cn4; t += 4) {
         const float* k0 = kf + t * D;
         V d0 = vmul(q[0], vld_f32(k0)), d1 = vmul(q[0], vld_f32(k0 + D));
         V d2 = vmul(q[0], vld_f32(k0 + 2 * D)), d3 = vmul(q[0], vld_f32(k0 + 3 * D));

@@ -1,7 +1,8 @@
 // Checking launchers and torch.library registration (a fragment of namespace
 // ``localchat_cpu``) of the CPU attention, KV-store, RMSNorm, rotary and SiLU kernels.
 // Contracts: localchat.kernels.reference. The ISA argument (0 scalar, 1 AVX2, 2 AVX-512) is
-// clamped to what the CPU runs; the kernels are in attn_{scalar,avx2,avx512}.cpp.
+// clamped to what the CPU runs; the kernels are in attn_{scalar,avx2,avx512}.cpp, and the
+// decode attention's vdpbf16ps scores in attn_dot.cpp.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -21,6 +22,15 @@ const AttnKernels& kernels_for(int64_t isa) {
   const int64_t use = cpu_clamp_isa(isa);
   return use == 2 ? attn_kernels_avx512() : use == 1 ? attn_kernels_avx2()
                                                      : attn_kernels_scalar();
+}
+
+// The decode tasks: attn_dot.cpp's where the avx512 level runs on a CPU with AVX512_BF16 and
+// bf16_dot asks for them (they differ only for bf16 query and caches), else the ISA's own.
+using DecodeTaskFn = void (*)(const DecodeArgs&, int64_t, int64_t);
+DecodeTaskFn decode_for(int64_t isa, bool bf16_dot) {
+  static const bool has_dot = cpu_has_avx512_bf16();
+  if (bf16_dot && has_dot && cpu_clamp_isa(isa) == 2) return attn_decode_dot;
+  return kernels_for(isa).decode;
 }
 
 int elem_type(const at::Tensor& t, const char* op) {
@@ -57,7 +67,7 @@ void check_paged(const char* op, const at::Tensor& query, const at::Tensor& key_
 at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor& key_cache,
                       const at::Tensor& value_cache, const at::Tensor& bt,
                       const std::vector<int64_t>& lens, const int64_t* bt_row, double scale,
-                      int64_t isa) {
+                      int64_t isa, bool bf16_dot) {
   const int64_t S = query.size(0), H = query.size(1), D = query.size(2);
   const int64_t HKV = key_cache.size(2), BS = key_cache.size(1);
   const int dt = elem_type(query, op);
@@ -85,7 +95,8 @@ at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor&
                out.data_ptr(), H, HKV, D, BS, static_cast<float>(scale), dt, tasks.data(),
                seq_task0.data(), n_multi ? partials.data_ptr<float>() : nullptr};
   const AttnKernels& k = kernels_for(isa);
-  at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) { k.decode(a, t0, t1); });
+  const DecodeTaskFn decode = decode_for(isa, bf16_dot);
+  at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) { decode(a, t0, t1); });
   if (n_multi)
     at::parallel_for(0, S * HKV, 4, [&](int64_t i0, int64_t i1) { k.decode_combine(a, i0, i1); });
   return out;
@@ -93,7 +104,8 @@ at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor&
 
 at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key_cache,
                                   const at::Tensor& value_cache, const at::Tensor& block_tables,
-                                  const at::Tensor& seq_lens, double scale, int64_t isa) {
+                                  const at::Tensor& seq_lens, double scale, int64_t isa,
+                                  bool bf16_dot) {
   const char* op = "paged_attention_decode";
   check_paged(op, query, key_cache, value_cache, block_tables);
   const int64_t S = query.size(0), BS = key_cache.size(1);
@@ -107,7 +119,7 @@ at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key
     TORCH_CHECK(slp[i] >= 0 && (slp[i] + BS - 1) / BS <= max_blocks, op, ": seq_lens[", i,
                 "] = ", slp[i], " exceeds its block table (", max_blocks, " blocks of ", BS, ")");
   return run_decode(op, query, key_cache, value_cache, bt, std::vector<int64_t>(slp, slp + S),
-                    nullptr, scale, isa);
+                    nullptr, scale, isa, bf16_dot);
 }
 
 // Causal attention of short query chunks (speculative verification, small prefill chunks):
@@ -118,7 +130,8 @@ at::Tensor paged_attention_decode(const at::Tensor& query, const at::Tensor& key
 at::Tensor paged_attention_verify(const at::Tensor& query, const at::Tensor& key_cache,
                                   const at::Tensor& value_cache,
                                   const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
-                                  const at::Tensor& block_tables, double scale, int64_t isa) {
+                                  const at::Tensor& block_tables, double scale, int64_t isa,
+                                  bool bf16_dot) {
   const char* op = "paged_attention_verify";
   check_paged(op, query, key_cache, value_cache, block_tables);
   const int64_t T = query.size(0), S = seq_lens.size(0), BS = key_cache.size(1);
@@ -142,7 +155,8 @@ at::Tensor paged_attention_verify(const at::Tensor& query, const at::Tensor& key
       rows[qp[i] + j] = i;
     }
   }
-  return run_decode(op, query, key_cache, value_cache, bt, lens, rows.data(), scale, isa);
+  return run_decode(op, query, key_cache, value_cache, bt, lens, rows.data(), scale, isa,
+                    bf16_dot);
 }
 
 void store_kv_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor key_cache,
@@ -277,10 +291,11 @@ at::Tensor silu_and_mul(const at::Tensor& x, int64_t isa) {
 
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
   m.def("paged_attention_decode(Tensor query, Tensor key_cache, Tensor value_cache, "
-        "Tensor block_tables, Tensor seq_lens, float scale, int isa) -> Tensor");
-  m.def("paged_attention_verify(Tensor query, Tensor key_cache, Tensor value_cache, "
-        "Tensor query_start_loc, Tensor seq_lens, Tensor block_tables, float scale, int isa) "
+        "Tensor block_tables, Tensor seq_lens, float scale, int isa, bool bf16_dot=True) "
         "-> Tensor");
+  m.def("paged_attention_verify(Tensor query, Tensor key_cache, Tensor value_cache, "
+        "Tensor query_start_loc, Tensor seq_lens, Tensor block_tables, float scale, int isa, "
+        "bool bf16_dot=True) -> Tensor");
   m.def("store_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, "
         "Tensor(b!) value_cache, Tensor slot_mapping) -> ()");
   m.def("rms_norm(Tensor x, Tensor weight, float eps, int isa) -> Tensor");

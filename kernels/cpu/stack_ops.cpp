@@ -53,10 +53,10 @@ using RopeFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::T
 using StoreFn = void(const at::Tensor&, const at::Tensor&, at::Tensor, at::Tensor,
                      const at::Tensor&);
 using DecodeFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, double, int64_t);
+                            const at::Tensor&, const at::Tensor&, double, int64_t, bool);
 using VerifyFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                            int64_t);
+                            int64_t, bool);
 using SiluFn = at::Tensor(const at::Tensor&, int64_t);
 
 }  // namespace
@@ -188,8 +188,9 @@ struct DecoderStack : torch::CustomClassHolder {
       store_op.call(k, qkv_split[2], L.key_cache, L.value_cache, slot_mapping);
       at::Tensor attn = query_start_loc.has_value()
           ? verify_op.call(q, L.key_cache, L.value_cache, *query_start_loc, seq_lens,
-                           block_tables, scale, isa)
-          : decode_op.call(q, L.key_cache, L.value_cache, block_tables, seq_lens, scale, isa);
+                           block_tables, scale, isa, true)
+          : decode_op.call(q, L.key_cache, L.value_cache, block_tables, seq_lens, scale, isa,
+                           true);
       at::Tensor h = linear(L.o, attn.reshape({T, num_heads * head_dim}));
       std::tie(hidden, residual) = add_norm_op.call(h, residual, L.post_norm, eps, isa);
       hidden = linear(L.down, silu_op.call(linear(L.gate_up, hidden), isa));

@@ -13,6 +13,11 @@ the widest it has, so each case runs on every CPU kind). Bounds, per op:
   ``exp`` (about 2 ulp) is far inside that. Odd lengths, block boundaries, the 128-token
   partitions' edges, ``seq_lens`` 1..2000, GQA ratios 1/3/4/5/8, head_dim 32/64/80/128/256 (the
   unrolled and the runtime-width paths), fp32/bf16/fp16 caches.
+  On CPUs with AVX512_BF16 the avx512 level scores bf16 queries against bf16 keys with
+  ``vdpbf16ps`` (``attn_dot.cpp``): the same products, exact in fp32, summed in fp32 over
+  ``D`` terms, so the same bound holds; the decode and verify cases run both that path and
+  the fp32-FMA one (``bf16_dot=False``), and where the CPU has the instruction the two must
+  differ in some bits (else the dispatch did not take it).
 - Batch invariance: a sequence's output alone equals its output in a batch bit for bit, and
   one thread equals two.
 - ``store_kv_cache``: equal to the reference bit for bit (a copy), ``-1`` slots skipped.
@@ -42,6 +47,9 @@ from localchat import kernels
 from localchat.kernels import cpu, reference
 
 ISAS = ["avx512", "avx2", "scalar"]
+# (ISA level, bf16_dot): the avx512 level with and without the vdpbf16ps scores
+DECODE_PATHS = [("avx512", True), ("avx512", False), ("avx2", True), ("scalar", True)]
+DECODE_PATH_IDS = ["avx512", "avx512-fma", "avx2", "scalar"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 HAVE_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
 ROUND = {torch.float32: 0.0, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
@@ -99,18 +107,38 @@ DECODE_SHAPES = [(9, 3, 64), (8, 8, 64), (16, 2, 64), (12, 4, 128), (14, 2, 128)
                  (4, 1, 256), (4, 4, 32)]
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa,bf16_dot", DECODE_PATHS, ids=DECODE_PATH_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,kv_heads,head_dim", DECODE_SHAPES)
-def test_paged_decode_matches_reference(built, monkeypatch, isa, dtype, heads, kv_heads,
-                                        head_dim):
+def test_paged_decode_matches_reference(built, monkeypatch, isa, bf16_dot, dtype, heads,
+                                        kv_heads, head_dim):
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     # lengths around the 16-token blocks and softmax chunks, and the 128-token partitions
     lens = [1, 15, 16, 17, 31, 32, 33, 100, 128, 129, 256, 257, 517]
     args = paged_case(lens, heads, kv_heads, head_dim, dtype, seed=heads * head_dim)
     scale = head_dim**-0.5
-    out = kernels.paged_attention_decode(*args, scale)
+    out = cpu.paged_attention_decode(*args, scale, bf16_dot=bf16_dot)
     assert_decode_close(out, *args, scale)
+    if bf16_dot:  # the dispatch (localchat.kernels) runs this path
+        assert torch.equal(kernels.paged_attention_decode(*args, scale), out)
+
+
+def test_paged_decode_takes_the_bf16_dot_where_the_cpu_has_it(built, monkeypatch):
+    monkeypatch.setenv(cpu.ISA_ENV, "avx512")
+    has_dot = cpu.best_isa() == 2 and bool(cpu._ops().has_bf16_dot())
+    differing = 0
+    for seed in range(16):
+        for heads, kv_heads, head_dim in [(9, 3, 64), (12, 2, 128)]:
+            args = paged_case([517, 33, 200, 1000], heads, kv_heads, head_dim, torch.bfloat16,
+                              seed=seed)
+            dot = cpu.paged_attention_decode(*args, 0.1)
+            fma = cpu.paged_attention_decode(*args, 0.1, bf16_dot=False)
+            differing += int((dot != fma).sum())
+    # The two sum the scores' products in different orders (and scale them at a different
+    # point), so a few bf16 outputs of these cases round differently: 0-4 per case measured
+    # here (~0.05%), none in 3 cases of 10; where the CPU has no vdpbf16ps the same code runs
+    # and every bit is equal.
+    assert (differing > 0) == has_dot, differing
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -162,11 +190,11 @@ def verify_case(seq_lens, q_lens, heads, kv_heads, head_dim, dtype, seed=0):
     return (query, kc, vc, qsl, sl, bt), decode_args
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa,bf16_dot", DECODE_PATHS, ids=DECODE_PATH_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (12, 2, 128)])
-def test_paged_verify_is_decode_per_row_and_matches_prefill(built, monkeypatch, isa, dtype,
-                                                            heads, kv_heads, head_dim):
+def test_paged_verify_is_decode_per_row_and_matches_prefill(built, monkeypatch, isa, bf16_dot,
+                                                            dtype, heads, kv_heads, head_dim):
     monkeypatch.setenv(cpu.ISA_ENV, isa)
     # drafts of 5 over short and partitioned contexts, a 1-token row, a 16-token chunk, a
     # sequence without query tokens, a whole sequence as the chunk
@@ -174,9 +202,9 @@ def test_paged_verify_is_decode_per_row_and_matches_prefill(built, monkeypatch, 
     (query, kc, vc, qsl, sl, bt), dec = verify_case(seq_lens, q_lens, heads, kv_heads,
                                                     head_dim, dtype, seed=head_dim)
     scale = head_dim**-0.5
-    out = cpu.paged_attention_verify(query, kc, vc, qsl, sl, bt, scale)
+    out = cpu.paged_attention_verify(query, kc, vc, qsl, sl, bt, scale, bf16_dot=bf16_dot)
     # each row is the decode step at its position, bit for bit
-    assert torch.equal(out, cpu.paged_attention_decode(*dec, scale))
+    assert torch.equal(out, cpu.paged_attention_decode(*dec, scale, bf16_dot=bf16_dot))
     assert_decode_close(out, *dec, scale)
     # and the expansion is the prefill contract: the reference prefill agrees with the
     # reference decode over the expanded rows (fp32, same formula, only summation order)
