@@ -36,6 +36,13 @@ def check_model_flag(value: str | None) -> None:
                             "it out for the default model")
 
 
+def check_model_argument(value: str) -> None:
+    """Raises ``CliUsageError`` (exit 2) for a MODEL argument (``plan``, ``pull``) given as an
+    empty or blank string (``localchat pull "$MODEL"`` with the variable unset)."""
+    if not value.strip():
+        raise CliUsageError("MODEL is empty: name a model (see 'localchat models')")
+
+
 def check_jsonl_only(draft: str | None, k: int | None, local: bool) -> None:
     """Raises ``CliUsageError`` (exit 2) when ``chat`` without ``--jsonl`` (the TUI) is given
     ``--draft``, ``--num-speculative-tokens`` or ``--local``: the TUI took them without a

@@ -19,6 +19,9 @@ def pull_command(
     debug: DebugOpt = False,
 ) -> None:
     """Download a model into the cache (progress on stderr) and print its local path."""
+    from localchat.app.load_options import check_model_argument
+
+    check_model_argument(model)
     source = cli_io.guarded(lambda: _checked(_resolve(model)))
     typer.echo(str(source.path))
 

@@ -56,12 +56,14 @@ def plan_command(
         LoadOptions,
         check_load_options,
         check_max_num_seqs,
+        check_model_argument,
         context_choice,
         flag_or_setting,
     )
     from localchat.app.settings import SettingError, load_settings
     from localchat.engine.memory.budget import parse_size
 
+    check_model_argument(model)
     # the settings ask and serve read (config.toml, LOCALCHAT_*), so the plan is what they
     # load, checked as they check them
     settings = load_settings()
@@ -280,6 +282,7 @@ def _describe(d) -> dict[str, Any]:
     return {"spec": d.spec, "name": d.name, "architecture": d.config.architecture,
             "parameters": weight_bytes(d.config, "none", "cpu", torch.float32) // 4,
             "checkpoint_parameters": d.checkpoint_params, "checkpoint_bytes": d.checkpoint_bytes,
+            "checkpoint_local": d.source == "local",
             "checkpoint_dtypes": d.checkpoint_dtypes,
             "max_position_embeddings": d.config.max_position_embeddings,
             "int4_group_size": d.int4_group_size}
@@ -288,7 +291,8 @@ def _describe(d) -> dict[str, Any]:
 def _print_table(r: dict[str, Any]) -> None:
     m, dev = r["model"], r["device"]
     typer.echo(f"model:   {m['name']} ({m['architecture']}, {m['parameters'] / 1e9:.2f}B "
-               "parameters" + (f", download {cli_io.human_size(m['checkpoint_bytes'])}"
+               "parameters" + (f", {'on disk' if m.get('checkpoint_local') else 'download'} "
+                               f"{cli_io.human_size(m['checkpoint_bytes'])}"
                                if m["checkpoint_bytes"] else "") + ")")
     if r["draft"]:
         typer.echo(f"draft:   {r['draft']['name']} ({r['draft']['parameters'] / 1e9:.2f}B)")

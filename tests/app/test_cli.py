@@ -121,6 +121,9 @@ def test_unknown_flag_and_command_are_one_line_usage_errors(env):
     assert_one_line_error(run(env, "ask", "hi", "--bogus"), 2, "--bogus")
     assert_one_line_error(run(env, "frobnicate"), 2, "frobnicate")
     assert_one_line_error(run(env, "pull"), 2)
+    # an empty MODEL ("$MODEL" unset) is a usage error, as -m "" is
+    for command in ("pull", "plan"):
+        assert_one_line_error(run(env, command, " "), 2, "MODEL is empty")
 
 
 def test_help_and_no_command(env):

@@ -170,6 +170,13 @@ def test_real_gguf_weights(capsys, smollm2_gguf):
     row = plan["rows"][0]
     assert row["weight_bytes"] == numel * float_bytes(row["format"])
     assert plan["model"]["checkpoint_bytes"] == smollm2_gguf.stat().st_size
+    assert plan["model"]["checkpoint_local"] is True
+    # a file already here is not a download
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu")
+    assert code == 0, err
+    size = cli_io.human_size(smollm2_gguf.stat().st_size)
+    assert f"parameters, on disk {size})" in out.splitlines()[0], out
     # int4 from a GGUF uses the loader's 32-weight groups (llama.cpp's block size)
     from localchat.engine.loader import load_model_config
     from localchat.engine.memory.footprint import weight_bytes
@@ -262,6 +269,7 @@ def test_hub_repo_plans_from_config_and_headers_only(tmp_path, tiny_folders):
         numel = stored_numel(folder)
         assert plan["model"]["checkpoint_parameters"] == numel == plan["model"]["parameters"]
         assert plan["model"]["checkpoint_dtypes"] == {"F32": numel}
+        assert plan["model"]["checkpoint_local"] is False
         assert {p.rsplit("/", 1)[1] for m, p, _ in hub.requests
                 if m == "GET" and "/resolve/" in p} <= {"config.json", "model.safetensors"}
         ranges = [h.get("range") for m, p, h in hub.requests
