@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from localchat.app import cli_io
+from localchat.app import cli_io, interrupts
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
 from localchat.app.load_options import check_jsonl_only, check_model_flag
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     cli_coerce.install(command)  # plain values without pydantic (a warm ``ask`` is start-up)
     cli_coerce.flags_show_no_type(command)
-    code = cli_io.run_cli(command, argv)
+    code = interrupts.with_stop_lines(lambda: cli_io.run_cli(command, argv))
     sys.exit(code)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -109,3 +109,36 @@ class InterruptGuard:
             if not self._depth and self._pending:
                 self._pending = False
                 raise KeyboardInterrupt
+
+
+def with_stop_lines(run: Callable[[], int]) -> int:
+    """``run()`` (the CLI) and the process's exit after it, in ``localchat``'s own entry point
+    only (never in a host process, whose handlers these replace for good): where SIGTERM or
+    SIGHUP (or, once ``run`` has returned, Ctrl+C) would end the process without a word, they
+    print one line, ``localchat: stopped by SIGTERM``, and end it at once with 128 + the
+    signal. ``ask``'s guards replace these handlers while they run and put them back after,
+    so a SIGTERM that arrives after a reply was saved, while the process exits (the weight
+    cache's background write, interpreter teardown), is said too. Returns ``run()``'s code."""
+    if threading.current_thread() is not threading.main_thread():
+        return run()
+    _say_and_exit_on(tuple(sig for sig in STOP_SIGNALS if sig != signal.SIGINT), "")
+    code = run()
+    _say_and_exit_on(STOP_SIGNALS, "; the command had finished, and the process was exiting")
+    return code
+
+
+def _say_and_exit_on(signals: tuple[int, ...], detail: str) -> None:
+    import os
+    import sys
+
+    def stop(signum: int, frame: Any) -> None:
+        try:
+            sys.stderr.write(f"localchat: stopped by {signal.Signals(signum).name}{detail}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+        os._exit(128 + signum)
+
+    for sig in signals:
+        signal.signal(sig, stop)
+

@@ -9,6 +9,8 @@ load options, the prompt token ids decoded to text and the sampling params), and
 ``FAKE_WAIT_FILE`` (the reply starts only once that file exists), ``FAKE_DB=readonly`` opens the history read-only (SQLite's ``mode=ro``, as in a read-only
 folder: tests run as root, where permission bits do not bind) and ``FAKE_DB=full`` caps the
 file at its current size (``PRAGMA max_page_count``: SQLite's "database or disk is full").
+``FAKE_EXIT_SECONDS``: the process's exit takes that long (an ``atexit`` wait, as for the
+weight cache's background write), after an ``exiting`` line on stderr.
 """
 
 from __future__ import annotations
@@ -92,4 +94,13 @@ if __name__ == "__main__":
     if os.environ.get("FAKE_DB"):
         patch_history_db(os.environ["FAKE_DB"])
     ask_cmd.load_engine = fake_load_engine
+    if os.environ.get("FAKE_EXIT_SECONDS"):
+        import atexit
+
+        def slow_exit() -> None:
+            sys.stderr.write("exiting\n")
+            sys.stderr.flush()
+            time.sleep(float(os.environ["FAKE_EXIT_SECONDS"]))
+
+        atexit.register(slow_exit)
     cli.main(sys.argv[1:])

@@ -161,6 +161,27 @@ def test_stop_signal_while_loading_keeps_the_message(env, sig, code):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+def test_stop_signal_while_exiting_after_the_reply_is_one_line(env):
+    """SIGTERM after the reply was printed and saved, while the process exits (the weight
+    cache's background write): one line saying so and exit 143, not a silent death; the reply
+    stays complete and not interrupted."""
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_CLI), "ask", "hi"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**env, "FAKE_REPLY": "Hello there", "FAKE_EXIT_SECONDS": "60"})
+    assert proc.stderr.readline() == b"exiting\n"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (143, b"Hello there\n"), err.decode()
+    assert err.decode() == ("localchat: stopped by SIGTERM; the command had finished, and the "
+                            "process was exiting\n")
+    with db(env) as store:
+        msgs = store.most_recent().messages
+    assert [(m.role, m.content, m.interrupted) for m in msgs] == [
+        ("user", "hi", False), ("assistant", "Hello there", False)]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 def test_second_ctrl_c_while_loading_exits_at_once(env):
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), "ask", "hi"], stdin=subprocess.DEVNULL,
