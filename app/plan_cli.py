@@ -163,8 +163,13 @@ def plan_model(model: str, draft: str | None, device, budget: int | None,
         budget = default_budget_bytes(device.type, available)
     trained = target.config.max_position_embeddings
     if context is not None and context > trained:
-        raise CliUsageError(f"{context_origin} {context}: {target.name} was trained for a "
-                            f"context of at most {trained} tokens (use {trained} or less)")
+        from localchat.app.settings import SettingError
+
+        # a flag is a usage error (2); a setting (config.toml, LOCALCHAT_CONTEXT) a runtime
+        # one (1), as ask says it
+        bad = CliUsageError if context_origin.startswith("-") else SettingError
+        raise bad(f"{context_origin} {context}: {target.name} was trained for a "
+                  f"context of at most {trained} tokens (use {trained} or less)")
     ctx = context or default_context(trained, device.type)
     # each file's own format's exact bytes, read once (its tensor table)
     native_bytes = _native_bytes(model, target.config, device)

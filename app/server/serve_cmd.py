@@ -164,9 +164,15 @@ def run_serve(args: ServeArgs) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket. Its protocol is named (IPPROTO_TCP, not 0): asyncio turns Nagle's
+    algorithm off (TCP_NODELAY) only on accepted sockets whose ``proto`` says TCP, and with
+    it on, a streamed reply on a reused keep-alive connection (every OpenAI client's second
+    request) sat in the kernel until the client's delayed ACK: tokens arrived in one burst at
+    the end. Raises ``ServeError`` when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited where supported
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -170,6 +170,7 @@ def test_broken_config_file_is_a_runtime_error(run):
 @pytest.mark.parametrize(("args", "needle"), [
     (["config", "set", "default_model", "nosuchmodel"], "not a catalog alias"),
     (["config", "set", "theme", "nosuchtheme"], "no such theme"),
+    (["config", "set", "draft", "foo"], "not auto, ngram, none, a catalog alias"),
 ])
 def test_config_set_refuses_a_model_or_theme_that_names_nothing(run, args, needle):
     code, out, err = run(*args)
@@ -183,6 +184,14 @@ def test_config_set_accepts_aliases_repo_ids_and_themes(run, value):
     key = "default_model" if "-" in value and value[0] in "sQ" else "theme"
     code, _, err = run("config", "set", key, value)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("value", ["auto", "ngram", "none", "off", "qwen2.5-coder-0.5b",
+                                   "org/draft-model"])
+def test_config_set_accepts_every_kind_of_draft(run, value):
+    code, _, err = run("config", "set", "draft", value)
+    assert code == 0, err
+    assert settings.load_settings(environ={}).draft == value
 
 
 def test_bad_default_model_from_the_config_file_is_named_at_ask_time(home):

@@ -220,6 +220,19 @@ def test_errors_are_one_line(capsys, tiny_folders, args, code, needle):
     assert err.count("\n") == 1 and err.startswith("localchat: error: ") and needle in err
 
 
+def test_a_too_long_context_setting_is_a_runtime_error_as_ask_says_it(capsys, tiny_folders,
+                                                                       monkeypatch):
+    """The same context refused from a setting (LOCALCHAT_CONTEXT) exits 1, as ``ask`` does;
+    from the flag it is a usage error (2)."""
+    monkeypatch.setenv("LOCALCHAT_CONTEXT", "99999999")
+    code, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--device", "cpu")
+    assert (code, out) == (1, "") and err.count("\n") == 1, err
+    assert err.startswith("localchat: error: LOCALCHAT_CONTEXT 99999999: ")
+    code, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--device", "cpu",
+                              "--context", "99999999")
+    assert (code, out) == (2, "") and err.startswith("localchat: error: --context 99999999: ")
+
+
 def test_missing_model(capsys, tmp_path):
     code, out, err = run_plan(capsys, str(tmp_path / "absent.gguf"))
     assert (code, out) == (1, "") and "no such file or folder" in err

@@ -20,9 +20,9 @@ class ServerThread:
     ``config`` overrides ``uvicorn.Config``'s arguments (quiet, no access log, by default)."""
 
     def __init__(self, app: Any, **config: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
+        from localchat.app.server.serve_cmd import _bind
+
+        self.sock = _bind("127.0.0.1", 0)  # serve's own listening socket (TCP_NODELAY)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         options = {"log_level": "warning", "access_log": False, "lifespan": "off",
                    "timeout_graceful_shutdown": 2, **config}
