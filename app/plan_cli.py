@@ -321,9 +321,11 @@ def _print_table(r: dict[str, Any]) -> None:
     if r.get("native"):
         n = r["native"]
         draft = n.get("draft_weight_bytes")
+        rule = ("auto's pick when it is no bigger than the choice" if draft is not None
+                or not r["draft"] else "not auto's pick: the draft is no GGUF")
         typer.echo(f"native:  {_gib(n['weight_bytes'])} weights"
                    f"{f' (draft {_gib(draft)})' if draft is not None else ''} in the GGUF's own format "
-                   f"(--quant native; auto's pick when it is no bigger than the choice): "
+                   f"(--quant native; {rule}): "
                    f"{_gib(n['total_bytes'])} in all at {n['context_len']} tokens, "
                    f"{'fits' if n['fits'] else 'does not fit'}")
     c = r["choice"]

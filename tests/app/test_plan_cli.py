@@ -324,3 +324,21 @@ def test_quant_native(capsys, smollm2_gguf, tiny_folders):
     code, out, err = run_plan(capsys, str(tiny_folders / "qwen2"), "--memory", "2GiB",
                               "--quant", "native")
     assert code == 2 and "not a local GGUF" in err
+
+
+def test_native_line_says_why_auto_skips_it_for_a_draft_that_is_no_gguf(capsys, smollm2_gguf,
+                                                                        tiny_folders):
+    """A GGUF with an HF-folder draft: auto loads the planner's choice for both (the draft has
+    no native form), and the native line says so instead of promising auto's pick."""
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--draft", str(tiny_folders / "llama"),
+                              "--memory", "4GiB", "--context", "2048", "--device", "cpu")
+    assert code == 0, err
+    lines = out.splitlines()
+    native = next(ln for ln in lines if ln.startswith("native:"))
+    choice = next(ln for ln in lines if ln.startswith("choice:"))
+    assert "not auto's pick: the draft is no GGUF" in native, native
+    assert not choice.startswith("choice:  native"), choice
+    code, out, err = run_plan(capsys, str(smollm2_gguf), "--memory", "4GiB", "--context",
+                              "2048", "--device", "cpu")
+    assert code == 0, err
+    assert "auto's pick when it is no bigger than the choice" in out, out
