@@ -378,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     cli_coerce.install(command)  # plain values without pydantic (a warm ``ask`` is start-up)
     cli_coerce.flags_show_no_type(command)
+    cli_io.engine_log_lines()
     code = interrupts.with_stop_lines(lambda: cli_io.run_cli(command, argv))
     sys.exit(code)
 

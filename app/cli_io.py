@@ -81,6 +81,30 @@ def interrupted(detail: str = "", signum: int | None = None) -> None:
     _err_write(f"{PROG}: {what}" + (f"; {one_line(detail)}" if detail else "") + "\n")
 
 
+def engine_log_lines() -> None:
+    """Show the engine's warnings (``localchat.*`` loggers at WARNING and above: a stale
+    weight cache rebuilt, a cache that could not be written, the memory plan's note) as
+    ``localchat: warning: <message>`` lines on the current stderr, as the CLI's own lines
+    look, instead of logging's bare fallback. For ``localchat``'s own process (``cli.main``);
+    ``serve``'s logger (``localchat.server``) keeps its handler. Idempotent."""
+    import logging
+
+    class _Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                level = "error" if record.levelno >= logging.ERROR else "warning"
+                _err_write(f"{PROG}: {level}: {one_line(record.getMessage())}\n")
+            except Exception:  # noqa: BLE001 - a log line must never fail the command
+                self.handleError(record)
+
+    logger = logging.getLogger("localchat")
+    if not any(isinstance(h, _Lines) or getattr(h, "_localchat_lines", False)
+               for h in logger.handlers):
+        handler = _Lines(logging.WARNING)
+        handler._localchat_lines = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
 def stats_line(message: str) -> None:
     """Print ``localchat: stats: <message>`` as one line on stderr (``ask --stats``)."""
     _err_write(f"{PROG}: stats: {one_line(message)}\n")
