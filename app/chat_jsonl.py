@@ -160,6 +160,11 @@ def _parse(line: str) -> dict[str, Any]:
         raise ValueError(f"not JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(msg, dict):
         raise TypeError("expected a JSON object")
+    known = ("command",) if "command" in msg else ("role", "content")
+    unknown = [key for key in msg if key not in known]
+    if unknown:  # a misspelt key is an error, as the server's 400 for an unknown field
+        raise ValueError(f"unknown field {unknown[0]!r} (a line holds "
+                         f"{' and '.join(repr(k) for k in known)})")
     if "command" in msg:
         if msg["command"] != "reset":
             raise ValueError(f"unknown command {msg['command']!r} (known: 'reset')")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .test_cli import assert_one_line_error, env, run  # noqa: F401 - env is a fixture
 
 BLOCK_SIZE = 16  # CacheConfig's default
@@ -24,6 +26,7 @@ def test_two_turns_errors_reset_and_cached_tokens(env):  # noqa: F811
         json.dumps({"role": "system", "content": "You are terse."}),
         json.dumps({"role": "user", "content": "Name a fruit."}),
         "this is not json",
+        json.dumps({"role": "user", "content": "Name a fruit.", "temprature": 2}),  # misspelt
         json.dumps({"role": "tool", "content": "x"}),
         json.dumps({"role": "user", "content": "What color is it?"}),
         json.dumps({"command": "reset"}),
@@ -38,8 +41,10 @@ def test_two_turns_errors_reset_and_cached_tokens(env):  # noqa: F811
     out = lines(run(dict(env, LOCALCHAT_QUANT="none"), "chat", "--jsonl", "--temperature", "0",
                     "--max-tokens", "12", stdin=script.encode()))
     assert [sorted(o) for o in out[:1]] == [["ok", "role"]]
-    first, bad_json, bad_role, second, reset, again = out[1:]
+    first, bad_json, bad_field, bad_role, second, reset, again = out[1:]
     assert "not JSON" in bad_json["error"] and "role" in bad_role["error"]
+    assert bad_field == {"error": "unknown field 'temprature' (a line holds 'role' and "
+                                  "'content')"}
     for reply in (first, second, again):
         assert reply["content"] and reply["finish_reason"] in ("stop", "length")
         assert set(reply["usage"]) == {"prompt_tokens", "cached_tokens", "completion_tokens"}
@@ -62,3 +67,16 @@ def test_two_turns_errors_reset_and_cached_tokens(env):  # noqa: F811
 def test_bad_flag_is_one_line_usage_error(env):  # noqa: F811
     proc = run(env, "chat", "--jsonl", "--temperature", "-1", stdin=b"")
     assert_one_line_error(proc, 2, "--temperature")
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ('{"role": "user", "content": "hi", "extra": 1}', "unknown field 'extra'"),
+    ('{"command": "reset", "role": "user"}', "unknown field 'role'"),
+    ('{"role": "user", "content": ""}', "'content' is empty"),
+])
+def test_lines_with_unknown_fields_are_refused(line, error):
+    from localchat.app.chat_jsonl import _parse
+
+    with pytest.raises(ValueError, match=error):
+        _parse(line)
+    assert _parse('{"role": "user", "content": "hi"}') == {"role": "user", "content": "hi"}
