@@ -16,7 +16,7 @@ import typer
 from localchat.app import cli_io, interrupts
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
-from localchat.app.load_options import check_jsonl_only, check_model_flag
+from localchat.app.load_options import check_jsonl_only, check_model_flag, tui_without_a_terminal
 from localchat.app.models_cli import models_command, pull_command
 from localchat.app.plan_cli import plan_command
 
@@ -81,9 +81,7 @@ def _root(
     Try: localchat ask "What is the capital of France?"
     """
     if ctx.invoked_subcommand is None:
-        if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
-            typer.echo(ctx.get_help())
-            raise typer.Exit(cli_io.EXIT_OK)
+        tui_without_a_terminal(ctx.get_help, model, theme, endpoint)
         _open_tui(model, theme, {}, endpoint=endpoint)
 
 
@@ -295,9 +293,7 @@ def chat(
     """Chat in the TUI; with --jsonl: one conversation over JSON lines (see README)."""
     if not jsonl:
         check_jsonl_only(draft=draft, k=num_speculative_tokens, local=local)
-        if not (cli_io.stream_isatty(sys.stdin) and cli_io.stream_isatty(sys.stdout)):
-            raise cli_io.CliUsageError("the chat TUI needs a terminal; use "
-                                       "'localchat chat --jsonl' or 'localchat ask'")
+        tui_without_a_terminal(None)
         knobs = {"seed": seed, "temperature": temperature, "max_tokens": max_tokens}
         _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None},
                   context=context, endpoint=endpoint)

@@ -9,6 +9,7 @@ and defaults are the engine config's own (``QuantConfig``, ``SpeculativeConfig``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from localchat.app.cli_io import CliUsageError
@@ -41,6 +42,30 @@ def check_model_argument(value: str) -> None:
     empty or blank string (``localchat pull "$MODEL"`` with the variable unset)."""
     if not value.strip():
         raise CliUsageError("MODEL is empty: name a model (see 'localchat models')")
+
+
+TUI_NEEDS_A_TERMINAL = ("the chat TUI needs a terminal; use 'localchat chat --jsonl' or "
+                        "'localchat ask'")
+
+
+def tui_without_a_terminal(get_help: Callable[[], str] | None, *tui_flags: object) -> None:
+    """``localchat`` (no command) or ``localchat chat`` (``get_help`` None) needs a terminal
+    for the TUI; where stdin or stdout is none: ``CliUsageError`` (exit 2,
+    ``TUI_NEEDS_A_TERMINAL``) for ``chat`` or when a TUI flag was given (``-m``, ``--theme``,
+    ``--endpoint``, which the help would drop without a word), else the help and exit 0.
+    Returns on a terminal."""
+    import sys
+
+    import typer
+
+    from localchat.app.cli_io import stream_isatty
+
+    if stream_isatty(sys.stdin) and stream_isatty(sys.stdout):
+        return
+    if get_help is None or any(flag is not None for flag in tui_flags):
+        raise CliUsageError(TUI_NEEDS_A_TERMINAL)
+    typer.echo(get_help())
+    raise typer.Exit(0)
 
 
 def check_jsonl_only(draft: str | None, k: int | None, local: bool) -> None:

@@ -135,6 +135,15 @@ def test_help_and_no_command(env):
     assert proc.returncode == 0 and b"--max-tokens" in proc.stdout
 
 
+@pytest.mark.parametrize("args", [["-m", "nosuch"], ["--theme", "light"],
+                                  ["--endpoint", "http://127.0.0.1:9/v1"], ["chat"]])
+def test_tui_flags_without_a_terminal_are_a_usage_error_not_the_help(env, args):
+    """Without a terminal, ``localchat`` alone prints its help (exit 0); given a TUI flag it
+    is the TUI that was asked for, as with ``chat``: one line, exit 2, never the help with the
+    flag dropped."""
+    assert_one_line_error(run(env, *args), 2, "the chat TUI needs a terminal")
+
+
 # -- runtime errors (exit 1) ------------------------------------------------------------------
 
 
