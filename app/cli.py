@@ -213,7 +213,7 @@ def ask(
     ] = None,
     quant: Annotated[
         str | None,
-        typer.Option("--quant", help="Weight format: auto|native|none|fp8|int8|int4.",
+        typer.Option("--quant", help="Weight format: auto, native, none, fp8, int8 or int4.",
                      show_default="auto"),
     ] = None,
     context: ContextOpt = None,
@@ -329,8 +329,8 @@ def serve(
                                  "('auto', or 'ngram': prompt lookup).", show_default=False)
     ] = None,
     quant: Annotated[
-        str | None, typer.Option("--quant", help="Weight format: auto|native|none|fp8|int8|int4.",
-                                 show_default="auto")
+        str | None, typer.Option("--quant", show_default="auto",
+                                 help="Weight format: auto, native, none, fp8, int8 or int4.")
     ] = None,
     max_num_seqs: Annotated[
         int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
