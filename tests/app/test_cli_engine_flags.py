@@ -7,11 +7,13 @@ flag (before, the endpoint answered and the flag was silently dropped)."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
 
 import pytest
 
-from localchat.app import ask_cmd, cli
+from localchat.app import ask_cmd, cli, interrupts
 from localchat.app.engine_loader import engine_config
 from localchat.app.load_options import LoadOptions
 
@@ -34,8 +36,17 @@ def run_cmd(monkeypatch, capsys, tmp_path):
         monkeypatch.setattr(ask_cmd, "load_engine",
                             lambda options: loaded.append(options) or FakeEngine(["x"]))
         monkeypatch.setattr(sys, "stdin", None)
-        with pytest.raises(SystemExit) as exit_info:
-            cli.main(args)
+        # cli.main sets process-wide state meant for localchat's own process (the stop
+        # signals' one-line handlers, the engine log lines): put pytest's back after it
+        handlers = {sig: signal.getsignal(sig) for sig in interrupts.STOP_SIGNALS}
+        log_handlers = list(logging.getLogger("localchat").handlers)
+        try:
+            with pytest.raises(SystemExit) as exit_info:
+                cli.main(args)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            logging.getLogger("localchat").handlers[:] = log_handlers
         captured = capsys.readouterr()
         return exit_info.value.code, captured.out, captured.err, bool(loaded)
 

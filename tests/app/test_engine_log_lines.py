@@ -16,12 +16,11 @@ from localchat.app import cli_io
 def lines():
     logger = logging.getLogger("localchat")
     before = list(logger.handlers)
+    logger.handlers[:] = [h for h in before if not getattr(h, "_localchat_lines", False)]
     cli_io.engine_log_lines()
     cli_io.engine_log_lines()  # idempotent: one handler
-    yield [h for h in logger.handlers if h not in before]
-    for handler in logger.handlers[:]:
-        if handler not in before:
-            logger.removeHandler(handler)
+    yield [h for h in logger.handlers if getattr(h, "_localchat_lines", False)]
+    logger.handlers[:] = before
 
 
 def test_engine_warnings_are_prefixed_one_line_each(lines, capsys):
