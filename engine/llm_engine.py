@@ -75,7 +75,10 @@ class LLMEngine:
         )
         self.kv_cache_manager = KVCacheManager(
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
-        self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len)
+        # on CPU, decode rows never share a step with prompt tokens: each keeps the row
+        # kernels' batch-invariant bits (Scheduler.schedule)
+        self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len,
+                                   separate_prompt_steps=self.device.type == "cpu")
         self.runner = ModelRunner(model, kv_caches, block_size, self.device)
         self._weight_format, self._group_size = loaded_weight_format(model, self.dtype)
         self._kv_cache_bytes = sum(t.nbytes for t in kv_caches)

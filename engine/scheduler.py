@@ -50,7 +50,7 @@ class Scheduler:
     """
 
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager,
-                 max_model_len: int) -> None:
+                 max_model_len: int, separate_prompt_steps: bool = False) -> None:
         self.config = config
         self.kv = kv_cache_manager
         self.max_model_len = max_model_len
@@ -58,6 +58,10 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
+        # Steps compute decode rows or prompt tokens, never both (the CPU engine: see
+        # _step_kind); the kind of the last step that had to choose.
+        self.separate_prompt_steps = separate_prompt_steps
+        self._last_kind: str | None = None
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -69,7 +73,47 @@ class Scheduler:
     def schedule(self, spec_token_ids: dict[str, list[int]] | None = None) -> SchedulerOutput:
         """This step's ``SchedulerOutput``. ``spec_token_ids``: request id -> draft token ids
         proposed for a decoding request (the draft proposer's output); a request verifies as
-        many of them as the token budget leaves room for, in the same forward pass."""
+        many of them as the token budget leaves room for, in the same forward pass.
+
+        With ``separate_prompt_steps`` a step holds decode rows (with their drafts) or prompt
+        tokens, never both: where both wait, steps alternate (a prompt step first). On CPU a
+        decode row batched with a prompt chunk would take the prompt's kernels (a GEMM over
+        dequantized weights, SDPA; exact fp32 kernels on an automatically fp32 engine)
+        instead of the row kernels it takes alone, so a greedy reply changed with what other
+        clients sent at the same moment (a trial measured it through ``serve``); alone, the
+        row kernels' batch invariance makes each decode row's bits independent of its
+        batchmates."""
+        if not self.separate_prompt_steps:
+            return self._schedule(spec_token_ids, None)
+        kind = self._step_kind()
+        out = self._schedule(spec_token_ids, kind)
+        if out.is_empty and kind is not None:  # e.g. no KV blocks to admit the waiting one
+            kind = "decode" if kind == "prompt" else "prompt"
+            out = self._schedule(spec_token_ids, kind)
+        self._last_kind = kind
+        return out
+
+    @staticmethod
+    def _decoding(req: Request) -> bool:
+        """Whether ``req``'s next forward computes a decode row: its last sampled token (and
+        drafts), nothing of its prompt (``llm_engine.computes_prompt``'s complement)."""
+        return req.num_computed_tokens >= max(req.num_prompt_tokens, req.num_tokens - 1)
+
+    def _step_kind(self) -> str | None:
+        """"decode" or "prompt" where decode rows and prompt tokens both wait (alternating,
+        a prompt step first), else None (no choice to make)."""
+        decoding = any(self._decoding(r) for r in self.running)
+        prompting = any(not self._decoding(r) for r in self.running) or (
+            bool(self.waiting) and len(self.running) < self.config.max_num_seqs)
+        if not (decoding and prompting):
+            return None
+        return "decode" if self._last_kind == "prompt" else "prompt"
+
+    def _schedule(self, spec_token_ids: dict[str, list[int]] | None,
+                  kind: str | None) -> SchedulerOutput:
+        """``schedule``'s step, with only the requests of ``kind`` ("decode": decoding
+        running requests; "prompt": running requests still in their prompt, then waiting
+        ones; None: all)."""
         drafts = spec_token_ids or {}
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
@@ -78,6 +122,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
+            if kind is not None and self._decoding(req) != (kind == "decode"):
+                i += 1
+                continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             # A decoding request with draft tokens verifies them in the same forward pass.
             spec = drafts.get(req.request_id, [])[:max(budget - n, 0)] if n == 1 else []
@@ -103,7 +150,7 @@ class Scheduler:
         # 2. waiting requests in arrival order. Not in a step that preempted: the blocks just
         # freed are too few for the running requests, and re-admitting a request preempted a
         # moment ago would only throw its cache away to recompute it (vLLM v1 does the same).
-        while (not preempted and self.waiting and budget > 0
+        while (not preempted and kind != "decode" and self.waiting and budget > 0
                and len(self.running) < self.config.max_num_seqs):
             req = self.waiting[0]
             # The longest cached prefix (earlier turns of a conversation, or this request's

@@ -26,7 +26,8 @@ def default_token(req: Request) -> int:
 
 class Sim:
     def __init__(self, num_blocks: int, block_size: int, max_batched: int, max_seqs: int,
-                 max_model_len: int = 100_000, enable_caching: bool = False) -> None:
+                 max_model_len: int = 100_000, enable_caching: bool = False,
+                 separate_prompt_steps: bool = False) -> None:
         self.block_size = block_size
         self.max_batched = max_batched
         self.max_seqs = max_seqs
@@ -34,7 +35,8 @@ class Sim:
         self.kv = KVCacheManager(num_blocks, block_size, enable_caching=enable_caching)
         self.sched = Scheduler(SchedulerConfig(max_num_seqs=max_seqs,
                                                max_num_batched_tokens=max_batched),
-                               self.kv, max_model_len)
+                               self.kv, max_model_len,
+                               separate_prompt_steps=separate_prompt_steps)
         self.reqs: dict[str, Request] = {}
         self.cache: dict[int, tuple[str, int]] = {}
         self.steps: list[dict[str, int]] = []

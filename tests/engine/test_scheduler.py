@@ -51,6 +51,33 @@ def test_decodes_first_then_new_prompt_chunk_fills_the_budget():
     assert a.output_token_ids == [100, 101, 102, 103]
 
 
+def test_separate_prompt_steps_never_mix_decode_rows_and_prompt_tokens():
+    """The CPU engine's scheduler (LLMEngine: separate_prompt_steps on CPU): the case above,
+    where b's prompt chunks shared steps with a's decode rows, runs as alternating steps,
+    prompt first; each request's tokens are the same, and a waiting prompt that cannot be
+    admitted (max_num_seqs) never stalls the decoding ones."""
+    sim = Sim(num_blocks=16, block_size=4, max_batched=10, max_seqs=4,
+              separate_prompt_steps=True)
+    a = sim.add("a", 4, max_tokens=10)
+    sim.step()
+    b = sim.add("b", 20, max_tokens=1)
+    for _ in range(6):
+        sim.step()
+    assert sim.steps == [{"a": 4}, {"b": 10}, {"a": 1}, {"b": 10}, {"a": 1}, {"a": 1},
+                         {"a": 1}]
+    assert b.output_token_ids == [100] and b.finish_reason is FinishReason.LENGTH
+    assert a.output_token_ids == [100, 101, 102, 103, 104]
+    # max_num_seqs reached: the waiting prompt cannot come in, the decode steps go on
+    full = Sim(num_blocks=16, block_size=4, max_batched=10, max_seqs=1,
+               separate_prompt_steps=True)
+    x = full.add("x", 4, max_tokens=4)
+    full.step()
+    full.add("y", 4, max_tokens=1)
+    full.step()
+    full.step()
+    assert full.steps == [{"x": 4}, {"x": 1}, {"x": 1}] and len(x.output_token_ids) == 3
+
+
 def test_max_num_seqs_limits_running_and_admission_is_fcfs():
     sim = Sim(num_blocks=16, block_size=4, max_batched=100, max_seqs=2)
     for rid in "abc":

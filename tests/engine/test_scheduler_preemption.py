@@ -106,7 +106,7 @@ workload = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     reqs=workload,
     block_size=st.sampled_from([1, 2, 4, 16]),
@@ -114,13 +114,15 @@ workload = st.lists(
     max_batched=st.integers(1, 48),
     max_seqs=st.integers(1, 5),
     caching=st.booleans(),
+    separate=st.booleans(),
 )
 def test_random_workloads_complete(reqs, block_size, spare_blocks, max_batched, max_seqs,
-                                   caching):
+                                   caching, separate):
     # The pool always fits the largest single request (prompt + outputs - 1 computed tokens).
     need = max(-(-(p + m - 1) // block_size) for _, p, m in reqs)
     num_blocks = need + spare_blocks
-    sim = Sim(num_blocks, block_size, max_batched, max_seqs, enable_caching=caching)
+    sim = Sim(num_blocks, block_size, max_batched, max_seqs, enable_caching=caching,
+              separate_prompt_steps=separate)
     arrivals = sorted(enumerate(reqs), key=lambda x: (x[1][0], x[0]))
     step = 0
     order = []
@@ -130,7 +132,13 @@ def test_random_workloads_complete(reqs, block_size, spare_blocks, max_batched, 
             sim.add(f"r{i}", p, m)
             order.append(f"r{i}")
         if sim.sched.has_unfinished_requests():
+            # a decode row: one token left to compute, the last sampled (not a prompt's)
+            decoding = {rid: r.num_computed_tokens >= max(r.num_prompt_tokens, r.num_tokens - 1)
+                        for rid, r in sim.reqs.items()}
             sim.step()
+            if separate:  # the CPU scheduler: decode rows and prompt tokens never share a step
+                kinds = {bool(decoding[rid]) for rid in sim.steps[-1]}
+                assert len(kinds) <= 1, sim.steps[-1]
         step += 1
         assert step < 5000, "no progress"
     for i, (_, p, m) in enumerate(reqs):
