@@ -11,7 +11,9 @@ on later loads. Reference design: llama.cpp's loader (mmap, per-tensor types) an
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import sys
 import time
 from pathlib import Path
@@ -183,6 +185,20 @@ def _output_layer(model: nn.Module, quantized: dict[str, Linear]) -> Linear | No
     return quantized.get(name)
 
 
+def _release_pages(data: np.memmap, offset: int, n_bytes: int) -> None:
+    """Drop a repacked tensor's file pages from this process (``MADV_DONTNEED`` on the
+    read-only map; they stay in the page cache): the first load held the whole GGUF resident
+    beside its repacked copy, 2.37 GiB at peak for Qwen2.5-Coder-1.5B against 1.30 GiB for a
+    cached load (a trial's ``/usr/bin/time``). A no-op where the platform has no madvise."""
+    mm = getattr(data, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(offset + n_bytes, len(mm))
+    with contextlib.suppress(OSError, ValueError):
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, cache_dir,
                 progress: bool) -> None:
     index = _tensor_index(path, cache_dir)
@@ -222,6 +238,7 @@ def _repack_all(model, path: Path, quantized: dict[str, Linear], dtype, device, 
                 loaded |= model.load_weights([(name, tensor.to(device))])
         except ValueError as exc:
             raise ModelLoadError(f"{path}: {t['name']}: {exc}") from exc
+        _release_pages(data, t["offset"], t["n_bytes"])
         if progress:
             print(f"\rrepacking {path.name}: {i + 1}/{len(tensors)} tensors "
                   f"({time.perf_counter() - start:.1f} s)", end="", file=sys.stderr, flush=True)
