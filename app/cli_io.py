@@ -98,8 +98,7 @@ def engine_log_lines() -> None:
                 self.handleError(record)
 
     logger = logging.getLogger("localchat")
-    if not any(isinstance(h, _Lines) or getattr(h, "_localchat_lines", False)
-               for h in logger.handlers):
+    if not any(getattr(h, "_localchat_lines", False) for h in logger.handlers):
         handler = _Lines(logging.WARNING)
         handler._localchat_lines = True  # type: ignore[attr-defined]
         logger.addHandler(handler)

@@ -141,4 +141,3 @@ def _say_and_exit_on(signals: tuple[int, ...], detail: str) -> None:
 
     for sig in signals:
         signal.signal(sig, stop)
-
