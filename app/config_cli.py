@@ -10,7 +10,8 @@ line and column, and how to fix it): the user's text is theirs to repair.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -82,7 +83,7 @@ def _write(name: str, value: str | None) -> None:
     try:  # an unknown key or a bad value is a usage error (exit 2) ...
         key = settings.lookup_key(name)
         if value is not None:
-            settings.check_setting(key, settings.parse_value(key, value))
+            check_setting(key, settings.parse_value(key, value))
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
     key, parsed, changed = settings.set_value(name, value)  # ... an unreadable file: exit 1
@@ -92,3 +93,42 @@ def _write(name: str, value: str | None) -> None:
     shown = "removed" if parsed is None else \
         ("set" if key.name == "api_key" else f"= {parsed!r}")  # a secret: never printed
     cli_io.note(f"{key.name} {shown} in {settings.config_path()}")
+
+
+def check_setting(key: Any, value: Any) -> None:
+    """Refuse a value that parses but names nothing, before ``config set`` writes it
+    (``key``: a ``settings.Key``, ``value`` as ``settings.parse_value`` returned it):
+    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``) or an existing
+    file or folder, and ``draft`` one of those or ``auto``, ``ngram``, ``none`` / ``off``;
+    ``theme`` one of localchat's themes or Textual's built-in ones.
+
+    Raises:
+        SettingError: the value names no model or theme; names the key and ``config.toml``.
+    """
+    reason = None
+    if key.name in ("default_model", "draft"):
+        from localchat.app.engine_loader import NGRAM, NO_DRAFT
+        from localchat.engine.hub.catalog import resolve_alias
+        from localchat.engine.hub.resolve import parse_repo_spec
+
+        special = key.name == "draft" and value.strip().lower() in (*NO_DRAFT, "auto", NGRAM)
+        if not (special or resolve_alias(value) or parse_repo_spec(value)
+                or Path(value).expanduser().exists()):
+            reason = ("not " + ("auto, ngram, none, " if key.name == "draft" else "")
+                      + "a catalog alias, a Hub repo id (org/name) or an existing file or "
+                      "folder (see 'localchat models')")
+    elif key.name == "theme":
+        from localchat.themes import THEMES, resolve_theme_name
+
+        names = [t.name for t in THEMES]
+        try:
+            from textual.theme import BUILTIN_THEMES
+        except ImportError:  # pragma: no cover - textual is a dependency
+            BUILTIN_THEMES = {}
+        if resolve_theme_name(value) not in {*names, *BUILTIN_THEMES}:
+            short = [n.removeprefix("localchat-") for n in names]
+            reason = f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+    if reason:
+        from localchat.app.settings import SettingError, config_path
+
+        raise SettingError(f"{key.name} = {value!r} not written to {config_path()}: {reason}")

@@ -148,16 +148,13 @@ def check_context(options: LoadOptions, source: Any) -> None:
     """
     if options.context is None:
         return
-    from localchat.app.cli_io import CliUsageError
-    from localchat.app.settings import SettingError, cache_dir
+    from localchat.app.load_options import check_trained_context
+    from localchat.app.settings import cache_dir
     from localchat.engine.loader import load_model_config
 
     trained = load_model_config(Path(source.path), cache_dir()).max_position_embeddings
-    if options.context > trained:
-        name = getattr(source, "alias", None) or options.model
-        error = CliUsageError if options.context_origin.startswith("--") else SettingError
-        raise error(f"{options.context_origin} {options.context}: {name} was trained "
-                    f"for a context of at most {trained} tokens (use {trained} or less)")
+    check_trained_context(options.context_origin, options.context,
+                          getattr(source, "alias", None) or options.model, trained)
 
 
 def load(options: LoadOptions, *, progress: Progress | None = None,

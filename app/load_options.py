@@ -68,6 +68,23 @@ def tui_without_a_terminal(get_help: Callable[[], str] | None, *tui_flags: objec
     raise typer.Exit(0)
 
 
+def bad_value_error(origin: str) -> type[Exception]:
+    """The error for a bad value, by where it came from (``origin``, as ``flag_or_setting``
+    names it): ``CliUsageError`` (exit 2) for a flag (``--quant``, ``--context``),
+    ``SettingError`` (exit 1) for a setting (``config.toml``, ``LOCALCHAT_*``)."""
+    from localchat.app.settings import SettingError
+
+    return CliUsageError if origin.startswith("-") else SettingError
+
+
+def check_trained_context(origin: str, context: int | None, name: str, trained: int) -> None:
+    """Raises ``bad_value_error(origin)`` when ``context`` (tokens) is above ``trained``, the
+    model ``name``'s trained context (``ask``, ``serve`` and ``plan`` say it alike)."""
+    if context is not None and context > trained:
+        raise bad_value_error(origin)(f"{origin} {context}: {name} was trained for a context "
+                                      f"of at most {trained} tokens (use {trained} or less)")
+
+
 def check_jsonl_only(draft: str | None, k: int | None, local: bool) -> None:
     """Raises ``CliUsageError`` (exit 2) when ``chat`` without ``--jsonl`` (the TUI) is given
     ``--draft``, ``--num-speculative-tokens`` or ``--local``: the TUI took them without a
@@ -112,10 +129,9 @@ def check_load_options(options: LoadOptions) -> None:
         SettingError: the same for a ``quant`` that came from the settings (exit 1, as for
             every bad setting).
     """
-    from localchat.app.settings import SettingError
     from localchat.engine.config import QuantConfig, SpeculativeConfig
 
-    bad_quant = CliUsageError if options.quant_origin.startswith("--") else SettingError
+    bad_quant = bad_value_error(options.quant_origin)
     where = options.quant_origin
     try:
         QuantConfig(scheme=options.quant)

@@ -54,13 +54,14 @@ def plan_command(
     """Plan memory for MODEL: weights, KV cache, draft, activations; pick the weight format."""
     from localchat.app.load_options import (
         LoadOptions,
+        bad_value_error,
         check_load_options,
         check_max_num_seqs,
         check_model_argument,
         context_choice,
         flag_or_setting,
     )
-    from localchat.app.settings import SettingError, load_settings
+    from localchat.app.settings import load_settings
     from localchat.engine.memory.budget import parse_size
 
     check_model_argument(model)
@@ -82,10 +83,9 @@ def plan_command(
         raise CliUsageError(f"--memory: {e}") from None
     spec = _device(device, budget is not None)
     if quant == "fp8" and not spec.fp8:  # the device planned for (check_load_options: this one)
-        bad_quant = CliUsageError if quant_origin.startswith("--") else SettingError
-        raise bad_quant(f"{quant_origin} fp8: needs a CUDA GPU of compute capability 8.9 or "
-                        f"newer, and the device planned for ({spec.name}) is not one (use int8 "
-                        "or int4)")
+        raise bad_value_error(quant_origin)(
+            f"{quant_origin} fp8: needs a CUDA GPU of compute capability 8.9 or newer, and "
+            f"the device planned for ({spec.name}) is not one (use int8 or int4)")
     from huggingface_hub.utils import disable_progress_bars
     from huggingface_hub.utils import logging as hf_logging
 
@@ -144,7 +144,7 @@ def plan_model(model: str, draft: str | None, device, budget: int | None,
 
     target = describe_model(model, cache_dir())
     from localchat.app.engine_loader import NGRAM, draft_spec, naming_the_draft
-    from localchat.app.load_options import LoadOptions
+    from localchat.app.load_options import LoadOptions, check_trained_context
 
     # --draft auto: the catalog's natural draft, as ask / serve load it
     draft = draft_spec(LoadOptions(model=model, draft=draft, draft_origin=draft_origin), model)
@@ -162,14 +162,7 @@ def plan_model(model: str, draft: str | None, device, budget: int | None,
         available = available_memory_bytes(device.type)
         budget = default_budget_bytes(device.type, available)
     trained = target.config.max_position_embeddings
-    if context is not None and context > trained:
-        from localchat.app.settings import SettingError
-
-        # a flag is a usage error (2); a setting (config.toml, LOCALCHAT_CONTEXT) a runtime
-        # one (1), as ask says it
-        bad = CliUsageError if context_origin.startswith("-") else SettingError
-        raise bad(f"{context_origin} {context}: {target.name} was trained for a "
-                  f"context of at most {trained} tokens (use {trained} or less)")
+    check_trained_context(context_origin, context, target.name, trained)
     ctx = context or default_context(trained, device.type)
     # each file's own format's exact bytes, read once (its tensor table)
     native_bytes = _native_bytes(model, target.config, device)

@@ -255,45 +255,6 @@ def parse_value(key: Key, raw: Any) -> Any:
     return value
 
 
-# draft values that name no model (engine_loader: NO_DRAFT, "auto", NGRAM)
-_DRAFT_WORDS = ("none", "off", "auto", "ngram")
-
-
-def check_setting(key: Key, value: Any) -> None:
-    """Refuse a value that parses but names nothing, before ``config set`` writes it:
-    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``) or an existing
-    file or folder, and ``draft`` one of those or ``auto``, ``ngram``, ``none`` / ``off``;
-    ``theme`` one of localchat's themes or Textual's built-in ones.
-
-    Raises:
-        SettingError: the value names no model or theme; names the key and ``config.toml``.
-    """
-    reason = None
-    if key.name in ("default_model", "draft"):
-        from localchat.engine.hub.catalog import resolve_alias
-        from localchat.engine.hub.resolve import parse_repo_spec
-
-        special = key.name == "draft" and value.strip().lower() in _DRAFT_WORDS
-        if not (special or resolve_alias(value) or parse_repo_spec(value)
-                or Path(value).expanduser().exists()):
-            reason = ("not " + ("auto, ngram, none, " if key.name == "draft" else "")
-                      + "a catalog alias, a Hub repo id (org/name) or an existing file or "
-                      "folder (see 'localchat models')")
-    elif key.name == "theme":
-        from localchat.themes import THEMES, resolve_theme_name
-
-        names = [t.name for t in THEMES]
-        try:
-            from textual.theme import BUILTIN_THEMES
-        except ImportError:  # pragma: no cover - textual is a dependency
-            BUILTIN_THEMES = {}
-        if resolve_theme_name(value) not in {*names, *BUILTIN_THEMES}:
-            short = [n.removeprefix("localchat-") for n in names]
-            reason = f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
-    if reason:
-        raise SettingError(f"{key.name} = {value!r} not written to {config_path()}: {reason}")
-
-
 def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None
                   ) -> Settings:
     """Read ``path`` (default ``config_path()``), then apply ``environ`` (default
