@@ -109,18 +109,6 @@ struct ChunkRows {
   }
 };
 
-// Whether a task computes its scores with scores_dot (attn_dot.cpp: bf16 query and keys, a
-// head_dim that is a multiple of 32) rather than with fp32 FMAs.
-template <int T>
-inline bool dot_scores(int64_t head_dim) {
-#ifdef ATTN_DOT
-  return T == kBF16 && head_dim % 32 == 0;
-#else
-  (void)head_dim;
-  return false;
-#endif
-}
-
 #ifdef ATTN_DOT
 // Decode scores with AVX512_BF16's vdpbf16ps, defined by attn_dot.cpp as
 // vdot_bf16(acc, a, b): lane j += a[2j+1] * b[2j+1], then += a[2j] * b[2j] (each product of
@@ -163,14 +151,15 @@ inline void scores_dot(const uint16_t* q, int64_t q_s1, int64_t G, int64_t nq,
 }
 #endif
 
-// Scores of one chunk by scores_dot; false (nothing done) where the task does not use it.
+// Scores of one chunk by scores_dot (attn_dot.cpp: bf16 query and keys, a head_dim that is a
+// multiple of 32); false (nothing done) where the task computes them with fp32 FMAs.
 template <int T, int NV>
 inline bool chunk_scores_dot(const DecodeArgs& a, const typename Elem<T>::type* qbase,
                              int64_t G, const typename Elem<T>::type* const* krow, int64_t cn,
                              float (*s)[kChunk]) {
 #ifdef ATTN_DOT
   if constexpr (T == kBF16) {
-    if (!dot_scores<T>(a.head_dim)) return false;
+    if (a.head_dim % 32) return false;
     scores_dot<(NV * W) % 32 == 0 ? NV * W / 32 : 0>(qbase, a.q_s1, G, a.head_dim / 32, krow,
                                                      cn, a.scale, s);
     return true;
