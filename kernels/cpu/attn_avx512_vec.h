@@ -24,14 +24,8 @@ inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(V v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
-#include "avx512_common.h"  // reduce4
+#include "avx512_common.h"  // sum16, reduce4
+inline float vsum(V v) { return sum16(v); }
 // The sums of four vectors, stored to o[0..3] (one transposed reduction).
 inline void vsum4(V a, V b, V c, V d, float* o) { _mm_storeu_ps(o, reduce4(a, b, c, d)); }
 // exp(x), x clamped to [-87.3, 88.3] (Cephes expf's range reduction and polynomial; about

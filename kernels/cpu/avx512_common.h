@@ -2,6 +2,16 @@
 // INSIDE the anonymous namespace of a TU compiled for AVX-512 (after its `#pragma GCC target`
 // and <immintrin.h>), so each TU has its own internal-linkage copy for its ISA.
 
+// The sum of a vector's 16 lanes: 8 + 8, 4 + 4, 2 + 2, 1 + 1 (a fixed order, so a sum's bits
+// depend only on its vector).
+inline float sum16(__m512 v) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
 // The 16-lane sums of four accumulators (four output columns) in one transposed reduction:
 // each column's sum takes the same additions in the same order whatever its neighbours are
 // (zero vectors where a group has fewer than four columns), so results are batch invariant.

@@ -23,13 +23,8 @@ constexpr int nt_pair_for(int rows) { return rows == 1 ? 8 : rows <= 5 ? 4 : row
 inline VF vzero() { return _mm512_setzero_ps(); }
 inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
 inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(VF v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
+#include "avx512_common.h"  // sum16
+inline float vsum(VF v) { return sum16(v); }
 inline VW wraw(const uint16_t* p) { return _mm512_loadu_si512(p); }
 // lane j: acc + w[2j+1] * x[2j+1] + w[2j] * x[2j] (odd first), each add rounded once
 inline VF vdot(VF acc, VW w, VW x) {

@@ -27,13 +27,8 @@ inline VF vset1(float f) { return _mm512_set1_ps(f); }
 inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
 inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(VF v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
+#include "avx512_common.h"  // sum16
+inline float vsum(VF v) { return sum16(v); }
 
 typedef __m512 P4;  // the table fma(q, s, m), q = 0..15
 inline P4 prep4(float s, float m) {
