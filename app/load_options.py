@@ -153,10 +153,31 @@ def check_load_options(options: LoadOptions) -> None:
             raise CliUsageError(f"--num-speculative-tokens {k}: {exc}") from None
 
 
-def context_choice(flag: int | None, settings: object) -> tuple[int | None, str]:
+def context_choice(flag: int | None, settings: object,
+                   spellings: tuple[str, ...] = ("--context", "-C")) -> tuple[int | None, str]:
     """The context size to use and where it came from: ``--context`` > ``LOCALCHAT_CONTEXT``
-    > ``context`` in config.toml > None (the model's, at most 8192 on CPU)."""
-    return flag_or_setting(flag, settings, "context")
+    > ``context`` in config.toml > None (the model's, at most 8192 on CPU). A flag is named
+    as the user typed it (``typed_spelling`` of ``spellings``, the first one by default)."""
+    value, origin = flag_or_setting(flag, settings, "context")
+    return value, typed_spelling(spellings) if flag is not None else origin
+
+
+def typed_spelling(spellings: tuple[str, ...], argv: list[str] | None = None) -> str:
+    """Which of one option's ``spellings`` (long ones first, then a one-letter ``-X``) the
+    command line used last (``--context 512``, ``--context=512``, ``-C 512``, ``-C512``), so
+    an error names the flag the user typed; ``spellings[0]`` when none appears."""
+    import sys
+
+    found = spellings[0]
+    for arg in (sys.argv[1:] if argv is None else argv):
+        if arg == "--":
+            break
+        for spelling in spellings:
+            long_form = spelling.startswith("--")
+            if arg == spelling or (long_form and arg.startswith(spelling + "=")) or (
+                    not long_form and arg.startswith(spelling) and not arg.startswith("--")):
+                found = spelling
+    return found
 
 
 def flag_or_setting(flag: object, settings: object, name: str) -> tuple[object, str]:

@@ -142,9 +142,8 @@ def run_serve(args: ServeArgs) -> None:
     settings = load_settings()
     # --max-model-len is checked as ask's --context is: positive, at most what the model
     # was trained for (engine_loader.check_context, after the model resolves)
-    context, context_origin = context_choice(args.max_model_len, settings)
-    if args.max_model_len is not None:
-        context_origin = "--max-model-len"
+    context, context_origin = context_choice(args.max_model_len, settings,
+                                             ("--max-model-len", "--context", "-C"))
     draft, draft_origin = flag_or_setting(args.draft, settings, "draft")
     quant, quant_origin = flag_or_setting(args.quant, settings, "quant")
     options = LoadOptions(model=args.model or settings.default_model, draft=draft,

@@ -14,7 +14,12 @@ import pytest
 
 from localchat.app.cli_io import CliUsageError
 from localchat.app.engine_loader import check_context, engine_config
-from localchat.app.load_options import LoadOptions, check_load_options, context_choice
+from localchat.app.load_options import (
+    LoadOptions,
+    check_load_options,
+    context_choice,
+    typed_spelling,
+)
 from localchat.app.settings import SettingError, load_settings
 from tests.app.test_cli import env, run  # noqa: F401 - the subprocess fixture
 
@@ -31,6 +36,21 @@ def test_context_precedence_flag_env_config_default(tmp_path):
     assert context_choice(1024, from_env) == (1024, "--context")
     assert context_choice(None, load_settings(tmp_path / "none.toml", environ={})) == (
         None, "context (config.toml)")
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["ask", "-C", "512", "hi"], "-C"),
+    (["ask", "-C512", "hi"], "-C"),
+    (["serve", "--context=512"], "--context"),
+    (["serve", "--max-model-len", "512"], "--max-model-len"),
+    (["serve", "-C", "9", "--context", "512"], "--context"),  # the last one counts
+    (["ask", "--", "-C"], "--max-model-len"),  # after --: the prompt, not a flag
+    (["ask", "--continue", "hi"], "--max-model-len"),
+])
+def test_errors_name_the_context_flag_as_typed(argv, named):
+    """A refused context names the spelling the user typed (serve's ``-C`` was reported as
+    ``--max-model-len``); with none typed, the option's first spelling."""
+    assert typed_spelling(("--max-model-len", "--context", "-C"), argv) == named
 
 
 def test_bad_context_values_are_refused_with_where_they_came_from(tmp_path):

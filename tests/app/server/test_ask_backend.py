@@ -173,7 +173,7 @@ def test_ask_uses_a_running_server_through_its_state_file(env, live_server, smol
 ])
 def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
     """``serve --max-model-len`` is refused where ``ask -C`` is (exit 2, one line naming the
-    flag), not served with a context the model cannot use or an internal error."""
+    flag as typed), not served with a context the model cannot use or an internal error."""
     def run(*args):
         return subprocess.run([sys.executable, "-m", "localchat.app.cli", *args],
                               stdin=subprocess.DEVNULL, capture_output=True, env=env,
@@ -182,8 +182,7 @@ def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
     served = run("serve", "--port", "0", "--max-model-len", value)
     served_c = run("serve", "--port", "0", "-C", value)  # ask's name for it works too
     asked = run("ask", "--local", "--no-save", "-C", value, "hi")
-    for proc, flag in ((served, "--max-model-len"), (served_c, "--max-model-len"),
-                       (asked, "--context")):
+    for proc, flag in ((served, "--max-model-len"), (served_c, "-C"), (asked, "-C")):
         err = proc.stderr.decode().strip()
         assert proc.returncode == 2 and err.count("\n") == 0, err
         assert err.startswith(f"localchat: error: {flag} {value}: ") and says in err
