@@ -153,6 +153,71 @@ class ModelRunner:
         input_ids, positions, meta, _ = self.staging.to_device(hb)
         return input_ids, positions, meta, logits_rows, samplers, hb.row_groups
 
+    def step_groups(self, out: SchedulerOutput) -> list[SchedulerOutput]:
+        """The forwards one step runs: ``[out]``, or on the CPU, where the step has more than
+        ``kernels.CPU_MAX_ROWS`` rows, consecutive runs of its requests that each compute
+        what they would alone. A CPU forward of at most that many rows takes the row kernels
+        (each row the same bits whatever its batchmates: ``tests/kernels``), a longer one the
+        prompt GEMM over dequantized weights and SDPA, whose rows round otherwise: so a
+        request of more rows gets a forward of its own, and requests of fewer are packed up
+        to that many rows. Six copies of one greedy request sent to ``serve`` at once, each
+        3 prompt tokens after 32 cached ones, took the GEMM together (18 rows) and the row
+        kernels alone, and four of six replies differed from the lone one."""
+        from localchat import kernels
+
+        cap = kernels.CPU_MAX_ROWS
+        if self.device.type != "cpu" or out.total_num_scheduled_tokens <= cap:
+            return [out]
+        groups: list[SchedulerOutput] = []
+        rows = cap + 1  # the current group's rows (none open yet)
+        for req in out.scheduled:
+            rid = req.request_id
+            n = out.num_scheduled_tokens[rid]
+            if n > cap or rows + n > cap:
+                groups.append(SchedulerOutput())
+                rows = 0
+            group = groups[-1]
+            group.scheduled.append(req)
+            group.num_scheduled_tokens[rid] = n
+            if rid in out.scheduled_spec_decode_tokens:
+                group.scheduled_spec_decode_tokens[rid] = out.scheduled_spec_decode_tokens[rid]
+            rows = n if n > cap else rows + n
+        return groups
+
+    def _forward_groups(self, groups: list[SchedulerOutput]):
+        """:meth:`plan_step` and :meth:`_forward` over each of ``groups`` in turn (eager CPU
+        forwards): ``(hidden, logits_rows, samplers, verify)`` where ``hidden`` holds the
+        sampled rows of every group (in ``samplers`` order), then the verification rows (in
+        ``verify`` order), and each ``logits_rows`` / ``verify`` entry indexes it."""
+        sampled, verified, samplers, verify = [], [], [], []
+        for group in groups:
+            hb, rows, group_samplers, group_verify = self.plan_step(group)
+            flat = [i for _, rws in group_verify for i in rws]
+            hidden, index = self._forward(hb, rows + flat)
+            picked = hidden[:len(rows) + len(flat)] if index is None else hidden[index]
+            sampled.append(picked[:len(rows)])
+            verified.append(picked[len(rows):])
+            samplers += group_samplers
+            verify += group_verify
+        hidden = torch.cat(sampled + verified)
+        num_sampled = sum(h.shape[0] for h in sampled)
+        offset, flat_verify = num_sampled, []
+        for req, rws in verify:
+            flat_verify.append((req, list(range(offset, offset + len(rws)))))
+            offset += len(rws)
+        return hidden, list(range(num_sampled)), samplers, flat_verify
+
+    def _rows(self, fn, hidden: torch.Tensor) -> torch.Tensor:
+        """``fn`` (the model's ``compute_logits`` or ``greedy_token_ids``) over ``hidden``,
+        on the CPU in calls of at most ``kernels.CPU_MAX_ROWS`` rows: the output layer's row
+        kernels give each row the bits it gets alone (a longer call would take its GEMM)."""
+        from localchat import kernels
+
+        cap = kernels.CPU_MAX_ROWS
+        if self.device.type != "cpu" or hidden.shape[0] <= cap:
+            return fn(hidden)
+        return torch.cat([fn(part) for part in hidden.split(cap)])
+
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput,
                       draft_probs: Mapping[str, torch.Tensor] | None = None
@@ -172,9 +237,14 @@ class ModelRunner:
         device-to-host read of the sampled tokens (the step's one sync, when no request asks
         for logprobs or penalties).
         """
-        hb, rows, samplers, verify = self.plan_step(out)
-        flat = [i for _, rws in verify for i in rws]
-        hidden, index = self._forward(hb, rows + flat)
+        groups = self.step_groups(out)
+        if len(groups) == 1:
+            hb, rows, samplers, verify = self.plan_step(out)
+            flat = [i for _, rws in verify for i in rws]
+            hidden, index = self._forward(hb, rows + flat)
+        else:
+            hidden, rows, samplers, verify = self._forward_groups(groups)
+            flat, index = [i for _, rws in verify for i in rws], None
         result = ModelRunnerOutput()
         if not rows and not flat:
             return result
@@ -186,9 +256,9 @@ class ModelRunner:
                                                  for r in samplers):
                 # the argmax alone (model.greedy_token_ids: on CPU the output layer's one
                 # integer-dot pass with exact rescoring)
-                tokens = self.model.greedy_token_ids(pick(0, len(rows))).tolist()
+                tokens = self._rows(self.model.greedy_token_ids, pick(0, len(rows))).tolist()
             else:
-                logits = self.model.compute_logits(pick(0, len(rows)))
+                logits = self._rows(self.model.compute_logits, pick(0, len(rows)))
                 if not self.first_logits_checked:
                     check_first_logits(logits)
                     self.first_logits_checked = True
@@ -202,8 +272,8 @@ class ModelRunner:
                 result.sampled_token_ids[r.request_id] = [t]
         if verify and all(req.sampling_params.plain_greedy for req, _ in verify):
             # the same per-row argmax as plain decoding: drafts change no greedy token
-            target = self.model.greedy_token_ids(
-                pick(len(rows), len(rows) + len(flat))).tolist()
+            target = self._rows(self.model.greedy_token_ids,
+                                pick(len(rows), len(rows) + len(flat))).tolist()
             offset = 0
             for req, rws in verify:
                 rid = req.request_id
@@ -213,7 +283,7 @@ class ModelRunner:
                 result.sampled_token_ids[rid] = tokens
                 result.num_accepted_tokens[rid] = len(tokens) - 1
         elif verify:
-            logits = self.model.compute_logits(pick(len(rows), len(rows) + len(flat)))
+            logits = self._rows(self.model.compute_logits, pick(len(rows), len(rows) + len(flat)))
             offset = 0
             probs = draft_probs or {}
             for req, rws in verify:

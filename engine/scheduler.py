@@ -126,6 +126,9 @@ class Scheduler:
                 i += 1
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if self._chunk_cut(req.num_tokens - req.num_computed_tokens, n):
+                i += 1  # its chunk waits for a step whose budget it has to itself
+                continue
             # A decoding request with draft tokens verifies them in the same forward pass.
             spec = drafts.get(req.request_id, [])[:max(budget - n, 0)] if n == 1 else []
             n += len(spec)
@@ -157,6 +160,8 @@ class Scheduler:
             # own blocks from before a preemption) is not recomputed.
             hits, num_hit_tokens = self.kv.get_computed_blocks(req)
             n = min(req.num_tokens - req.num_computed_tokens - num_hit_tokens, budget)
+            if self._chunk_cut(req.num_tokens - req.num_computed_tokens - num_hit_tokens, n):
+                break
             if not self.kv.allocate_slots(req, n, new_computed_blocks=hits):
                 break
             self.waiting.popleft()
@@ -170,6 +175,16 @@ class Scheduler:
             out.num_scheduled_tokens[req.request_id] = n
             budget -= n
         return out
+
+    def _chunk_cut(self, remaining: int, n: int) -> bool:
+        """Whether a prompt chunk of ``n`` of a request's ``remaining`` prompt tokens is
+        shorter than the one it gets alone (``min(remaining, max_num_batched_tokens)``)
+        because other requests took part of this step's budget. With
+        ``separate_prompt_steps`` (the CPU engine) such a chunk is not scheduled: its rows
+        would take other kernels and split its attention elsewhere than alone, so its reply
+        would depend on what else arrived (``ModelRunner.step_groups``)."""
+        return self.separate_prompt_steps and n < min(remaining,
+                                                      self.config.max_num_batched_tokens)
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)

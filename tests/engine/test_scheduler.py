@@ -78,6 +78,29 @@ def test_separate_prompt_steps_never_mix_decode_rows_and_prompt_tokens():
     assert full.steps == [{"x": 4}, {"x": 1}, {"x": 1}] and len(x.output_token_ids) == 3
 
 
+def test_separate_prompt_steps_never_cut_a_chunk_for_another_request():
+    """With separate_prompt_steps a prompt chunk is the one its request gets alone
+    (min(remaining, max_num_batched_tokens)): where another prompt took part of the budget,
+    it waits for the next prompt step instead of computing a shorter chunk, so its rows take
+    the same kernels as alone (ModelRunner.step_groups)."""
+    sim = Sim(num_blocks=32, block_size=4, max_batched=10, max_seqs=4,
+              separate_prompt_steps=True)
+    sim.add("a", 6, max_tokens=2)
+    sim.add("b", 7, max_tokens=2)
+    sim.add("c", 3, max_tokens=2)
+    sim.step()
+    assert sim.steps[-1] == {"a": 6}  # b alone gets 7; 4 were left: c waits behind it (FCFS)
+    sim.run()
+    assert sim.steps[:3] == [{"a": 6}, {"b": 7, "c": 3}, {"a": 1, "b": 1, "c": 1}]
+    assert all(r.output_token_ids == [100, 101] for r in sim.reqs.values())
+    # without the separation (the GPU engine) b's chunk is cut to fit, as before
+    mixed = Sim(num_blocks=32, block_size=4, max_batched=10, max_seqs=4)
+    mixed.add("a", 6, max_tokens=2)
+    mixed.add("b", 7, max_tokens=2)
+    mixed.step()
+    assert mixed.steps[-1] == {"a": 6, "b": 4}
+
+
 def test_max_num_seqs_limits_running_and_admission_is_fcfs():
     sim = Sim(num_blocks=16, block_size=4, max_batched=100, max_seqs=2)
     for rid in "abc":
