@@ -21,6 +21,10 @@ class StdinError(LocalchatError):
 
 _STDIN_IS_A_DIRECTORY = ("stdin is a directory; redirect a file ('< FILE'), pipe text, "
                          "or pass --no-stdin")
+# The most bytes of stdin read (64 MiB): some 16 million tokens of text at 4 bytes a token,
+# beyond any model's context, so nothing a model could answer is refused; without a bound
+# `yes | localchat ask ...` grew by 300 MB a second until the system killed it.
+MAX_STDIN_BYTES = 64 << 20
 
 
 def read_stdin() -> str:
@@ -34,7 +38,8 @@ def read_stdin() -> str:
             itself stops at startup with a fatal error on such a stdin when it runs a script,
             so this is the safety net for interpreters and launchers that let it through.
         StdinError: reading stdin failed (an I/O error): the piped text would be lost, so
-            nothing is answered without it (exit 1).
+            nothing is answered without it (exit 1); or stdin holds more than
+            ``MAX_STDIN_BYTES`` (exit 1, after reading that much and no more).
     """
     stdin = sys.stdin
     if stdin is None or stream_isatty(stdin):
@@ -42,18 +47,35 @@ def read_stdin() -> str:
     if _is_directory(stdin):
         raise CliUsageError(_STDIN_IS_A_DIRECTORY)
     try:
-        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+        data = _read_at_most(stdin, MAX_STDIN_BYTES + 1)
     except IsADirectoryError:
         raise CliUsageError(_STDIN_IS_A_DIRECTORY) from None
     except OSError as e:
         raise StdinError(f"cannot read stdin: {e.strerror or e}") from None
     except ValueError:  # a closed stream: nothing was piped
         return ""
+    if data is None:
+        raise StdinError(f"stdin holds more than {MAX_STDIN_BYTES >> 20} MiB, more text than "
+                         "any model's context; cut it first (e.g. with 'head -c 1000000')")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         warn("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
         return data.decode("utf-8", errors="replace")
+
+
+def _read_at_most(stream: IO[Any], limit: int) -> bytes | None:
+    """``stream``'s bytes to EOF, or None once ``limit`` bytes have come without an EOF
+    (read in 1 MiB pieces, so a refused stdin never holds more than ``limit`` bytes)."""
+    read = stream.buffer.read if hasattr(stream, "buffer") else (
+        lambda n: stream.read(n).encode())
+    pieces, total = [], 0
+    while piece := read(1 << 20):
+        pieces.append(piece)
+        total += len(piece)
+        if total >= limit:
+            return None
+    return b"".join(pieces)
 
 
 def _is_directory(stream: IO[Any]) -> bool:

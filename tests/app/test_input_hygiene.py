@@ -107,3 +107,41 @@ def test_history_prints_control_characters_escaped_and_export_json_keeps_them(en
     assert "Title \\x1b]0;pwned\\x07 here" in fake(env, "history", "list").stdout.decode()
     exported = json.loads(fake(env, "history", "export", cid, "--format", "json").stdout)
     assert [m["content"] for m in exported["messages"]] == [evil, reply]
+
+
+def test_endless_stdin_is_refused_after_a_bounded_read(env):
+    """``yes | localchat ask ...`` read stdin to an end that never came, 300 MB a second,
+    until the system killed it without a word. Now at most ``MAX_STDIN_BYTES`` are read:
+    one line, exit 1, and the process's peak memory above a small stdin's by less than
+    twice that bound."""
+    import subprocess
+    import sys
+
+    from localchat.app.cli_input import MAX_STDIN_BYTES
+
+    from .test_cli_fake import FAKE_CLI
+
+    peak = ("import resource, runpy, sys; sys.argv = sys.argv[1:]\ntry: runpy.run_path("
+            "sys.argv[0], run_name='__main__')\nfinally: print(resource.getrusage("
+            "resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)")
+
+    def ask(stdin):
+        return subprocess.run([sys.executable, "-c", peak, str(FAKE_CLI), "ask", "summarize"],
+                              stdin=stdin, capture_output=True, env=env, timeout=120,
+                              check=False)
+
+    small = ask(subprocess.DEVNULL)
+    assert small.returncode == 0, small.stderr
+    writer = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        proc = ask(writer.stdout)
+    finally:
+        writer.kill()
+        writer.wait()
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 2, err
+    assert err[0] == (f"localchat: error: stdin holds more than {MAX_STDIN_BYTES >> 20} MiB, "
+                      "more text than any model's context; cut it first (e.g. with 'head -c "
+                      "1000000')")
+    grown = int(err[1]) - int(small.stderr.decode().strip().splitlines()[-1])
+    assert grown < 2 * MAX_STDIN_BYTES, grown
