@@ -185,6 +185,17 @@ def lookup_key(name: str) -> Key:
     return key
 
 
+API_KEY_RULE = "printable ASCII without spaces (an HTTP header carries no other bytes)"
+
+
+def api_key_problem(key: str) -> str | None:
+    """``API_KEY_RULE`` when ``key`` breaks it, else None. A bearer key travels in the
+    ``Authorization`` header: httpx and the openai client refuse other characters with an
+    internal error, and a server given one could only match clients that sent its latin-1
+    bytes. The key itself is never put in a message."""
+    return None if key and all("!" <= ch <= "~" for ch in key) else API_KEY_RULE
+
+
 def endpoint_problem(url: str) -> str | None:
     """What an endpoint URL must be, when ``url`` is not that: an http(s) URL with a host and,
     if any, a valid port (``http://[::1`` passed the scheme check and failed inside the HTTP
@@ -220,6 +231,8 @@ def parse_value(key: Key, raw: Any) -> Any:
         if key.choices and value not in key.choices:
             raise SettingError(f"{key.name} must be one of {', '.join(key.choices)}, "
                                f"got {value!r}")
+        if key.name == "api_key" and (problem := api_key_problem(value)) is not None:
+            raise SettingError(f"api_key must be {problem}")
         if key.name == "endpoint" and (problem := endpoint_problem(value)) is not None:
             raise SettingError(f"endpoint must be {problem}, got {value!r}")
         if key.name == "keep_alive":

@@ -82,6 +82,13 @@ def check_exposure(args: ServeArgs) -> None:
     """
     if args.api_key is not None and not args.api_key.strip():
         raise CliUsageError("--api-key: the key is empty")
+    if args.api_key is not None:
+        from localchat.app.settings import api_key_problem
+
+        if (problem := api_key_problem(args.api_key.strip())) is not None:
+            typed = any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:])
+            origin = "--api-key" if typed else "LOCALCHAT_API_KEY"  # typer's envvar
+            raise CliUsageError(f"{origin}: the key must be {problem}")
     if not 0 <= args.port <= 65535:
         raise CliUsageError(f"--port {args.port}: must be between 0 and 65535")
     from localchat.app.server.logs import LOG_LEVELS

@@ -57,15 +57,19 @@ def test_default_model_from_config(home):
         ('endpoint = "notaurl"', "endpoint must be an http:// or https:// URL"),
         ('endpoint = "ftp://host"', "endpoint must be an http:// or https:// URL"),
         ('endpoint = "http://[::1"', "endpoint must be an http:// or https:// URL"),
+        # accepted before, then every ask --endpoint was an internal error (httpx sends
+        # ASCII headers only); the key itself is never in the message
+        ('api_key = "cl\u00e9"', "api_key must be printable ASCII without spaces"),
+        ('api_key = "two words"', "api_key must be printable ASCII without spaces"),
     ],
 )
 def test_bad_config(tmp_path, text, words):
     cfg = tmp_path / "config.toml"
-    cfg.write_text(text)
+    cfg.write_text(text, encoding="utf-8")
     with pytest.raises(LocalchatError) as err:
         settings.load_settings(cfg)
     assert words in str(err.value) and str(cfg) in str(err.value)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "cl\u00e9" not in str(err.value)
 
 
 def test_localchat_home_naming_a_file_is_one_line_naming_it(tmp_path):

@@ -188,6 +188,21 @@ def test_serve_checks_max_model_len_as_ask_checks_context(env, value, says):
         assert err.startswith(f"localchat: error: {flag} {value}: ") and says in err
 
 
+def test_serve_refuses_a_key_no_http_header_can_carry(env):
+    """``serve --api-key 'cl\u00e9'`` started, then matched only clients that sent the key's
+    latin-1 bytes (curl's UTF-8 got 401; the openai client and ``ask`` could not send it):
+    now a usage error naming where the key came from, without the key."""
+    for args, extra, origin in ((["--api-key", "cl\u00e9"], {}, "--api-key"),
+                                ([], {"LOCALCHAT_API_KEY": "a key"}, "LOCALCHAT_API_KEY")):
+        proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--port",
+                               "0", *args], capture_output=True, env={**env, **extra},
+                              timeout=120, check=False)
+        err = proc.stderr.decode().strip()
+        assert proc.returncode == 2 and err.count("\n") == 0, err
+        assert err == (f"localchat: error: {origin}: the key must be printable ASCII without "
+                       "spaces (an HTTP header carries no other bytes)")
+
+
 def test_serve_refuses_an_exposed_host_without_a_key(env):
     proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--host",
                            "0.0.0.0"], capture_output=True, env=env, timeout=120, check=False)
