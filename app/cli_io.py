@@ -56,18 +56,21 @@ def printable(text: str, keep: str = "") -> str:
 
 
 def error(message: str) -> None:
-    """Print ``localchat: error: <message>`` as one line on stderr."""
-    _err_write(f"{PROG}: error: {one_line(message)}\n")
+    """Print ``localchat: error: <message>`` as one line on stderr, its control characters
+    escaped (:func:`printable`): messages quote what servers, files and users sent."""
+    _err_write(f"{PROG}: error: {printable(one_line(message))}\n")
 
 
 def warn(message: str) -> None:
-    """Print ``localchat: warning: <message>`` as one line on stderr."""
-    _err_write(f"{PROG}: warning: {one_line(message)}\n")
+    """Print ``localchat: warning: <message>`` as one line on stderr (escaped as in
+    :func:`error`)."""
+    _err_write(f"{PROG}: warning: {printable(one_line(message))}\n")
 
 
 def note(message: str) -> None:
-    """Print ``localchat: note: <message>`` as one line on stderr (terminal or not)."""
-    _err_write(f"{PROG}: note: {one_line(message)}\n")
+    """Print ``localchat: note: <message>`` as one line on stderr, terminal or not (escaped
+    as in :func:`error`)."""
+    _err_write(f"{PROG}: note: {printable(one_line(message))}\n")
 
 
 def interrupted(detail: str = "", signum: int | None = None) -> None:

@@ -71,3 +71,17 @@ def test_markdown_writer_never_sends_the_reply_s_own_sequences():
         assert seq not in shown
     assert "\u241b]0;pwned-title\u2407" in shown and "\u241b[2J" in shown
     assert writer.text == EVIL
+
+
+def test_stderr_lines_escape_what_a_server_sent(capsys):
+    """An endpoint's error text reached the terminal with its escapes intact
+    (``answered 400: bad thing ... ^[[31mred``): ``error``, ``warn`` and ``note`` now print
+    every control character (Unicode category Cc) escaped, on one line."""
+    from localchat.app import cli_io
+
+    for say in (cli_io.error, cli_io.warn, cli_io.note):
+        say("answered 400: " + EVIL)
+        line = capsys.readouterr().err
+        assert line.endswith("\n") and line.count("\n") == 1
+        assert not [ch for ch in line[:-1] if unicodedata.category(ch) == "Cc"], line
+        assert "\\x1b[31mRED" in line
