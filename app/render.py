@@ -17,6 +17,8 @@ from typing import IO, Any
 from .term_safe import visible_controls
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
+# -x's fences: any indentation (a block inside a list item), kept to strip from the body
+_INDENTED_FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([^`\s]*)")
 
 
 def extract_code_blocks(text: str) -> list[str]:
@@ -24,21 +26,24 @@ def extract_code_blocks(text: str) -> list[str]:
     order. A closing fence uses the opening fence's character, at least as many times. Only
     blocks with both fences count: a fence left open at the end (an interrupted reply, or an
     answer whose opening fence is missing, so the closing one looks like an opening) gives no
-    block, never the prose after it."""
+    block, never the prose after it. A fence may be indented (a block inside a list item,
+    ``1. Step`` then a 3- or 4-space indented fence): as CommonMark does, each body line loses
+    up to as many leading spaces as the opening fence had, so the code runs as written."""
     blocks: list[str] = []
     fence: str | None = None
+    indent = 0
     body: list[str] = []
     for line in text.splitlines():
-        match = _FENCE.match(line)
+        match = _INDENTED_FENCE.match(line)
         if fence is None:
             if match:
-                fence, body = match.group(1), []
-        elif match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) \
-                and not match.group(2) and not line.strip().strip(fence[0]):
+                indent, fence, body = len(match.group(1)), match.group(2), []
+        elif match and match.group(2)[0] == fence[0] and len(match.group(2)) >= len(fence) \
+                and not match.group(3) and not line.strip().strip(fence[0]):
             blocks.append("\n".join(body))
             fence = None
         else:
-            body.append(line)
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
     return blocks
 
 

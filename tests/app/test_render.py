@@ -108,11 +108,29 @@ def test_interrupted_line_is_rendered_by_finish():
     ("```\nunclosed\nstill", []),
     ("echo hi\n```\nThat prints hi.", []),  # the opening fence is missing
     ("```sh\nls\n```\nthen\n```\nopen", ["ls"]),
-    ("  ```sh\n  ls\n  ```", ["  ls"]),
+    ("  ```sh\n  ls\n  ```", ["ls"]),
     ("```\n```", [""]),
 ])
 def test_extract_code_blocks(text, blocks):
     assert extract_code_blocks(text) == blocks
+
+
+@pytest.mark.parametrize("text", [
+    # a block in a numbered step: its 3-space indent made `-x > f.py` an IndentationError
+    "1. Define it:\n   ```python\n   def f():\n       return 1\n   ```\n2. Call it.\n",
+    # under `* item` a fence indented 4 spaces was not found at all
+    "* item\n\n    ```py\n    a = 1\n    if a:\n      b = 2\n    ```\n",
+    "  ```sh\n  ls\n   -la\n  ```\n",
+    "Text\n\n```\nx = 1\n\n  y = 2\n```\n",
+])
+def test_extracted_blocks_are_what_a_commonmark_parser_finds(text):
+    """The oracle: markdown-it-py (Rich's Markdown parser) in CommonMark mode, whose fence
+    tokens hold each body with the opening fence's indentation removed."""
+    from markdown_it import MarkdownIt
+
+    want = [tok.content.removesuffix("\n") for tok in MarkdownIt("commonmark").parse(text)
+            if tok.type == "fence"]
+    assert want and extract_code_blocks(text) == want
 
 
 def has_colour(text: str) -> bool:
