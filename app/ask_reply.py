@@ -11,7 +11,6 @@ reply so far and says so in one line (exit 1).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -150,7 +149,7 @@ def print_answer(writer: Any, args: Any, stats: dict[str, Any], model: str,
         text = "\n\n".join(blocks) if blocks else text
     if args.json:
         doc = {"content": text, "model": model, "conversation_id": conv_id, **stats}
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        sys.stdout.write(cli_io.json_line(doc, sys.stdout))
         sys.stdout.flush()
     elif args.extract:
         plain = cli_io.AnswerWriter(buffered=True)

@@ -113,7 +113,7 @@ def run_jsonl(args: JsonlArgs, stdin: IO[str] | None = None, stdout: IO[str] | N
     session = ChatSession(system=settings.system_prompt)
 
     def emit(obj: dict[str, Any]) -> None:
-        stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        stdout.write(cli_io.json_line(obj, stdout))
         stdout.flush()
 
     for line in stdin:

@@ -55,6 +55,21 @@ def printable(text: str, keep: str = "") -> str:
     return "".join(out)
 
 
+def json_line(obj: Any, stream: Any) -> str:
+    """``obj`` as one JSON line for ``stream``: characters as they are where the stream
+    writes UTF-8, ``\\uXXXX`` escapes where it writes another encoding (``PYTHONIOENCODING=
+    ascii``, a C locale), whose replacement of what it cannot encode had turned the text into
+    ``?`` without a word; either way a JSON reader gets the exact text."""
+    import codecs
+    import json
+
+    try:
+        utf8 = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name == "utf-8"
+    except LookupError:
+        utf8 = False
+    return json.dumps(obj, ensure_ascii=not utf8) + "\n"
+
+
 def error(message: str) -> None:
     """Print ``localchat: error: <message>`` as one line on stderr, its control characters
     escaped (:func:`printable`): messages quote what servers, files and users sent."""

@@ -69,6 +69,21 @@ def test_extract_with_json_prints_no_note(env):
     assert json.loads(proc.stdout)["content"] == "no code here"
 
 
+def test_json_keeps_the_exact_text_on_a_non_utf8_stdout(env):
+    """``PYTHONIOENCODING=ascii localchat ask --json`` printed ``"Emoji ? and caf?"``
+    without a word: the JSON of ``ask --json`` and ``chat --jsonl`` now escapes what the
+    stream cannot encode (``\\uXXXX``), so a JSON reader gets the reply exactly."""
+    reply = "Emoji \U0001f436 and caf\u00e9"
+    for extra in ({"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}, {}):
+        proc = fake(env, "ask", "--json", "q", FAKE_REPLY=reply, **extra)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["content"] == reply
+        chat = fake(env, "chat", "--jsonl", stdin=b'{"role":"user","content":"q"}\n',
+                    FAKE_REPLY=reply, **extra)
+        assert json.loads(chat.stdout.splitlines()[0])["content"] == reply
+    assert "\U0001f436".encode() in proc.stdout  # UTF-8 as it is
+
+
 def test_empty_conversation_id_is_a_usage_error(env):
     proc = fake(env, "ask", "--conversation", "", "hi", FAKE_LOAD_SECONDS="0.01")
     assert proc.returncode == 2 and proc.stdout == b""
