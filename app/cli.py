@@ -16,7 +16,12 @@ import typer
 from localchat.app import cli_io, interrupts
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
-from localchat.app.load_options import check_jsonl_only, check_model_flag, tui_without_a_terminal
+from localchat.app.load_options import (
+    check_jsonl_only,
+    check_model_flag,
+    check_theme_flag,
+    tui_without_a_terminal,
+)
 from localchat.app.models_cli import models_command, pull_command
 from localchat.app.plan_cli import plan_command
 
@@ -81,6 +86,7 @@ def _root(
     Try: localchat ask "What is the capital of France?"
     """
     if ctx.invoked_subcommand is None:
+        check_theme_flag(theme)
         tui_without_a_terminal(ctx.get_help, model, theme, endpoint)
         _open_tui(model, theme, {}, endpoint=endpoint)
 
@@ -293,6 +299,7 @@ def chat(
     """Chat in the TUI; with --jsonl: one conversation over JSON lines (see README)."""
     if not jsonl:
         check_jsonl_only(draft=draft, k=num_speculative_tokens, local=local)
+        check_theme_flag(theme)
         tui_without_a_terminal(None)
         knobs = {"seed": seed, "temperature": temperature, "max_tokens": max_tokens}
         _open_tui(model, theme, {k: v for k, v in knobs.items() if v is not None},

@@ -95,6 +95,22 @@ def _write(name: str, value: str | None) -> None:
     cli_io.note(f"{key.name} {shown} in {settings.config_path()}")
 
 
+def theme_problem(value: str) -> str | None:
+    """Why ``value`` names no theme (localchat's, by full or short name, or one of Textual's
+    built-in ones), or None when it names one."""
+    from localchat.themes import THEMES, resolve_theme_name
+
+    names = [t.name for t in THEMES]
+    try:
+        from textual.theme import BUILTIN_THEMES
+    except ImportError:  # pragma: no cover - textual is a dependency
+        BUILTIN_THEMES = {}
+    if resolve_theme_name(value) in {*names, *BUILTIN_THEMES}:
+        return None
+    short = [n.removeprefix("localchat-") for n in names]
+    return f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+
+
 def check_setting(key: Any, value: Any) -> None:
     """Refuse a value that parses but names nothing, before ``config set`` writes it
     (``key``: a ``settings.Key``, ``value`` as ``settings.parse_value`` returned it):
@@ -118,16 +134,7 @@ def check_setting(key: Any, value: Any) -> None:
                       + "a catalog alias, a Hub repo id (org/name) or an existing file or "
                       "folder (see 'localchat models')")
     elif key.name == "theme":
-        from localchat.themes import THEMES, resolve_theme_name
-
-        names = [t.name for t in THEMES]
-        try:
-            from textual.theme import BUILTIN_THEMES
-        except ImportError:  # pragma: no cover - textual is a dependency
-            BUILTIN_THEMES = {}
-        if resolve_theme_name(value) not in {*names, *BUILTIN_THEMES}:
-            short = [n.removeprefix("localchat-") for n in names]
-            reason = f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+        reason = theme_problem(value)
     if reason:
         from localchat.app.settings import SettingError, config_path
 

@@ -22,6 +22,17 @@ CONTEXT_TOO_SMALL = (f"the context must hold at least {MIN_CONTEXT} tokens (one 
                      "prompt, one for the reply)")
 
 
+def check_theme_flag(theme: str | None) -> None:
+    """Raises ``CliUsageError`` (exit 2) when ``--theme`` names no theme (``config set
+    theme`` refuses the same names; the TUI had opened anyway, with a notification)."""
+    if theme is None:
+        return
+    from localchat.app.config_cli import theme_problem
+
+    if (problem := theme_problem(theme)) is not None:
+        raise CliUsageError(f"--theme {theme}: {problem}")
+
+
 def check_max_num_seqs(value: int) -> None:
     """Raises ``CliUsageError`` (exit 2) unless ``1 <= value <= MAX_NUM_SEQS``."""
     if not 1 <= value <= MAX_NUM_SEQS:

@@ -144,6 +144,13 @@ def test_tui_flags_without_a_terminal_are_a_usage_error_not_the_help(env, args):
     assert_one_line_error(run(env, *args), 2, "the chat TUI needs a terminal")
 
 
+@pytest.mark.parametrize("args", [["--theme", "neon"], ["chat", "--theme", "neon"]])
+def test_an_unknown_theme_flag_is_a_usage_error(env, args):
+    """``config set theme neon`` was refused while ``chat --theme neon`` opened the TUI with
+    a notification: the flag is now checked against the same themes, before anything."""
+    assert_one_line_error(run(env, *args), 2, "--theme neon: no such theme")
+
+
 # -- runtime errors (exit 1) ------------------------------------------------------------------
 
 
