@@ -64,6 +64,30 @@ def show() -> None:
         cli_io.warn(f"config file: unknown key '{name}' (ignored)")
 
 
+@config_app.command()
+def get(key: KeyArg) -> None:
+    """Print KEY's value in effect (as 'config show' finds it: environment, config file,
+    the model's recommendation, the default); exit 1, with a note, when it has none."""
+    from localchat.app import settings as settings_mod
+    from localchat.app.model_defaults import recommended_sampling
+    from localchat.engine.sampling_params import SamplingParams
+
+    try:
+        found = settings_mod.lookup_key(key)
+    except settings_mod.SettingError as exc:
+        raise cli_io.CliUsageError(str(exc)) from None
+    settings = settings_mod.load_settings()
+    value = settings.get(found.name)
+    if value is None and found.table:
+        value = recommended_sampling(settings.default_model)[0].get(found.field)
+        if value is None:
+            value = getattr(SamplingParams(), found.field, None)
+    if value is None:
+        cli_io.note(f"{found.name} is not set")
+        raise typer.Exit(1)
+    typer.echo(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+
+
 # a value may start with "-" (a negative penalty, a system prompt "-be brief")
 @config_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_(key: KeyArg, value: Annotated[str, typer.Argument(help="The new value.")]) -> None:

@@ -139,6 +139,20 @@ def test_config_command_path_set_show_unset(run, home):
     assert code == 0 and "sampling.temperature is not set in " in err and "removed" not in err
 
 
+def test_config_get_prints_the_value_in_effect(run, home, monkeypatch):
+    """``config get KEY`` (git's and llm's verb, missing before): the value ``config show``
+    finds, bare, for scripts; an unset key with no default is exit 1 with a note; an unknown
+    key exit 2."""
+    run("config", "set", "default_model", "qwen2.5-coder-0.5b")
+    assert run("config", "get", "default_model") == (0, "qwen2.5-coder-0.5b\n", "")
+    assert run("config", "get", "sampling.top_p")[:2] == (0, "1.0\n")  # the default
+    monkeypatch.setenv("LOCALCHAT_TEMPERATURE", "0.7")
+    assert run("config", "get", "temperature")[:2] == (0, "0.7\n")  # the environment
+    assert run("config", "get", "api_key") == (1, "", "localchat: note: api_key is not set\n")
+    code, out, err = run("config", "get", "nosuch")
+    assert (code, out) == (2, "") and "unknown config key 'nosuch'" in err
+
+
 def test_config_show_names_the_environment(run, monkeypatch):
     monkeypatch.setenv("LOCALCHAT_TOP_K", "5")
     code, out, _ = run("config", "show")
