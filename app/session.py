@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -162,7 +162,7 @@ def _split_turns(
 
 
 # A message of more than this many characters per token of the prompt budget is measured on a
-# prefix first (_far_too_long); the prefix's count may exceed the whole's by a few tokens where
+# prefix first (far_too_long); the prefix's count may exceed the whole's by a few tokens where
 # the cut splits a word, hence the margin.
 _PREFIX_CHARS_PER_TOKEN = 8
 _PREFIX_MARGIN = 16
@@ -171,24 +171,35 @@ _PREFIX_MARGIN = 16
 def _far_too_long(tokenizer: ChatTemplateTokenizer, messages: list[dict[str, str]],
                   max_prompt_tokens: int, add_generation_prompt: bool
                   ) -> tuple[int, int] | None:
-    """``(a lower bound on the prompt's tokens, an estimate of them)`` when one of
-    ``messages`` (those always kept: the system prompt, the latest user message and after) is
-    far longer than ``max_prompt_tokens`` could hold, else None. Such a message (over
-    ``8 * (max_prompt_tokens + 16)`` characters) is rendered alone on its first that many
-    characters (cut at a space or newline where there is one in the second half): the prompt
-    renders that prefix and more, so its tokens, less ``_PREFIX_MARGIN``, bound the prompt's
-    from below; the estimate scales them by the message's length over the prefix's. A pasted
+    """``far_too_long`` on ``messages``' contents (those always kept: the system prompt, the
+    latest user message and after), each prefix rendered alone as a user message. A pasted
     6.7 MB file was otherwise tokenized whole, several times, before being refused (32 s,
     1.7 GB for SmolLM2)."""
+    def count(prefix: str) -> int:
+        return len(_render_ids(tokenizer, [{"role": "user", "content": prefix}],
+                               add_generation_prompt))
+
+    return far_too_long([m["content"] for m in messages], max_prompt_tokens, count)
+
+
+def far_too_long(texts: Iterable[str], max_prompt_tokens: int,
+                 count: Callable[[str], int]) -> tuple[int, int] | None:
+    """``(a lower bound on the prompt's tokens, an estimate of them)`` when one of ``texts``
+    (parts of one prompt) is far longer than ``max_prompt_tokens`` could hold, else None,
+    at a cost bounded by ``max_prompt_tokens``, not by the texts. Such a text (over
+    ``8 * (max_prompt_tokens + 16)`` characters) is measured by ``count`` (its tokens as the
+    prompt would hold it) on its first that many characters only (cut at a space or newline
+    where there is one in the second half): the prompt holds that prefix and more, so its
+    tokens, less ``_PREFIX_MARGIN``, bound the prompt's from below; the estimate scales them
+    by the text's length over the prefix's. ``ask`` (``_far_too_long``) and ``localchat
+    serve`` (``server/prompt_ids.py``) refuse such prompts with it."""
     cut = _PREFIX_CHARS_PER_TOKEN * (max_prompt_tokens + _PREFIX_MARGIN)
-    for m in messages:
-        text = m["content"]
+    for text in texts:
         if len(text) <= cut:
             continue
         end = max(text.rfind(" ", cut // 2, cut), text.rfind("\n", cut // 2, cut))
         prefix = text[:end if end > 0 else cut]
-        n = len(_render_ids(tokenizer, [{"role": "user", "content": prefix}],
-                            add_generation_prompt)) - _PREFIX_MARGIN
+        n = count(prefix) - _PREFIX_MARGIN
         if n > max_prompt_tokens:
             return n, round(n * len(text) / len(prefix))
     return None

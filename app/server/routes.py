@@ -7,7 +7,9 @@ are prefilled once). Routes: ``POST /v1/chat/completions`` and ``POST /v1/comple
 ``GET /health``, ``GET /metrics``. A client that disconnects aborts its request (its KV
 blocks are freed). Every path but ``/health`` needs the API key when one is set, checked
 before the body is read (``limits.BodyLimitMiddleware``). A request's prompt ids come from
-``prompt_ids.py``; answering it (JSON or server-sent events, aborts, errors) is ``generation.py``.
+``prompt_ids.py``, in a worker thread (a long prompt's tokenization does not hold up the
+event loop, so other requests' streams go on); answering it (JSON or server-sent events,
+aborts, errors) is ``generation.py``.
 Reference design: vLLM's OpenAI server (``serving_chat``), llama-cpp-python's server.
 """
 
@@ -20,13 +22,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 
 from localchat.app.server import encode
 from localchat.app.server.errors import APIError, install_handlers
 from localchat.app.server.generation import generate
 from localchat.app.server.limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware, check_api_key
 from localchat.app.server.metrics import ServerMetrics, StatusCounter
-from localchat.app.server.prompt_ids import encode_prompt, render_chat
+from localchat.app.server.prompt_ids import context_length_error, encode_prompt, render_chat
 from localchat.app.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -131,9 +134,7 @@ class _Server:
                 numbers named).
         """
         if num_prompt >= self.max_model_len:
-            raise APIError(400, f"the prompt is {num_prompt} tokens but the context holds "
-                           f"{self.max_model_len} tokens (prompt + reply)",
-                           param=prompt_param, code="context_length_exceeded")
+            raise context_length_error(num_prompt, self.max_model_len, prompt_param)
         room = self.max_model_len - num_prompt
         return min(max_tokens or self.max_tokens_limit, self.max_tokens_limit, room)
 
@@ -211,7 +212,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         if body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                            code="invalid_value")
-        prompt_ids = render_chat(engine.tokenizer, body)
+        prompt_ids = await run_in_threadpool(render_chat, engine.tokenizer, body,
+                                             server.max_model_len)
         max_tokens = server.check_lengths(
             len(prompt_ids), body.max_completion_tokens or body.max_tokens, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
@@ -224,7 +226,8 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
         body = parse_body(await request.body(), CompletionRequest)
         _log_ignored(request, body)
         server.check_model(body.model)
-        prompt_ids = encode_prompt(engine.tokenizer, body.prompt)
+        prompt_ids = await run_in_threadpool(encode_prompt, engine.tokenizer, body.prompt,
+                                             server.max_model_len)
         max_tokens = server.check_lengths(len(prompt_ids), body.max_tokens or 16, "prompt")
         params = encode.sampling_params(body, max_tokens, body.logprobs)
         return await generate(server, request, "text", prompt_ids, params, body)
