@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from localchat.app.server.text_offsets import TextOffsets
 from localchat.engine.outputs import EngineInfo
 from localchat.engine.sampling_params import SamplingParams
 
@@ -108,9 +109,10 @@ def usage(out: Any) -> dict[str, Any]:
 
 @dataclass
 class ResponseShape:
-    """Builds one request's response objects. ``kind`` is ``chat`` or ``text``. A stream's
-    legacy ``text_offset`` continues across chunks (``_stream_offset``: the characters of the
-    tokens already sent), as in the whole body."""
+    """Builds one request's response objects. ``kind`` is ``chat`` or ``text``. The legacy
+    ``text_offset`` is each token's start in the returned text (``text_offsets.py``); a
+    stream's continues across chunks (``_stream_chars``: the text sent so far), as in the
+    whole body."""
 
     kind: str
     request_id: str
@@ -118,7 +120,8 @@ class ResponseShape:
     created: int
     tokenizer: Any
     top_n: int | None  # logprobs asked for: the top-n size (0: the sampled token only)
-    _stream_offset: int = field(default=0, init=False)
+    _stream_chars: int = field(default=0, init=False)
+    _stream_offsets: TextOffsets | None = field(default=None, init=False)
 
     def _base(self, chunk: bool) -> dict[str, Any]:
         if self.kind == "chat":
@@ -140,7 +143,10 @@ class ResponseShape:
             choice["logprobs"] = {"content": logprobs} if logprobs is not None else None
         else:
             choice["text"] = text
-            choice["logprobs"] = self._legacy(logprobs) if logprobs is not None else None
+            choice["logprobs"] = None
+            if logprobs is not None:
+                offsets = TextOffsets(self.tokenizer).take(_logprob_ids(outputs), len(text))
+                choice["logprobs"] = self._legacy(logprobs, offsets)
         return {**self._base(False), "choices": [choice], "usage": usage(last)}
 
     # -- stream -----------------------------------------------------------------------------
@@ -166,9 +172,12 @@ class ResponseShape:
         else:
             choice["text"] = out.text_delta
             choice["logprobs"] = None
+            self._stream_chars += len(out.text_delta)
             if logprobs:
-                choice["logprobs"] = self._legacy(logprobs, self._stream_offset)
-                self._stream_offset += sum(len(e["token"]) for e in logprobs)
+                if self._stream_offsets is None:
+                    self._stream_offsets = TextOffsets(self.tokenizer)
+                offsets = self._stream_offsets.take(_logprob_ids([out]), self._stream_chars)
+                choice["logprobs"] = self._legacy(logprobs, offsets)
         return [{**self._base(True), "choices": [choice]}]
 
     def usage_chunk(self, last: Any) -> dict[str, Any]:
@@ -194,15 +203,17 @@ class ResponseShape:
                                      for t, lp in ranked]})
         return entries
 
-    def _legacy(self, entries: list[dict[str, Any]], start: int = 0) -> dict[str, Any]:
-        """The legacy ``logprobs`` object; ``text_offset`` counts from ``start`` (the
-        characters of the completion's earlier tokens)."""
-        offsets, pos = [], start
-        for e in entries:
-            offsets.append(pos)
-            pos += len(e["token"])
+    @staticmethod
+    def _legacy(entries: list[dict[str, Any]], offsets: list[int]) -> dict[str, Any]:
+        """The legacy ``logprobs`` object of ``entries`` (``_logprobs``), whose tokens start
+        at ``offsets`` in the text."""
         return {"tokens": [e["token"] for e in entries],
                 "token_logprobs": [e["logprob"] for e in entries],
                 "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]}
                                  for e in entries],
                 "text_offset": offsets}
+
+
+def _logprob_ids(outputs: list[Any]) -> list[int]:
+    """The token ids ``_logprobs`` makes entries of, in order."""
+    return [t for out in outputs for t, _ in zip(out.new_token_ids, out.logprobs or [])]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from localchat.engine.detokenizer import IncrementalDetokenizer
 from localchat.engine.outputs import EngineStats, RequestOutput
 from localchat.engine.request import FinishReason
 from localchat.engine.sampling_params import SamplingParams
@@ -21,16 +22,19 @@ REPLY = " The quick brown fox jumps over the lazy dog."
 
 
 class ScriptedEngine:
-    """Streams ``REPLY``'s tokens one per output (up to ``max_tokens``), each with a
-    logprob and a runner-up when asked; or raises ``fail`` from ``generate``. Records the
+    """Streams ``reply``'s tokens one per output (up to ``max_tokens``), each with a
+    logprob and a runner-up when asked, their text decoded as the engine decodes it
+    (``IncrementalDetokenizer``: an incomplete character held back, the text ended before a
+    stop string, which ends the reply); or raises ``fail`` from ``generate``. Records the
     ``SamplingParams`` it was given."""
 
-    def __init__(self, tokenizer, *, max_model_len: int = 2048, fail=None) -> None:
+    def __init__(self, tokenizer, *, max_model_len: int = 2048, fail=None,
+                 reply: str = REPLY) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.is_running = True
         self.fail = fail
-        self.reply_ids = tokenizer.encode(REPLY)
+        self.reply_ids = tokenizer.encode(reply)
         self.params: list[SamplingParams] = []
 
     def get_stats(self) -> EngineStats:
@@ -46,18 +50,22 @@ class ScriptedEngine:
         if self.fail is not None:
             raise self.fail
         ids = self.reply_ids[: sampling_params.max_tokens]
-        text = ""
+        detok = IncrementalDetokenizer(self.tokenizer, stop=sampling_params.stop)
         for i, tid in enumerate(ids):
-            delta = self.tokenizer.decode([tid])
-            text += delta
-            last = i == len(ids) - 1
+            delta = detok.step([tid])
+            stopped = detok.stop_matched is not None
+            last = stopped or i == len(ids) - 1
+            if last:
+                delta += detok.flush(drop_incomplete=not stopped)
             top = None
             if sampling_params.logprobs is not None:
                 top = [{tid: -0.25, (tid + 1) % self.tokenizer.vocab_size: -1.5}]
-            yield RequestOutput(request_id or "r", [tid], delta, text, len(prompt_token_ids),
-                                i + 1, finished=last,
-                                finish_reason=FinishReason.LENGTH if last else None,
-                                logprobs=top)
+            reason = (FinishReason.STOP if stopped else FinishReason.LENGTH) if last else None
+            yield RequestOutput(request_id or "r", [tid], delta, detok.text,
+                                len(prompt_token_ids), i + 1, finished=last,
+                                finish_reason=reason, logprobs=top)
+            if last:
+                return
 
 
 def make_app(engine, **options):
