@@ -71,7 +71,8 @@ def error_response(status: int, message: str, param: str | None = None,
 
 
 def install_handlers(app: FastAPI) -> None:
-    """Map ``APIError``, Starlette's HTTP errors (404 path, 405 method) and any other
+    """Map ``APIError``, Starlette's HTTP errors (404 path, a trailing slash included; 405
+    method, ``HEAD`` and ``OPTIONS`` included, with its ``Allow`` header) and any other
     exception to OpenAI-shaped JSON."""
 
     @app.exception_handler(APIError)
@@ -88,7 +89,7 @@ def install_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return error_response(exc.status_code, message, code=None)
+        return error_response(exc.status_code, message, code=None, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:

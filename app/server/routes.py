@@ -162,7 +162,9 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
     usage and the engine's ``EngineInfo`` as its ``engine`` object, a localchat extension
     read back by ``AsyncRemoteEngine.get_info``) only with the key when one is set."""
     server = _Server(engine, options)
-    app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None)
+    # No redirect for a trailing slash (FastAPI's bare 307): an unknown path is a 404.
+    app = FastAPI(title="localchat", docs_url=None, redoc_url=None, openapi_url=None,
+                  redirect_slashes=False)
     app.state.server = server
     install_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=options.max_body_bytes,

@@ -1,7 +1,7 @@
 """Routes and transport of ``localchat serve``'s app over ``ScriptedEngine`` (``scripted.py``),
 each pinning a defect a tester found: ``GET /v1/models/{model}`` was missing, a 429 had no
 ``Retry-After``, the body was read before the key was checked (and a declared oversized body
-was not refused up front).
+was not refused up front), a trailing slash got FastAPI's bare 307, a 405 had no ``Allow``.
 """
 
 from __future__ import annotations
@@ -163,3 +163,28 @@ def test_a_live_server_answers_413_at_once(engine):
                 assert time.monotonic() - start < 5
     finally:
         server.stop()
+
+
+# -- 13. a trailing slash, HEAD and OPTIONS ------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,path", [("POST", CHAT + "/"), ("POST", COMP + "/"),
+                                         ("GET", "/health/"), ("GET", "/metrics/")])
+def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(client, engine, method, path):
+    """It was FastAPI's bare 307 with an empty body; the README promises a 404."""
+    r = client.request(method, path, content=json.dumps({"messages": USER}).encode(),
+                       headers={"content-type": "application/json"}, follow_redirects=False)
+    err = assert_error(r, 404, None)
+    assert err["message"] == f"no route {method} {path}" and "location" not in r.headers
+    assert engine.params == []
+
+
+@pytest.mark.parametrize("method,path,allow", [
+    ("OPTIONS", CHAT, "POST"), ("OPTIONS", "/health", "GET"), ("HEAD", "/v1/models", "GET"),
+    ("HEAD", COMP, "POST"), ("PUT", "/v1/models", "GET")])
+def test_a_wrong_method_is_a_405_naming_the_allowed_one(client, method, path, allow):
+    r = client.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow
+    if method != "HEAD":  # a HEAD answer has no body
+        err = assert_error(r, 405, None)
+        assert err["message"] == f"method {method} is not allowed on {path}"
