@@ -136,6 +136,15 @@ class _SamplingFields(_Strict):
     user: str | None = None
     logit_bias: dict[str, float] | None = None
 
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, value: Any, info: Any) -> Any:
+        """``stream_options`` without ``"stream": true`` would be ignored: refused, as OpenAI
+        and vLLM refuse it (``stream`` is validated first; a bad one is its own error)."""
+        if value is not None and info.data.get("stream") is not True:
+            raise ValueError("'stream_options' is only allowed when 'stream' is true")
+        return value
+
     @field_validator("logit_bias")
     @classmethod
     def _no_logit_bias(cls, value: Any) -> Any:

@@ -121,6 +121,12 @@ CASES = [
      GOOD, 400, "stream_options.include_usage"),
     ("stream-options-unknown", "POST", CHAT, chat(stream_options={"x": True}), GOOD, 400,
      "stream_options.x"),
+    ("stream-options-without-stream", "POST", CHAT,
+     chat(stream_options={"include_usage": True}), GOOD, 400, "stream_options"),
+    ("stream-options-stream-false", "POST", CHAT,
+     chat(stream=False, stream_options={"include_usage": False}), GOOD, 400, "stream_options"),
+    ("comp-stream-options-without-stream", "POST", COMP,
+     comp(stream_options={"include_usage": True}), GOOD, 400, "stream_options"),
     ("model-unknown", "POST", CHAT, chat(model="gpt-9"), GOOD, 404, "model"),
     ("model-int", "POST", CHAT, chat(model=7), GOOD, 400, "model"),
     ("user-int", "POST", CHAT, chat(user=7), GOOD, 400, "user"),
@@ -194,6 +200,8 @@ def test_bad_request(http, name, method, path, body, headers, status, param):
         assert f"'{param.split('.')[-1]}' is not supported" in err["message"], err
     if name in ("misspelt-field", "comp-unknown-field"):
         assert err["message"] == f"unknown field '{param}'"
+    if param == "stream_options":  # it would change nothing: refused, as OpenAI does
+        assert err["message"] == "'stream_options' is only allowed when 'stream' is true"
     if name == "stop-too-many":
         assert "at most 16 stop sequences" in err["message"], err
     if name == "deep-nesting":
