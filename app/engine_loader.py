@@ -106,6 +106,57 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
     return draft, draft_source.path
 
 
+def on_disk(spec: str) -> Any:
+    """The ``ModelSource`` of ``spec`` when it is on disk, None when it names a model still to
+    download (a catalog alias or Hub repo id not cached yet).
+
+    Raises:
+        ModelNotFoundError: ``spec`` names no model (``resolve_model``'s message, as ``ask``
+            says it).
+    """
+    from localchat.app.settings import cache_dir
+    from localchat.engine.errors import ModelNotFoundError
+    from localchat.engine.hub.catalog import resolve_alias
+    from localchat.engine.hub.resolve import parse_repo_spec, resolve_model
+
+    try:
+        return resolve_model(spec, cache_dir=cache_dir(), download=False)
+    except ModelNotFoundError:
+        text = spec.strip()
+        if text and not Path(text).expanduser().exists() and (
+                resolve_alias(text) is not None or parse_repo_spec(text) is not None):
+            return None  # the load fetches it
+        raise
+
+
+def check_before_load(options: LoadOptions) -> None:
+    """``load``'s refusals that need no download and no weights, for a front end that must not
+    give up a running engine for a value the load would refuse (the TUI's settings):
+    ``check_load_options``, a model or draft that names no model, ``auto`` without a known
+    pairing and a draft that is the model itself (when both are on disk). A model still to
+    download passes; its load may fail later.
+
+    Raises:
+        CliUsageError, SettingError: as ``check_load_options``.
+        ModelNotFoundError: the model names no model; the draft's message starts with
+            ``options.draft_origin``.
+        DraftChoiceError: as ``resolve_draft``.
+    """
+    from localchat.app.load_options import check_load_options
+
+    check_load_options(options)
+    source = on_disk(options.model)
+    if source is None:  # its alias, draft pairing and path are known after the download
+        return
+    draft = draft_spec(options, source.alias)
+    if draft is None or draft.lower() == NGRAM:
+        return
+    with naming_the_draft(options.draft_origin):
+        draft_source = on_disk(draft)
+    if draft_source is not None:
+        refuse_the_model_itself(draft, draft_source.path, source.path, options.draft_origin)
+
+
 def engine_config(options: LoadOptions, draft_path: Path | str | None,
                   repack_progress: bool = False) -> Any:
     """``EngineConfig`` for ``options``: the weight format, speculative decoding (the draft

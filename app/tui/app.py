@@ -20,7 +20,7 @@ from textual.app import App
 from textual.theme import Theme
 
 from localchat.app.tui import keymap as keys
-from localchat.app.tui.engine_host import describe_error, load_async_engine
+from localchat.app.tui.engine_host import check_async_load, describe_error, load_async_engine
 from localchat.app.tui.messages import EngineLoaded
 from localchat.app.tui.screens.chat_screen import ChatScreen
 from localchat.engine.errors import LocalchatError
@@ -39,6 +39,9 @@ class ChatApp(App[None]):
         engine: an already loaded engine (tests); skips loading.
         engine_loader: ``(spec, quant=, draft=, progress=, context=, endpoint=) -> engine``,
             run on a thread (``endpoint`` only when the settings name one).
+        load_check: ``(spec, quant=, draft=, context=, context_origin=, endpoint=)``, raising
+            on a model or draft the loader would refuse (``check_async_load``), run before a
+            switch unloads anything.
         context: context size in tokens (``--context``; default: the settings' ``context``,
             else the model's, at most 8192 on CPU).
         store: the history store (default: ``TuiStore()`` on the user's history file),
@@ -54,7 +57,8 @@ class ChatApp(App[None]):
     def __init__(self, *, model: str | None = None, theme: str | None = None,
                  settings: Any = None, engine: Any = None,
                  engine_loader: Callable[..., Any] | None = None, store: Any = None,
-                 remember_theme: bool = True, context: int | None = None) -> None:
+                 remember_theme: bool = True, context: int | None = None,
+                 load_check: Callable[..., None] | None = None) -> None:
         super().__init__()
         if settings is None:
             from localchat.app.settings import load_settings
@@ -83,6 +87,9 @@ class ChatApp(App[None]):
         self.engine_error: str | None = None
         self.show_tracebacks = False  # Textual's traceback after a crash (``--debug``)
         self._engine_loader = engine_loader or load_async_engine
+        self._load_check = load_check or check_async_load
+        # (model, draft) that answered before a switch, loaded again if the switch fails
+        self._fallback: tuple[str, str | None] | None = None
         self._remember_theme = remember_theme
         self.keymap: dict[str, str] = {}
         self._keymap_error: str | None = None
@@ -117,9 +124,26 @@ class ChatApp(App[None]):
 
     # -- engine --------------------------------------------------------------------------------
 
+    def check_load(self, model: str, draft: str | None) -> str | None:
+        """Why ``load_model(model, draft)`` would fail before loading anything (a model or
+        draft that names no model, the draft being the model itself: ``ask``'s checks), as
+        one line; None when it may go ahead. Nothing is unloaded."""
+        extra = {} if self.context is None else {"context": self.context,
+                                                 "context_origin": self.context_origin}
+        try:
+            self._load_check(model, quant=self.quant, draft=draft,
+                             endpoint=getattr(self.settings, "endpoint", None), **extra)
+        except Exception as exc:  # noqa: BLE001 - said in a notification; nothing changes
+            return describe_error(exc)
+        return None
+
     def load_model(self, model: str, draft: str | None = None) -> None:
-        """Load ``model`` (and ``draft``) on a thread; ``EngineLoaded`` reports the outcome."""
+        """Load ``model`` (and ``draft``) on a thread; ``EngineLoaded`` reports the outcome.
+        The engine in use is shut down first (two models may not fit in memory); when the new
+        one fails to load, the one that answered before is loaded again."""
         old, self.engine = self.engine, None
+        if old is not None:
+            self._fallback = (self.model_name, self.draft)
         self.model_name, self.draft, self.engine_error = model, draft, None
         if old is not None:
             _shutdown(old)
@@ -156,7 +180,13 @@ class ChatApp(App[None]):
             if message.engine is not None and message.engine is not self.engine:
                 _shutdown(message.engine)
             return
-        if message.error:
+        fallback, self._fallback = self._fallback, None
+        if message.error and fallback is not None and fallback != (message.model, self.draft):
+            self.notify(f"{message.error}; loading {fallback[0]} again", severity="error",
+                        title=f"Cannot load {message.model}", timeout=15)
+            self.model_name, self.draft = fallback
+            self._load(*fallback)
+        elif message.error:
             self.engine_error = message.error
             self.notify(message.error, severity="error", title=f"Cannot load {message.model}",
                         timeout=15)

@@ -70,14 +70,40 @@ def _remote(spec: str, quant: str | None, draft: str | None, context: int | None
         return None
 
 
+def check_async_load(spec: str, *, quant: str | None = None, draft: str | None = None,
+                     context: int | None = None, context_origin: str = "--context",
+                     endpoint: str | None = None) -> None:
+    """Refuse, before anything is unloaded, what ``load_async_engine`` would refuse with the
+    same arguments without downloading or loading (``engine_loader.check_before_load``: a
+    model or draft that names no model, a draft that is the model itself, a bad weight
+    format). With an endpoint (the argument or the settings') the server judges the model,
+    and nothing is checked here.
+
+    Raises:
+        LocalchatError, CliUsageError: the value's problem, in the words ``ask`` uses.
+    """
+    from localchat.app import engine_loader
+    from localchat.app.settings import load_settings
+
+    if endpoint or load_settings().endpoint:
+        return
+    engine_loader.check_before_load(_options(spec, quant, draft, context, context_origin))
+
+
+def _options(spec: str, quant: str | None, draft: str | None, context: int | None,
+             context_origin: str) -> Any:
+    from localchat.app.load_options import LoadOptions
+
+    return LoadOptions(model=spec, draft=draft, quant=quant or "auto", context=context,
+                       context_origin=context_origin, draft_origin="the draft setting",
+                       quant_origin="the quant setting")  # the TUI has no such flags
+
+
 def _load(spec: str, quant: str | None, draft: str | None, progress: Progress | None,
           context: int | None = None, context_origin: str = "--context") -> Any:
     from localchat.app import engine_loader
-    from localchat.app.load_options import LoadOptions
 
-    options = LoadOptions(model=spec, draft=draft, quant=quant or "auto", context=context,
-                          context_origin=context_origin, draft_origin="the draft setting",
-                          quant_origin="the quant setting")  # the TUI has no such flags
+    options = _options(spec, quant, draft, context, context_origin)
     return engine_loader.load(options, progress=progress or _quiet, use_async=True)
 
 

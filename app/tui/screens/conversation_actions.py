@@ -187,13 +187,29 @@ class ConversationActions(MixinBase):
     # -- settings, model, help -----------------------------------------------------------------
 
     def action_settings(self) -> None:
+        """The conversation settings dialog. A model or draft the load would refuse keeps the
+        dialog open with a notification (``ChatApp.check_load``): the model in use and the
+        conversation's settings stay as they were."""
         state = self.current
         initial = ConversationSettings(state.system_prompt, state.model or self.app.model_name,
                                        self.app.draft, dict(state.sampling))
 
+        def target(result: ConversationSettings) -> tuple[str, str | None] | None:
+            """The (model, draft) to switch to, None to keep the engine (an empty model field
+            keeps the model; the same values load again only when no model is loaded)."""
+            wanted = (result.model or self.app.model_name, result.draft)
+            if wanted == (self.app.model_name, self.app.draft) and not self.app.engine_error:
+                return None
+            return wanted
+
+        def check(result: ConversationSettings) -> str | None:
+            wanted = target(result)
+            return None if wanted is None else self.app.check_load(*wanted)
+
         def done(result: ConversationSettings | None) -> None:
             if result is None:
                 return
+            wanted = target(result)
             state.system_prompt = result.system_prompt
             state.sampling = result.sampling
             if state.id is not None:
@@ -201,11 +217,10 @@ class ConversationActions(MixinBase):
                     state.id, system_prompt=result.system_prompt or "",
                     sampling=result.sampling)
             self.show_sampling()
-            if result.model and (result.model != self.app.model_name
-                                 or result.draft != self.app.draft):
-                self.switch_model(result.model, result.draft)
+            if wanted is not None:
+                self.switch_model(*wanted)
 
-        self.app.push_screen(SettingsScreen(initial, self.app.sampling_defaults()), done)
+        self.app.push_screen(SettingsScreen(initial, self.app.sampling_defaults(), check), done)
 
     def action_pick_model(self) -> None:
         def done(alias: str | None) -> None:
@@ -218,17 +233,23 @@ class ConversationActions(MixinBase):
                                                getattr(self.app, "context", None),
                                                remote=remote), done)
 
-    def switch_model(self, model: str, draft: str | None) -> None:
-        """Load another model for this and later replies (running replies are stopped). The
-        conversation's stored model changes when the load succeeds (``model_loaded``): a
-        model that failed to load was written into it, and the history then named it for
-        turns another model wrote."""
+    def switch_model(self, model: str, draft: str | None) -> bool:
+        """Load another model for this and later replies (running replies are stopped); False,
+        with a notification and nothing unloaded, for a model or draft the load would refuse
+        (``ChatApp.check_load``). The conversation's stored model changes when the load
+        succeeds (``model_loaded``): a model that failed to load was written into it, and the
+        history then named it for turns another model wrote."""
+        problem = self.app.check_load(model, draft)
+        if problem:
+            self.notify(problem, severity="error", title=f"Cannot load {model}", timeout=15)
+            return False
         for state in list(self.states.values()):
             if state.turn is not None and state.turn.worker is not None:
                 state.turn.worker.cancel()
         self.switched_for = (self.current, model)
         self.app.load_model(model, draft)
         self.refresh_status()
+        return True
 
     def model_loaded(self, model: str) -> None:
         """``model`` now answers (the app's ``EngineLoaded`` without an error): where this

@@ -1,7 +1,8 @@
 """Per-conversation settings: system prompt, model, draft model and sampling parameters.
 
 Values are checked with ``SamplingParams`` before the dialog closes; a bad value is named in a
-notification and the dialog stays open. Dismisses with a ``ConversationSettings`` or None.
+notification and the dialog stays open; so is a model or draft that ``check`` refuses (one the
+load would refuse: the running engine is not given up for it). Dismisses with a ``ConversationSettings`` or None.
 The sampling fields show the values in effect (``defaults`` overlaid with the conversation's
 own); only values that differ from ``defaults``, or that the conversation already set, are
 returned as the conversation's. The fields scroll; the title and the Save/Cancel row stay on
@@ -10,6 +11,7 @@ screen, and the first field has focus when the dialog opens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,14 +45,17 @@ class ConversationSettings:
 
 class SettingsScreen(ModalScreen[ConversationSettings | None]):
     """Edit ``initial``; Ctrl+S or Save applies, Esc cancels. ``defaults`` are the sampling
-    values the conversation gets without its own (shown in the empty fields' place)."""
+    values the conversation gets without its own (shown in the empty fields' place);
+    ``check`` returns why the values entered cannot apply (a model that names none), or None."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
     def __init__(self, initial: ConversationSettings,
-                 defaults: dict[str, Any] | None = None) -> None:
+                 defaults: dict[str, Any] | None = None,
+                 check: Callable[[ConversationSettings], str | None] | None = None) -> None:
         super().__init__()
         self.initial = initial
+        self.check = check
         self.defaults = dict(defaults or {})
 
     def compose(self) -> ComposeResult:
@@ -95,6 +100,10 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
             result = self.collect()
         except ValueError as exc:
             self.notify(str(exc), severity="error", title="Invalid setting")
+            return
+        problem = self.check(result) if self.check is not None else None
+        if problem:
+            self.notify(problem, severity="error", title="Invalid setting")
             return
         self.dismiss(result)
 

@@ -16,6 +16,8 @@ async def test_picker_lists_catalog_pulls_and_switches(make_app, monkeypatch):
     pulled = []
 
     def fake_resolve(spec, *, cache_dir, download=True, progress=None, **kw):
+        if not download:  # the check before the switch: not on disk
+            return
         progress(f"downloading {spec}: 50%")
         progress(f"downloading {spec}: 100%")
         pulled.append(spec)
@@ -73,13 +75,17 @@ def test_plan_for_a_cached_model(smollm2_gguf, cache_dir):
 async def test_a_failed_switch_is_not_written_into_the_conversation(make_app):
     """Switching to a model that fails to load wrote its name into the open conversation, so
     ``history`` named it for turns another model wrote (a second trial). The stored model
-    changes only once the new model has loaded."""
-    from localchat.engine.errors import ModelNotFoundError
+    changes only once the new model has loaded; a name that names no model is refused before
+    anything unloads."""
+    from localchat.engine.errors import ModelDownloadError
     from tests.app.tui.test_tui_history import chat, seed
 
+    loads = []
+
     def loader(spec, **kwargs):
-        if spec == "nosuch":
-            raise ModelNotFoundError("unknown model 'nosuch'")
+        loads.append(spec)
+        if spec == "qwen2.5-3b":
+            raise ModelDownloadError("cannot download qwen2.5-3b")
         return GatedEngine(gated=False)
 
     app = make_app(None, engine_loader=loader, model="smollm2-135m")
@@ -87,8 +93,11 @@ async def test_a_failed_switch_is_not_written_into_the_conversation(make_app):
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.engine is not None)
         await chat(app).open_conversation(conv_id)
-        chat(app).switch_model("nosuch", None)
-        await wait_for(pilot, lambda: app.engine_error is not None, what="the failed load")
+        assert chat(app).switch_model("nosuch", None) is False
+        assert loads == ["smollm2-135m"] and app.engine is not None
+        assert chat(app).switch_model("qwen2.5-3b", None) is True
+        await wait_for(pilot, lambda: len(loads) == 3 and app.engine is not None,
+                       what="the failed load, then the previous model again")
         assert app.store.get_conversation(conv_id).model == "smollm2-135m"
         chat(app).switch_model("qwen2.5-coder-0.5b", None)
         await wait_for(pilot, lambda: app.engine is not None and app.engine_error is None,
