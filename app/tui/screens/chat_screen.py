@@ -6,6 +6,8 @@ the context, with a notice), and a worker streams ``AsyncLLMEngine.generate`` in
 ``MessageView``. The engine runs on its own thread, so the UI stays responsive; a reply keeps
 streaming into its own conversation while the user opens another one. Esc / Ctrl+C cancels the
 worker, which aborts the request; the partial reply is kept and saved marked interrupted.
+Text left unsent in the prompt at a quit comes back in it at the next start, in its
+conversation (``unsent.py``).
 Streaming lives in ``TurnRunner``; history actions (rename, delete, export, settings, model,
 copy) in ``ConversationActions``.
 """
@@ -36,6 +38,7 @@ from localchat.app.tui.status_info import (
     sampling_summary,
     with_stats,
 )
+from localchat.app.tui.unsent import Unsent, load_unsent, save_unsent
 from localchat.app.tui.widgets.chat_log import ChatLog
 from localchat.app.tui.widgets.message_view import MessageView
 from localchat.app.tui.widgets.prompt_input import PromptInput
@@ -61,6 +64,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         self._live: dict[str, MessageView] = {}  # request_id -> view shown for it
         # (conversation, model) of a switch whose load is in flight (``model_loaded``)
         self.switched_for: tuple[ConversationState | None, str | None] = (None, None)
+        self.prompt_text = ""  # the prompt's text, followed as it changes (kept at a quit)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -81,6 +85,32 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         problem = getattr(self.app.store, "problem", None)
         if problem:
             self.show_history_banner(problem)
+        await self.restore_unsent(load_unsent())
+
+    async def restore_unsent(self, unsent: Unsent | None) -> None:
+        """Put the text the last quit left unsent back in the prompt, in the conversation it
+        was typed in when that one is still in the history (else in a new one)."""
+        if unsent is None:
+            return
+        app: Any = self.app
+        if unsent.conversation_id is not None and _stored(app.store, unsent.conversation_id):
+            await self.open_conversation(unsent.conversation_id)
+        prompt = self.query_one(PromptInput)
+        prompt.text = unsent.text
+        prompt.move_cursor(prompt.document.end)
+        self.notify("Your unsent message is back in the prompt", timeout=4)
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        if isinstance(event.text_area, PromptInput):
+            self.prompt_text = event.text_area.text
+
+    def on_unmount(self) -> None:
+        """Keep what the prompt holds unsent (``unsent.py``); during an edit (Ctrl+E), the
+        draft it set aside too, before the rewrite."""
+        text = self.prompt_text
+        if self.editing is not None and self.draft_before_edit.strip():
+            text = f"{self.draft_before_edit}\n\n{text}"
+        save_unsent(Unsent(text, self.current.id) if text.strip() else None)
 
     # -- state helpers ---------------------------------------------------------------------
 
@@ -293,3 +323,13 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         if model and model != app.model_name:
             self.notify(f"this conversation used {model}; replies now come from "
                         f"{app.model_name} (Ctrl+O switches)", timeout=4)
+
+
+def _stored(store: Any, conversation_id: str) -> bool:
+    """Whether ``conversation_id`` is in the history (deleted since, or kept only in memory
+    by a history that failed: not)."""
+    try:
+        store.get_conversation(conversation_id, with_messages=False)
+    except Exception:  # noqa: BLE001 - any failure: not there to open
+        return False
+    return True
