@@ -185,18 +185,36 @@ class ModelRunner:
         return groups
 
     def _forward_groups(self, groups: list[SchedulerOutput]):
-        """:meth:`plan_step` and :meth:`_forward` over each of ``groups`` in turn (eager CPU
-        forwards): ``(hidden, logits_rows, samplers, verify)`` where ``hidden`` holds the
-        sampled rows of every group (in ``samplers`` order), then the verification rows (in
-        ``verify`` order), and each ``logits_rows`` / ``verify`` entry indexes it."""
+        """:meth:`plan_step` and a forward for each of ``groups`` (eager CPU forwards): one
+        :meth:`_forward` each for groups of at most ``kernels.CPU_MAX_ROWS`` rows (the row
+        kernels), one ``model.forward_groups`` for the longer ones together (a layer at a
+        time, each weight dequantized once for all of them). Returns ``(hidden, logits_rows,
+        samplers, verify)`` where ``hidden`` holds the sampled rows of every group (in
+        ``samplers`` order), then the verification rows (in ``verify`` order), and each
+        ``logits_rows`` / ``verify`` entry indexes it."""
+        from localchat import kernels
+
+        planned = [self.plan_step(group) for group in groups]
+        picked: list[torch.Tensor | None] = [None] * len(groups)
+        long_ones = []
+        together = hasattr(self.model, "forward_groups")
+        for i, (hb, rows, _, group_verify) in enumerate(planned):
+            wanted = rows + [r for _, rws in group_verify for r in rws]
+            if together and len(hb.input_ids) > kernels.CPU_MAX_ROWS:
+                long_ones.append((i, wanted))
+                continue
+            hidden, index = self._forward(hb, wanted)
+            picked[i] = hidden[:len(wanted)] if index is None else hidden[index]
+        if long_ones:
+            batches = [StagingBuffers(self.device, slots=1).to_device(planned[i][0])[:3]
+                       for i, _ in long_ones]
+            for (i, wanted), hidden in zip(long_ones,
+                                           self.model.forward_groups(batches, self.kv_caches)):
+                picked[i] = hidden[torch.tensor(wanted, dtype=torch.long)]
         sampled, verified, samplers, verify = [], [], [], []
-        for group in groups:
-            hb, rows, group_samplers, group_verify = self.plan_step(group)
-            flat = [i for _, rws in group_verify for i in rws]
-            hidden, index = self._forward(hb, rows + flat)
-            picked = hidden[:len(rows) + len(flat)] if index is None else hidden[index]
-            sampled.append(picked[:len(rows)])
-            verified.append(picked[len(rows):])
+        for (_, rows, group_samplers, group_verify), rows_of in zip(planned, picked):
+            sampled.append(rows_of[:len(rows)])
+            verified.append(rows_of[len(rows):])
             samplers += group_samplers
             verify += group_verify
         hidden = torch.cat(sampled + verified)

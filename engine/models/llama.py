@@ -134,6 +134,28 @@ class LlamaModel(nn.Module):
         hidden_states, _ = self.norm.forward(hidden_states, residual)
         return hidden_states
 
+    def forward_groups(self, batches, kv_caches) -> list[torch.Tensor]:
+        """:meth:`forward` of several batches, ``(input_ids, positions, attn_metadata)``
+        each (on the CPU: a step's prompt chunks of more than ``kernels.CPU_MAX_ROWS`` rows,
+        which take the Python layers), one layer at a time: layer i of every batch, then
+        layer i + 1, each weight dequantized once for all of them
+        (``cpu_prefill.shared_dequantization``) instead of once per batch. Each batch gets
+        the bits its own ``forward`` gives: the same ops on its own rows, only their order
+        among the batches changes. Returns the batches' final hidden states, in order."""
+        from ..quant.cpu_prefill import shared_dequantization
+
+        states = []
+        for input_ids, _, _ in batches:
+            hidden_states = self.embed_tokens.forward(input_ids)
+            if hidden_states.dtype != self.norm.weight.dtype:
+                hidden_states = hidden_states.to(self.norm.weight.dtype)
+            states.append((hidden_states, None))
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            with shared_dequantization():
+                states = [layer.forward(positions, hidden, residual, kv_cache, meta)
+                          for (hidden, residual), (_, positions, meta) in zip(states, batches)]
+        return [self.norm.forward(hidden, residual)[0] for hidden, residual in states]
+
 
 # HF name fragment -> (our fused parameter fragment, shard id)
 _STACKED = (
@@ -179,6 +201,11 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
+
+    def forward_groups(self, batches, kv_caches) -> list[torch.Tensor]:
+        """``LlamaModel.forward_groups``: several batches' hidden states, one layer at a
+        time, each weight dequantized once."""
+        return self.model.forward_groups(batches, kv_caches)
 
     def compute_logits(self, hidden_states: torch.Tensor, draft: bool = False) -> torch.Tensor:
         """Logits ``[n, vocab_size]`` fp32 of ``hidden_states [n, hidden_size]`` (the model's

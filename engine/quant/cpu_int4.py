@@ -95,4 +95,5 @@ def blockwise_int4(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     def amx(xb: torch.Tensor) -> torch.Tensor:
         return cpu.int4_dequant_mm(xb, qweight, scales, mins, group_size, super_scales)
 
-    return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill, amx=amx)
+    return blockwise_mm(x, qweight.shape[0], qweight.shape[1] * 2, fill, amx=amx,
+                        key=qweight.data_ptr())

@@ -32,8 +32,9 @@ never share one).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -47,7 +48,7 @@ MAX_BLOCK_BYTES = 32 << 20
 # 0.65-0.92x at 512 (oneDNN's blocking wins once the GEMM is compute bound).
 AMX_MAX_ROWS = 128
 
-_local = threading.local()  # .scratch: this thread's buffer
+_local = threading.local()  # .scratch: this thread's buffer; .held: see shared_dequantization
 
 # fill(row0, rows, w): rows [row0, row0 + rows) of the weight into ``w [rows, K]`` (fp32 or
 # bf16, contiguous)
@@ -63,6 +64,39 @@ def scratch(nbytes: int) -> torch.Tensor:
         _local.scratch = buf = None  # (free the old one first)
         _local.scratch = buf = torch.empty(-(-nbytes // 64) * 64, dtype=torch.uint8)
     return buf
+
+
+@contextlib.contextmanager
+def shared_dequantization() -> Iterator[None]:
+    """Within this context (the calling thread), every weight block :func:`blockwise_mm`
+    dequantizes for a call that names its weight (``key``) is kept in a tensor of its own and
+    reused by later calls on the same weight, until the context exits: for several forwards
+    run one layer at a time (``LlamaModel.forward_groups``: a CPU step's prompts that each
+    compute alone), one dequantization per weight instead of one per forward, and the same
+    floats, so the same products. Holds one layer's weights in floats while it lasts (the
+    1.5B's largest layer: 93 MB in bf16)."""
+    old = getattr(_local, "held", None)
+    _local.held = {}
+    try:
+        yield
+    finally:
+        _local.held = old
+
+
+def _weight_block(key: object, a: int, b: int, k: int, dt: torch.dtype,
+                  fill: Fill) -> torch.Tensor:
+    """Rows ``[a, a + b)`` of the weight as ``[b, k]`` ``dt``: the kept copy inside
+    :func:`shared_dequantization` (filled on first use), else filled into the scratch."""
+    held = getattr(_local, "held", None)
+    if held is None or key is None:
+        w = scratch(b * k * dt.itemsize).view(dt)[:b * k].view(b, k)
+        fill(a, b, w)
+        return w
+    w = held.get((key, a, b, dt))
+    if w is None:
+        w = held[(key, a, b, dt)] = torch.empty(b, k, dtype=dt)
+        fill(a, b, w)
+    return w
 
 
 def gemm_dtype(x: torch.Tensor) -> torch.dtype:
@@ -89,30 +123,28 @@ def amx_rows(x: torch.Tensor, k: int) -> bool:
 
 def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
                  dtype: torch.dtype | None = None,
-                 amx: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+                 amx: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 key: object = None) -> torch.Tensor:
     """``x [M, K] @ w.T`` for a weight ``w [n, k]`` that ``fill`` dequantizes a block of rows
     at a time into the shared scratch, in ``dtype`` (default :func:`gemm_dtype`: bf16 for
     bf16 ``x``, else fp32; the GEMM runs in that dtype with torch's accumulation, fp32 for
     bf16). Output ``[M, n]`` in ``x.dtype``. ``amx``, the layout's ``*_dequant_mm`` bound to
     its weight (``x [M, K]`` bf16 contiguous -> ``[M, n]`` bf16), replaces both where
-    :func:`amx_rows` says so (same dequantized bf16 weights, fp32 accumulation)."""
+    :func:`amx_rows` says so (same dequantized bf16 weights, fp32 accumulation). ``key``
+    names the weight (its packed tensor's address) for :func:`shared_dequantization`."""
     if amx is not None and dtype is None and amx_rows(x, k):
         return amx(x.contiguous())
     dt = gemm_dtype(x) if dtype is None else dtype
     xd = x.to(dt)
     rows = block_rows(n, k, dt)
-    buf = scratch(rows * k * dt.itemsize).view(dt)
     if rows == n:
-        w = buf[:n * k].view(n, k)
-        fill(0, n, w)
-        return torch.mm(xd, w.t()).to(x.dtype)
+        return torch.mm(xd, _weight_block(key, 0, n, k, dt, fill).t()).to(x.dtype)
     out = torch.empty(x.shape[0], n, dtype=dt)
     blocks = -(-n // rows)
     rows = -(-n // blocks)  # even blocks: no thin last GEMM
     for a in range(0, n, rows):
         b = min(rows, n - a)
-        w = buf[:b * k].view(b, k)
-        fill(a, b, w)
+        w = _weight_block(key, a, b, k, dt, fill)
         # straight into the result's columns (BLAS writes with ldc = n): no temporary, no copy
         torch.mm(xd, w.t(), out=out[:, a:a + b])
     return out.to(x.dtype)
@@ -143,7 +175,8 @@ def int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     def amx(xb: torch.Tensor) -> torch.Tensor:
         return cpu.int8_dequant_mm(xb, qweight, scales, mins, group_size)
 
-    return blockwise_mm(x, qweight.shape[0], qweight.shape[1], fill, amx=amx)
+    return blockwise_mm(x, qweight.shape[0], qweight.shape[1], fill, amx=amx,
+                        key=qweight.data_ptr())
 
 
 def torch_int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
@@ -161,4 +194,4 @@ def torch_int8_prefill(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Ten
         if mins is not None:
             wg.add_(mins[a:a + b, :, None])
 
-    return blockwise_mm(x, qweight.shape[0], k, fill, torch.float32)
+    return blockwise_mm(x, qweight.shape[0], k, fill, torch.float32, key=qweight.data_ptr())

@@ -93,7 +93,8 @@ class PlanarLinearMethod(LinearMethod):
                 self._dequantize(*(t[a:a + b] for t in w), out)
 
             amx = None if self._dequant_mm is None else (lambda xb: self._dequant_mm(xb, *w))
-            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill, amx=amx)
+            y = blockwise_mm(x2, layer.out_features, layer.in_features, fill, amx=amx,
+                             key=w[0].data_ptr())
         return _add_bias(y.to(x.dtype), layer.bias).reshape(*x.shape[:-1], -1)
 
     def embed(self, layer, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

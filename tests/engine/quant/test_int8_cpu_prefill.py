@@ -176,3 +176,36 @@ def test_scratch_is_per_thread():
     t.join()
     assert cpu_prefill.scratch(1024) is mine
     assert theirs[0].data_ptr() != mine.data_ptr()
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_shared_dequantization_fills_each_weight_once(monkeypatch, blocks):
+    """Inside ``shared_dequantization`` (a CPU step's long prompt forwards run a layer at a
+    time) each weight block is dequantized once, however many calls read it, and every call
+    gives the bits it gives alone; outside it, every call fills the scratch again. In one
+    block and in blocks of at most 100 rows (C++ or PyTorch path alike)."""
+    k = 64
+    if blocks:
+        monkeypatch.setattr(cpu_prefill, "MAX_BLOCK_BYTES", 100 * k * 2)
+    layer, _ = _layer(307, k, 32, True, torch.float16)
+    xs = [torch.randn(M + i, k, generator=torch.Generator().manual_seed(i)).bfloat16()
+          for i in range(3)]
+    alone = [layer(x) for x in xs]
+    fills = []
+    real = cpu_prefill._weight_block
+
+    def counting(key, a, b, k, dt, fill):
+        def counted(a, b, w):
+            fills.append(b)
+            fill(a, b, w)
+        return real(key, a, b, k, dt, counted)
+
+    monkeypatch.setattr(cpu_prefill, "_weight_block", counting)
+    with cpu_prefill.shared_dequantization():
+        together = [layer(x) for x in xs]
+    assert sum(fills) == 307 and len(fills) == (4 if blocks else 1)
+    assert all(torch.equal(a, b) for a, b in zip(alone, together))
+    fills.clear()
+    for x in xs:
+        layer(x)
+    assert sum(fills) == 3 * 307
