@@ -342,6 +342,11 @@ def serve(
     max_num_seqs: Annotated[
         int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
     ] = 16,
+    batch_invariant: Annotated[
+        bool, typer.Option("--batch-invariant/--no-batch-invariant", help="CPU: each reply "
+                           "the same bits whatever else is batched (off: prompts arriving "
+                           "together share one forward; faster, replies vary with the batch).")
+    ] = True,
     max_model_len: Annotated[
         int | None, typer.Option("--max-model-len", "-C", "--context",
                                  help="Context size in tokens (prompt + reply).",
@@ -364,7 +369,8 @@ def serve(
     run_serve(ServeArgs(model=model, host=host, port=port, api_key=api_key,
                         insecure_no_auth=insecure_no_auth, draft=draft, quant=quant,
                         max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                        log_level=log_level, keep_alive=keep_alive))
+                        log_level=log_level, keep_alive=keep_alive,
+                        batch_invariant=batch_invariant))
 
 
 app.add_typer(history_app)

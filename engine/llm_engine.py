@@ -75,11 +75,14 @@ class LLMEngine:
         )
         self.kv_cache_manager = KVCacheManager(
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
-        # on CPU, decode rows never share a step with prompt tokens: each keeps the row
-        # kernels' batch-invariant bits (Scheduler.schedule)
+        # on CPU, decode rows never share a step with prompt tokens and a step's requests
+        # compute as they would alone: each keeps the row kernels' batch-invariant bits
+        # (Scheduler.schedule, ModelRunner.step_groups)
+        invariant = self.device.type == "cpu" and config.scheduler.batch_invariant
         self.scheduler = Scheduler(config.scheduler, self.kv_cache_manager, max_model_len,
-                                   separate_prompt_steps=self.device.type == "cpu")
-        self.runner = ModelRunner(model, kv_caches, block_size, self.device)
+                                   separate_prompt_steps=invariant)
+        self.runner = ModelRunner(model, kv_caches, block_size, self.device,
+                                  step_groups=invariant)
         self._weight_format, self._group_size = loaded_weight_format(model, self.dtype)
         self._kv_cache_bytes = sum(t.nbytes for t in kv_caches)
         self.speculator = speculator

@@ -44,8 +44,11 @@ class ModelRunner:
     """
 
     def __init__(self, model: nn.Module, kv_caches: list[torch.Tensor], block_size: int,
-                 device: torch.device) -> None:
+                 device: torch.device, step_groups: bool = False) -> None:
         self.model = model
+        # split a CPU step into forwards that each compute what their requests would alone
+        # (step_groups; LLMEngine sets it with SchedulerConfig.batch_invariant)
+        self.split_steps = step_groups and torch.device(device).type == "cpu"
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
@@ -154,19 +157,20 @@ class ModelRunner:
         return input_ids, positions, meta, logits_rows, samplers, hb.row_groups
 
     def step_groups(self, out: SchedulerOutput) -> list[SchedulerOutput]:
-        """The forwards one step runs: ``[out]``, or on the CPU, where the step has more than
+        """The forwards one step runs: ``[out]``, or with ``step_groups`` (a CPU runner of a
+        batch-invariant engine), where the step has more than
         ``kernels.CPU_MAX_ROWS`` rows, consecutive runs of its requests that each compute
         what they would alone. A CPU forward of at most that many rows takes the row kernels
         (each row the same bits whatever its batchmates: ``tests/kernels``), a longer one the
         prompt GEMM over dequantized weights and SDPA, whose rows round otherwise: so a
-        request of more rows gets a forward of its own, and requests of fewer are packed up
-        to that many rows. Six copies of one greedy request sent to ``serve`` at once, each
+        request of more rows computes alone (``_forward_groups`` runs such requests a layer
+        at a time), and requests of fewer are packed up to that many rows. Six copies of one greedy request sent to ``serve`` at once, each
         3 prompt tokens after 32 cached ones, took the GEMM together (18 rows) and the row
         kernels alone, and four of six replies differed from the lone one."""
         from localchat import kernels
 
         cap = kernels.CPU_MAX_ROWS
-        if self.device.type != "cpu" or out.total_num_scheduled_tokens <= cap:
+        if not self.split_steps or out.total_num_scheduled_tokens <= cap:
             return [out]
         groups: list[SchedulerOutput] = []
         rows = cap + 1  # the current group's rows (none open yet)
@@ -226,13 +230,14 @@ class ModelRunner:
         return hidden, list(range(num_sampled)), samplers, flat_verify
 
     def _rows(self, fn, hidden: torch.Tensor) -> torch.Tensor:
-        """``fn`` (the model's ``compute_logits`` or ``greedy_token_ids``) over ``hidden``,
-        on the CPU in calls of at most ``kernels.CPU_MAX_ROWS`` rows: the output layer's row
-        kernels give each row the bits it gets alone (a longer call would take its GEMM)."""
+        """``fn`` (the model's ``compute_logits`` or ``greedy_token_ids``) over ``hidden``;
+        with ``step_groups`` in calls of at most ``kernels.CPU_MAX_ROWS`` rows: the output
+        layer's row kernels give each row the bits it gets alone (a longer call would take
+        its GEMM)."""
         from localchat import kernels
 
         cap = kernels.CPU_MAX_ROWS
-        if self.device.type != "cpu" or hidden.shape[0] <= cap:
+        if not self.split_steps or hidden.shape[0] <= cap:
             return fn(hidden)
         return torch.cat([fn(part) for part in hidden.split(cap)])
 

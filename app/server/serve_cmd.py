@@ -62,6 +62,7 @@ class ServeArgs:
     max_tokens_limit: int | None = None
     log_level: str = "warning"
     keep_alive: str | None = None  # exit after this long without a request (a duration)
+    batch_invariant: bool = True  # SchedulerConfig.batch_invariant
 
 
 def is_loopback(host: str) -> bool:
@@ -205,7 +206,8 @@ def _load(options: Any, args: ServeArgs) -> tuple[Any, str, str]:
         _, draft_path = resolve_draft(options, source, cli_io.stderr_progress)
         config = engine_config(options, draft_path)
         config = dataclasses.replace(config, scheduler=SchedulerConfig(
-            max_num_seqs=args.max_num_seqs, max_model_len=options.context))
+            max_num_seqs=args.max_num_seqs, max_model_len=options.context,
+            batch_invariant=args.batch_invariant))
         name = source.alias or options.model
         cli_io.notice(f"loading {name} ...")
         engine = AsyncLLMEngine.from_source(source, config, cache_dir=cache_dir())

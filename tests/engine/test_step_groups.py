@@ -82,3 +82,30 @@ def test_many_requests_equal_each_alone(engine_no_prefix_cache):
     together = _run_together(engine, prompts)
     for rid in prompts:
         assert together[rid] == alone[rid], rid
+
+
+def test_batch_invariance_off_batches_a_step_in_one_forward(smollm2_gguf, cache_dir,
+                                                            monkeypatch):
+    """``SchedulerConfig(batch_invariant=False)`` (``serve --no-batch-invariant``): the
+    trial's six requests take one forward per step, as before the groups, and decode rows
+    may share a step with prompt tokens; invariance on, the same step takes one forward per
+    group."""
+    ids = None
+    forwards = {}
+    for invariant in (True, False):
+        engine = LLMEngine.from_path(smollm2_gguf, EngineConfig(
+            device="cpu", scheduler=SchedulerConfig(max_model_len=1024, max_num_seqs=32,
+                                                    batch_invariant=invariant),
+            cache=CacheConfig(enable_prefix_caching=False)), cache_dir=cache_dir)
+        assert engine.scheduler.separate_prompt_steps is invariant
+        assert engine.runner.split_steps is invariant
+        ids = ids or _ids(engine, "a dog")
+        calls = []
+        real = engine.runner._forward
+        monkeypatch.setattr(engine.runner, "_forward", lambda *a: calls.append(1) or real(*a))
+        for i in range(6):
+            engine.add_request(f"r{i}", ids, GREEDY)
+        engine.step()  # six prompts of more than 16 tokens each
+        forwards[invariant] = len(calls)
+    # with invariance the long prompts run together in forward_groups, not through _forward
+    assert forwards == {True: 0, False: 1}
