@@ -102,7 +102,8 @@ def test_batch_invariance_off_batches_a_step_in_one_forward(smollm2_gguf, cache_
         ids = ids or _ids(engine, "a dog")
         calls = []
         real = engine.runner._forward
-        monkeypatch.setattr(engine.runner, "_forward", lambda *a: calls.append(1) or real(*a))
+        monkeypatch.setattr(engine.runner, "_forward",
+                            lambda *a, calls=calls, real=real: calls.append(1) or real(*a))
         for i in range(6):
             engine.add_request(f"r{i}", ids, GREEDY)
         engine.step()  # six prompts of more than 16 tokens each
