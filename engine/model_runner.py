@@ -200,21 +200,30 @@ class ModelRunner:
 
         planned = [self.plan_step(group) for group in groups]
         picked: list[torch.Tensor | None] = [None] * len(groups)
-        long_ones = []
         together = hasattr(self.model, "forward_groups")
+        pending: list[tuple[int, list[int]]] = []  # consecutive long groups, run together
+
+        def run_pending() -> None:
+            batches = [StagingBuffers(self.device, slots=1).to_device(planned[i][0])[:3]
+                       for i, _ in pending]
+            for (i, wanted), hidden in zip(pending,
+                                           self.model.forward_groups(batches, self.kv_caches)):
+                picked[i] = hidden[torch.tensor(wanted, dtype=torch.long)]
+            pending.clear()
+
+        # in order: a group may read KV blocks an earlier one writes in this step (a prompt
+        # whose prefix-cache hit is another prompt of the same step)
         for i, (hb, rows, _, group_verify) in enumerate(planned):
             wanted = rows + [r for _, rws in group_verify for r in rws]
             if together and len(hb.input_ids) > kernels.CPU_MAX_ROWS:
-                long_ones.append((i, wanted))
+                pending.append((i, wanted))
                 continue
+            if pending:
+                run_pending()
             hidden, index = self._forward(hb, wanted)
             picked[i] = hidden[:len(wanted)] if index is None else hidden[index]
-        if long_ones:
-            batches = [StagingBuffers(self.device, slots=1).to_device(planned[i][0])[:3]
-                       for i, _ in long_ones]
-            for (i, wanted), hidden in zip(long_ones,
-                                           self.model.forward_groups(batches, self.kv_caches)):
-                picked[i] = hidden[torch.tensor(wanted, dtype=torch.long)]
+        if pending:
+            run_pending()
         sampled, verified, samplers, verify = [], [], [], []
         for (_, rows, group_samplers, group_verify), rows_of in zip(planned, picked):
             sampled.append(rows_of[:len(rows)])
