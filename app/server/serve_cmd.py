@@ -146,6 +146,8 @@ def run_serve(args: ServeArgs) -> None:
     from localchat.app.settings import load_settings
 
     check_model_flag(args.model)
+    if args.api_key is not None:  # as clients read LOCALCHAT_API_KEY (settings strip it):
+        args = dataclasses.replace(args, api_key=args.api_key.strip())  # 'key ' matched none
     check_exposure(args)
     settings = load_settings()
     # --max-model-len is checked as ask's --context is: positive, at most what the model

@@ -203,6 +203,24 @@ def test_serve_refuses_a_key_no_http_header_can_carry(env):
                        "spaces (an HTTP header carries no other bytes)")
 
 
+def test_serve_trims_a_key_as_its_clients_do(env):
+    """``LOCALCHAT_API_KEY='secret '`` (a trailing space from a pasted key) started a server
+    no client could use: the server compared the key untrimmed, clients (the settings) and
+    curl sent it trimmed. The server now trims it too."""
+    serve, _, url = start_serve({**env, "LOCALCHAT_API_KEY": " secret \n"},
+                                "--max-model-len", "256")
+    try:
+        ok = httpx.get(url + "/v1/models", headers={"authorization": "Bearer secret"},
+                       timeout=30)
+        assert ok.status_code == 200, ok.text
+        bad = httpx.get(url + "/v1/models", headers={"authorization": "Bearer other"},
+                        timeout=30)
+        assert bad.status_code == 401
+    finally:
+        serve.kill()
+        serve.wait(30)
+
+
 def test_serve_refuses_an_exposed_host_without_a_key(env):
     proc = subprocess.run([sys.executable, "-m", "localchat.app.cli", "serve", "--host",
                            "0.0.0.0"], capture_output=True, env=env, timeout=120, check=False)
