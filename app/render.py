@@ -17,8 +17,9 @@ from typing import IO, Any
 from .term_safe import visible_controls
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
-# -x's fences: any indentation (a block inside a list item), kept to strip from the body
-_INDENTED_FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([^`\s]*)")
+# -x's fences: any indentation (a block inside a list item), or right after a list marker
+# (``1. ```bash``), group 1 being the item's content column to strip from the body
+_INDENTED_FENCE = re.compile(r"^( *(?:(?:[-*+]|\d{1,9}[.)]) +)?)(`{3,}|~{3,})\s*([^`\s]*)")
 
 
 def extract_code_blocks(text: str) -> list[str]:
@@ -27,8 +28,9 @@ def extract_code_blocks(text: str) -> list[str]:
     blocks with both fences count: a fence left open at the end (an interrupted reply, or an
     answer whose opening fence is missing, so the closing one looks like an opening) gives no
     block, never the prose after it. A fence may be indented (a block inside a list item,
-    ``1. Step`` then a 3- or 4-space indented fence): as CommonMark does, each body line loses
-    up to as many leading spaces as the opening fence had, so the code runs as written."""
+    ``1. Step`` then a 3- or 4-space indented fence) or follow a list marker (``1. ```bash``):
+    as CommonMark does, each body line loses up to as many leading spaces as the fence's
+    column, so the code runs as written."""
     blocks: list[str] = []
     fence: str | None = None
     indent = 0

@@ -122,6 +122,10 @@ def test_extract_code_blocks(text, blocks):
     "* item\n\n    ```py\n    a = 1\n    if a:\n      b = 2\n    ```\n",
     "  ```sh\n  ls\n   -la\n  ```\n",
     "Text\n\n```\nx = 1\n\n  y = 2\n```\n",
+    # the fence on the list marker's line: the prose of item 2 was printed as code
+    "1. ```bash\n   pip install x\n   ```\n2. Run:\n   ```bash\n   x --run\n   ```\n",
+    "- ```python\n  a = 1\n    b\n  ```\n",
+    "10) ```\n    ten\n    ```\n",
 ])
 def test_extracted_blocks_are_what_a_commonmark_parser_finds(text):
     """The oracle: markdown-it-py (Rich's Markdown parser) in CommonMark mode, whose fence
