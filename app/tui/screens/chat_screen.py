@@ -65,6 +65,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         # (conversation, model) of a switch whose load is in flight (``model_loaded``)
         self.switched_for: tuple[ConversationState | None, str | None] = (None, None)
         self.prompt_text = ""  # the prompt's text, followed as it changes (kept at a quit)
+        self.restored_unsent: Unsent | None = None  # what restore_unsent gave back, if any
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="main"):
@@ -92,6 +93,7 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         was typed in when that one is still in the history (else in a new one)."""
         if unsent is None:
             return
+        self.restored_unsent = unsent
         app: Any = self.app
         if unsent.conversation_id is not None and _stored(app.store, unsent.conversation_id):
             await self.open_conversation(unsent.conversation_id)
@@ -105,12 +107,22 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             self.prompt_text = event.text_area.text
 
     def on_unmount(self) -> None:
-        """Keep what the prompt holds unsent (``unsent.py``); during an edit (Ctrl+E), the
-        draft it set aside too, before the rewrite."""
+        """Keep what the prompt holds unsent (``unsent.py``). A quit during an edit (Ctrl+E)
+        ends it as Esc does: the draft set aside is what is kept, and the rewrite too where
+        it differs from the message it edits (an untouched one was sent already). An empty
+        prompt removes the kept text only when it is the text this screen restored (another
+        TUI's quit may have kept its own since)."""
         text = self.prompt_text
-        if self.editing is not None and self.draft_before_edit.strip():
-            text = f"{self.draft_before_edit}\n\n{text}"
-        save_unsent(Unsent(text, self.current.id) if text.strip() else None)
+        if self.editing is not None:
+            edited = self.current.messages[self.editing].content \
+                if self.editing < len(self.current.messages) else ""
+            kept = [t for t in (self.draft_before_edit, "" if text == edited else text)
+                    if t.strip()]
+            text = "\n\n".join(kept)
+        if text.strip():
+            save_unsent(Unsent(text, self.current.id))
+        elif self.restored_unsent is not None and load_unsent() == self.restored_unsent:
+            save_unsent(None)  # what this screen gave back was sent or cleared
 
     # -- state helpers ---------------------------------------------------------------------
 

@@ -58,3 +58,38 @@ def test_the_unsent_file_round_trips_and_tolerates_damage(isolated_home):
     path = isolated_home / "data" / FILE_NAME
     path.write_text("{not json", encoding="utf-8")
     assert load_unsent() is None
+
+
+async def test_an_empty_quit_keeps_another_tuis_draft(make_app):
+    """Two TUIs on one history: B quits with a draft, then A (which restored nothing) quits
+    with an empty prompt. A's quit removed B's draft; it keeps it now."""
+    app = make_app(GatedEngine(gated=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        save_unsent(Unsent("B's draft", None))  # B quits meanwhile
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running, what="the quit")
+    assert load_unsent() == Unsent("B's draft", None)
+
+
+async def test_a_quit_during_an_untouched_edit_keeps_only_the_draft(make_app, tmp_path):
+    """Ctrl+E then Ctrl+Q brought the message already sent back as "unsent" (merged with the
+    draft set aside): a quit now ends the edit as Esc does; an untouched rewrite is not kept,
+    a changed one is."""
+    store_path = tmp_path / "history.db"
+    for extra, want in (("", "my draft"), ("!", "my draft\n\nq1!")):
+        save_unsent(None)  # each round starts with nothing kept
+        app = make_app(GatedEngine(gated=False), store=TuiStore(store_path))
+        conv_id = seed(app.store, "First", [("q1", "a1")])
+        async with app.run_test(size=(100, 30)) as pilot:
+            await chat(app).open_conversation(conv_id)
+            chat(app).query_one(PromptInput).focus()
+            await type_text(pilot, "my draft")
+            await pilot.press("ctrl+e")
+            prompt = chat(app).query_one(PromptInput)
+            await wait_for(pilot, lambda p=prompt: p.text == "q1", what="the edit")
+            if extra:
+                await type_text(pilot, extra)
+            await pilot.press("ctrl+q")
+            await wait_for(pilot, lambda a=app: not a.is_running, what="the quit")
+        assert load_unsent() == Unsent(want, conv_id)
