@@ -171,7 +171,7 @@ def create_app(engine: Any, options: ServerOptions) -> FastAPI:
                        api_key=options.api_key)
     app.add_middleware(StatusCounter, metrics=server.metrics)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: `curl -I` health checks
     async def health(request: Request) -> JSONResponse:
         alive = getattr(engine, "is_running", True)
         body: dict[str, Any] = {"status": "ok" if alive else "engine_dead",

@@ -180,7 +180,7 @@ def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(client, engine, meth
 
 
 @pytest.mark.parametrize("method,path,allow", [
-    ("OPTIONS", CHAT, "POST"), ("OPTIONS", "/health", "GET"), ("HEAD", "/v1/models", "GET"),
+    ("OPTIONS", CHAT, "POST"), ("OPTIONS", "/health", "GET, HEAD"), ("HEAD", "/v1/models", "GET"),
     ("HEAD", COMP, "POST"), ("PUT", "/v1/models", "GET")])
 def test_a_wrong_method_is_a_405_naming_the_allowed_one(client, method, path, allow):
     r = client.request(method, path)
@@ -188,3 +188,9 @@ def test_a_wrong_method_is_a_405_naming_the_allowed_one(client, method, path, al
     if method != "HEAD":  # a HEAD answer has no body
         err = assert_error(r, 405, None)
         assert err["message"] == f"method {method} is not allowed on {path}"
+
+
+def test_head_on_health_answers_for_curl_i_checks(client):
+    """``curl -I /health`` (a load balancer's or a script's liveness check) got a 405."""
+    r = client.request("HEAD", "/health")
+    assert r.status_code == 200 and r.content == b""
