@@ -14,14 +14,19 @@ async def type_text(pilot, text: str) -> None:
     await pilot.press(*[{" ": "space"}.get(c, c) for c in text])
 
 
+async def type_in(pilot, app, conv_id: str, text: str) -> None:
+    """Open conversation ``conv_id`` and type ``text`` into the prompt."""
+    await chat(app).open_conversation(conv_id)
+    chat(app).query_one(PromptInput).focus()
+    await type_text(pilot, text)
+
+
 async def test_ctrl_q_keeps_the_draft_for_the_next_start(make_app, tmp_path):
     store_path = tmp_path / "history.db"
     app = make_app(GatedEngine(gated=False), store=TuiStore(store_path))
     conv_id = seed(app.store, "First", [("q1", "a1")])
     async with app.run_test(size=(100, 30)) as pilot:
-        await chat(app).open_conversation(conv_id)
-        chat(app).query_one(PromptInput).focus()
-        await type_text(pilot, "my long draft")
+        await type_in(pilot, app, conv_id, "my long draft")
         await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not app.is_running, what="the quit")
     again = make_app(GatedEngine(gated=False), store=TuiStore(store_path))
@@ -82,9 +87,7 @@ async def test_a_quit_during_an_untouched_edit_keeps_only_the_draft(make_app, tm
         app = make_app(GatedEngine(gated=False), store=TuiStore(store_path))
         conv_id = seed(app.store, "First", [("q1", "a1")])
         async with app.run_test(size=(100, 30)) as pilot:
-            await chat(app).open_conversation(conv_id)
-            chat(app).query_one(PromptInput).focus()
-            await type_text(pilot, "my draft")
+            await type_in(pilot, app, conv_id, "my draft")
             await pilot.press("ctrl+e")
             prompt = chat(app).query_one(PromptInput)
             await wait_for(pilot, lambda p=prompt: p.text == "q1", what="the edit")
