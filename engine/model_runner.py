@@ -158,15 +158,16 @@ class ModelRunner:
 
     def step_groups(self, out: SchedulerOutput) -> list[SchedulerOutput]:
         """The forwards one step runs: ``[out]``, or with ``step_groups`` (a CPU runner of a
-        batch-invariant engine), where the step has more than
-        ``kernels.CPU_MAX_ROWS`` rows, consecutive runs of its requests that each compute
-        what they would alone. A CPU forward of at most that many rows takes the row kernels
-        (each row the same bits whatever its batchmates: ``tests/kernels``), a longer one the
-        prompt GEMM over dequantized weights and SDPA, whose rows round otherwise: so a
-        request of more rows computes alone (``_forward_groups`` runs such requests a layer
-        at a time), and requests of fewer are packed up to that many rows. Six copies of one greedy request sent to ``serve`` at once, each
-        3 prompt tokens after 32 cached ones, took the GEMM together (18 rows) and the row
-        kernels alone, and four of six replies differed from the lone one."""
+        batch-invariant engine), where the step has more than ``kernels.CPU_MAX_ROWS`` rows,
+        consecutive runs of its requests that each compute what they would alone. A CPU
+        forward of at most that many rows takes the row kernels (each row the same bits
+        whatever its batchmates: ``tests/kernels``), a longer one the prompt GEMM over
+        dequantized weights and SDPA, whose rows round otherwise: so a request of more rows
+        computes alone (``_forward_groups`` runs such requests a layer at a time), and
+        requests of fewer are packed up to that many rows. Six copies of one greedy request
+        sent to ``serve`` at once, each 3 prompt tokens after 32 cached ones, took the GEMM
+        together (18 rows) and the row kernels alone, and four of six replies differed from
+        the lone one."""
         from localchat import kernels
 
         cap = kernels.CPU_MAX_ROWS
