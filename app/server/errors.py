@@ -89,7 +89,10 @@ def install_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return error_response(exc.status_code, message, code=None, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        for name in [k for k in headers if k.lower() == "allow"]:  # Starlette's set order
+            headers[name] = ", ".join(sorted(m.strip() for m in headers[name].split(",")))
+        return error_response(exc.status_code, message, code=None, headers=headers)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
