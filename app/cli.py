@@ -1,6 +1,6 @@
 """The ``localchat`` command line: ``ask``, ``chat``, ``serve``, ``pull``, ``models``, ``plan``,
 ``history``, ``config``. A thin shell over the engine (README, Architecture): parse flags and
-delegate (``ask_cmd``, ``chat_jsonl``, ``serve_cmd``, ``history_cli``, ``config_cli``,
+delegate (``ask_cmd``, ``chat_jsonl``, ``serve_cli``, ``history_cli``, ``config_cli``,
 ``models_cli``, ``plan_cli``). torch and transformers are imported inside the commands, so
 ``localchat --help`` and usage errors stay fast. Exit codes and error lines follow
 ``cli_io.run_cli`` (README, Usage).
@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from localchat.app import cli_io, interrupts
+from localchat.app.cli_io import DebugOpt
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
 from localchat.app.load_options import (
@@ -24,6 +25,7 @@ from localchat.app.load_options import (
 )
 from localchat.app.models_cli import models_command, pull_command
 from localchat.app.plan_cli import plan_command
+from localchat.app.serve_cli import serve_command
 
 app = typer.Typer(
     name="localchat",
@@ -34,9 +36,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-DebugOpt = Annotated[
-    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
-]
 ContextOpt = Annotated[
     int | None,
     typer.Option("-C", "--context", help="Context size in tokens (prompt + reply); sizes the "
@@ -312,67 +311,7 @@ def chat(
                         context=context, local=local, endpoint=endpoint))
 
 
-@app.command()
-def serve(
-    model: Annotated[
-        str | None, typer.Option("-m", "--model", help="Model spec (as in ask).",
-                                 show_default="settings' default_model")
-    ] = None,
-    host: Annotated[str, typer.Option("--host", help="Address to bind; other than loopback "
-                                      "needs --api-key.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free one).")] = 8088,
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", envvar="LOCALCHAT_API_KEY",
-                                 help="Require 'Authorization: Bearer KEY' (the environment "
-                                 "keeps the key out of 'ps'; never logged).",
-                                 show_default=False)
-    ] = None,
-    insecure_no_auth: Annotated[
-        bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without "
-                           "a key (warned).")
-    ] = False,
-    draft: Annotated[
-        str | None, typer.Option("--draft", help="Draft model for speculative decoding "
-                                 "('auto', or 'ngram': prompt lookup).", show_default=False)
-    ] = None,
-    quant: Annotated[
-        str | None, typer.Option("--quant", show_default="auto",
-                                 help="Weight format: auto, native, none, fp8, int8 or int4.")
-    ] = None,
-    max_num_seqs: Annotated[
-        int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
-    ] = 16,
-    batch_invariant: Annotated[
-        bool, typer.Option("--batch-invariant/--no-batch-invariant", help="CPU: each reply "
-                           "the same bits whatever else is batched (off: prompts arriving "
-                           "together share one forward; faster, replies vary with the batch).")
-    ] = True,
-    max_model_len: Annotated[
-        int | None, typer.Option("--max-model-len", "-C", "--context",
-                                 help="Context size in tokens (prompt + reply).",
-                                 show_default="config 'context', else the model's, at most "
-                                 "8192 on CPU")
-    ] = None,
-    log_level: Annotated[
-        str, typer.Option("--log-level", help="critical|error|warning|info (one line per "
-                          "request)|debug (also the request fields ignored).")
-    ] = "warning",
-    keep_alive: Annotated[
-        str | None, typer.Option("--keep-alive", help="Stop after this long without a "
-                                 "request (90s, 5m, 1h).", show_default="never")
-    ] = None,
-    debug: DebugOpt = False,
-) -> None:
-    """Serve one model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
-    from localchat.app.server.serve_cmd import ServeArgs, run_serve
-
-    run_serve(ServeArgs(model=model, host=host, port=port, api_key=api_key,
-                        insecure_no_auth=insecure_no_auth, draft=draft, quant=quant,
-                        max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                        log_level=log_level, keep_alive=keep_alive,
-                        batch_invariant=batch_invariant))
-
-
+app.command("serve")(serve_command)
 app.add_typer(history_app)
 app.add_typer(config_app)
 app.command("pull")(pull_command)

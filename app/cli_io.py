@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
 import typer
 
@@ -35,6 +35,11 @@ _NoArgsIsHelpError = getattr(click_exc, "NoArgsIsHelpError", ())
 class CliUsageError(Exception):
     """A usage error found after parsing (bad flag value, no prompt): exit 2, one line."""
 
+
+# The ``--debug`` option every command takes (``run_cli`` reads it from argv).
+DebugOpt = Annotated[
+    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
+]
 
 def one_line(text: str) -> str:
     """Collapse a message onto a single line (multi-line messages are joined with ' ')."""

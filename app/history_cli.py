@@ -18,15 +18,13 @@ from typing import Annotated
 import typer
 
 from localchat.app import cli_io
+from localchat.app.cli_io import DebugOpt
 
 history_app = typer.Typer(
     name="history", help="Browse the conversation history (shared by ask and the TUI).",
     no_args_is_help=True, add_completion=False,
 )
 IdArg = Annotated[str, typer.Argument(help="Conversation id (or a unique prefix of it).")]
-DebugOpt = Annotated[
-    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
-]
 
 
 def _store():

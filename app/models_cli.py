@@ -7,11 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from localchat.app import cli_io
+from localchat.app.cli_io import DebugOpt
 from localchat.app.history_cli import print_table
-
-DebugOpt = Annotated[
-    bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
-]
 
 
 def pull_command(
