@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from localchat import kernels
+
 from .cuda_graphs import DEFAULT_BATCH_SIZES
 from .outputs import ModelRunnerOutput
 from .request import Request
@@ -168,8 +170,6 @@ class ModelRunner:
         sent to ``serve`` at once, each 3 prompt tokens after 32 cached ones, took the GEMM
         together (18 rows) and the row kernels alone, and four of six replies differed from
         the lone one."""
-        from localchat import kernels
-
         cap = kernels.CPU_MAX_ROWS
         if not self.split_steps or out.total_num_scheduled_tokens <= cap:
             return [out]
@@ -197,8 +197,6 @@ class ModelRunner:
         samplers, verify)`` where ``hidden`` holds the sampled rows of every group (in
         ``samplers`` order), then the verification rows (in ``verify`` order), and each
         ``logits_rows`` / ``verify`` entry indexes it."""
-        from localchat import kernels
-
         planned = [self.plan_step(group) for group in groups]
         picked: list[torch.Tensor | None] = [None] * len(groups)
         together = hasattr(self.model, "forward_groups")
@@ -244,12 +242,9 @@ class ModelRunner:
         with ``step_groups`` in calls of at most ``kernels.CPU_MAX_ROWS`` rows: the output
         layer's row kernels give each row the bits it gets alone (a longer call would take
         its GEMM)."""
-        from localchat import kernels
-
-        cap = kernels.CPU_MAX_ROWS
-        if not self.split_steps or hidden.shape[0] <= cap:
+        if not self.split_steps or hidden.shape[0] <= kernels.CPU_MAX_ROWS:
             return fn(hidden)
-        return torch.cat([fn(part) for part in hidden.split(cap)])
+        return torch.cat([fn(part) for part in hidden.split(kernels.CPU_MAX_ROWS)])
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput,
