@@ -41,6 +41,7 @@ from ..quant.gguf_repack import (
     unpermute_rows,
     unpermute_source_rows,
 )
+from ..quant.int4_panel import adopt_panel
 from ..quant.methods import LinearMethod
 from ..quant.native import (
     NativeInt4LinearMethod,
@@ -137,9 +138,12 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     head = _output_layer(model, quantized)
     if head is not None:  # the output layer's error bound, cached with the weights
         greedy_head.add_bound_buffer(head, device)
+    # native Q4_K layers in the VNNI kernels' panel layout (int4_panel.py), cached as such
+    panel = adopt_panel(model, device, dtype, head)
     cached = None
     if cache_dir is not None and use_cache:
-        cached = cache_path(cache_dir, path, "native", 32, dtype, NATIVE_FORMAT)
+        cached = cache_path(cache_dir, path, "native-panel" if panel else "native", 32, dtype,
+                            NATIVE_FORMAT)
     model.quant_cache_hit = False
     # int4 layers (or shards of a sharded layer, ``shard_<id>`` modules) that PyTorch's CPU
     # kernel repacks are copied (then repacked one at a time); everything else, int4 layers
@@ -155,12 +159,18 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             modules[name].process_weights_after_loading()
             finished.add(name)
 
-    if cached is not None and entry_ready(cached) and load_quantized_mmap(
-            model, cached, copy_modules=repacked, on_module_loaded=finish,
-            fmt=NATIVE_FORMAT):
-        model.quant_cache_hit = True
-    else:
+    if cached is not None and entry_ready(cached):
+        for layer in panel:  # empty panel tensors, for the entry's to be mapped over
+            layer.quant_method.to_panel(layer, convert=False)
+        model.quant_cache_hit = load_quantized_mmap(
+            model, cached, copy_modules=repacked, on_module_loaded=finish, fmt=NATIVE_FORMAT)
+        if not model.quant_cache_hit:
+            for layer in panel:
+                layer.quant_method.to_rows(layer, device)
+    if not model.quant_cache_hit:
         _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
+        for layer in panel:
+            layer.quant_method.to_panel(layer)
         if head is not None:
             greedy_head.fill_bound(head)
         if cached is not None:

@@ -311,6 +311,12 @@ int6_dequantize = _lowbit.int6_dequantize
 int6_matmul = _lowbit.int6_matmul
 int6_matmul_a8 = _lowbit.int6_matmul_a8
 
+# The int4 panel layout's matmul lives in panel.py, re-exported here.
+from . import panel as _panel
+
+int4_panel_a8 = _panel.int4_panel_a8
+int4_to_panel = _panel.int4_to_panel
+
 # The AMX prefill GEMM's wrappers live in amx.py, re-exported here.
 from . import amx as _amx
 

@@ -1,5 +1,6 @@
 // Checking launchers and torch.library registration of the integer-dot (W4A8 / W8A8) CPU
-// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp, activation quantizers in
+// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the int4 panel layout,
+// panel4_{scalar,vnni}.cpp; activation quantizers in
 // qa8_prep.cpp and the vector TUs). The ISA is an argument, clamped to what the CPU has.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,6 +12,7 @@
 
 #include "isa.h"
 #include "kscales.h"
+#include "panel4.h"
 #include "qa8.h"
 #include "quant.h"  // enum Isa
 
@@ -65,7 +67,10 @@ A8Buffers a8_scratch(const A8Args& a, bool int4) {
 
 typedef void (*A8QuantFn)(const void*, bool, int64_t, const A8Args&, const A8Buffers&, bool);
 
-at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant) {
+// fn(a, u0, u1) computes output units [u0, u1) of `unit` columns each (1, or a panel layout's
+// 16-output tiles).
+at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn quant,
+                  int64_t unit = 1) {
   // fp32 / bf16 rows are read in place (unit column stride); fp16 is widened once.
   const bool direct = (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
                       x.stride(1) == 1;
@@ -83,8 +88,8 @@ at::Tensor run_a8(const at::Tensor& x, A8Args a, bool int4, A8Fn fn, A8QuantFn q
   a.out = out.data_ptr();
   a.out_bf16 = bf16;
   // Threads split output columns; each output is computed by one thread in a fixed order.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * a.M));
-  at::parallel_for(0, a.N, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, a.K * a.M * unit));
+  at::parallel_for(0, a.N / unit, grain, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
   return x.scalar_type() == out.scalar_type() ? out : out.to(x.scalar_type());
 }
 
@@ -134,6 +139,40 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
   return run_a8(x, a, true,
                 amx ? int4_a8_amx : pick_a8(isa, int4_a8_vnni, int4_a8_avx2, int4_a8_scalar),
                 pick_a8_quant(isa));
+}
+
+// W4A8 over the int4 panel layout (panel4.h): x [M, K] fp32 / bf16 / fp16, qpanel uint8
+// [N/16, K/8, 64], pscales / pmins uint8 [N/16, K/32, 16], psuper fp16 [N/16, K/256, 2, 16].
+at::Tensor int4_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at::Tensor& pscales,
+                         const at::Tensor& pmins, const at::Tensor& psuper, int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && qpanel.dim() == 3,
+              "int4_panel_a8: x [M, K], qpanel [N/16, K/8, 64], got ", x.sizes(), " and ",
+              qpanel.sizes());
+  const int64_t M = x.size(0), K = x.size(1), T = qpanel.size(0), N = T * kPanelRows;
+  TORCH_CHECK(K > 0 && K % 256 == 0, "int4_panel_a8: K=", K, " must be a multiple of 256");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int4_panel_a8: x must be fp32/bf16/fp16");
+  TORCH_CHECK(qpanel.scalar_type() == at::kByte && qpanel.is_contiguous() &&
+                  qpanel.sizes() == at::IntArrayRef({T, K / 8, 64}),
+              "int4_panel_a8: qpanel must be contiguous uint8 [", T, ", ", K / 8, ", 64], got ",
+              qpanel.sizes(), " ", qpanel.scalar_type());
+  for (const at::Tensor* t : {&pscales, &pmins})
+    TORCH_CHECK(t->scalar_type() == at::kByte && t->is_contiguous() &&
+                    t->sizes() == at::IntArrayRef({T, K / 32, 16}),
+                "int4_panel_a8: pscales / pmins must be contiguous uint8 [", T, ", ", K / 32,
+                ", 16], got ", t->sizes(), " ", t->scalar_type());
+  TORCH_CHECK(psuper.scalar_type() == at::kHalf && psuper.is_contiguous() &&
+                  psuper.sizes() == at::IntArrayRef({T, K / 256, 2, 16}),
+              "int4_panel_a8: psuper must be contiguous fp16 [", T, ", ", K / 256, ", 2, 16], got ",
+              psuper.sizes(), " ", psuper.scalar_type());
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qpanel.data_ptr(),
+           pscales.data_ptr(), pmins.data_ptr(), false, nullptr, false,
+           M, N, K, K, 32, K / 32};
+  a.super = reinterpret_cast<const uint16_t*>(psuper.data_ptr<at::Half>());
+  static const bool vnni_ok = cpu_has_vnni();
+  const A8Fn fn = cpu_clamp_isa(isa) == kAvx512 && vnni_ok ? int4_panel_a8_vnni
+                                                           : int4_panel_a8_scalar;
+  return run_a8(x, a, false, fn, pick_a8_quant(isa), kPanelRows);
 }
 
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
@@ -194,9 +233,12 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "int isa, Tensor? super_scales=None) -> Tensor");
   m.def("int8_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, "
         "int group_size, int isa) -> Tensor");
+  m.def("int4_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, Tensor pmins, Tensor psuper, "
+        "int isa) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
+  m.impl("int4_panel_a8", &localchat_cpu::int4_panel_a8);
 }

@@ -1,0 +1,199 @@
+"""The panel layout of two-level int4 (GGUF Q4_K) weights on CPUs with AVX-512 VNNI.
+
+The row layout (``int4.py``'s k-scales: ``qweight [N, K // 2]``, ``scales`` / ``mins``
+``[N, K // 32]`` uint8, ``super_scales [N, K // 256, 2]`` fp16) keeps each output's bytes
+together. ``kernels/cpu/panel4.h`` interleaves 16 outputs instead, so one ``vpdpbusd`` lane is
+one output and the scales apply once per 32 columns for 16 outputs at once: on a Zen 4 core
+about 2.7x fewer cycles per weight at one activation row and 2.5x at 4-16 rows than the row
+layout's kernel (``scripts/bench_panel.py``). The bytes are the row layout's, permuted
+(:func:`to_panel` / :func:`from_panel`, exact inverses):
+
+- ``qpanel`` uint8 ``[N / 16, K / 8, 64]``: byte ``4 j + b`` of (tile ``t``, octet ``o``)
+  holds ``w[16 t + j, 8 o + b]`` (low nibble) and ``w[16 t + j, 8 o + 4 + b]`` (high);
+- ``pscales`` / ``pmins`` uint8 ``[N / 16, K / 32, 16]``; ``psuper`` fp16
+  ``[N / 16, K / 256, 2, 16]`` (``d``, ``-dmin``).
+
+:class:`PanelInt4LinearMethod` holds a native Q4_K layer so (``load_native_gguf`` converts
+the layers :func:`panel_usable` allows once their rows are filled, before the cache write, so
+cached loads map the panel tensors directly) and computes every row count with
+``kernels.cpu.int4_panel_a8`` (batch invariant: a row's bits do not depend on the others).
+``LOCALCHAT_CPU_PANEL=0`` keeps the row layout, ``=1`` takes the panel wherever the C++ kernels
+are built (CPUs without VNNI then run its portable kernel: for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .methods import _add_bias, _drop, _set_buffer
+from .native import NativeInt4LinearMethod
+
+PANEL_ENV = "LOCALCHAT_CPU_PANEL"
+ROWS = 16  # outputs per tile
+_ROW_NAMES = ("qweight", "scales", "mins", "super_scales")
+_PANEL_NAMES = ("qpanel", "pscales", "pmins", "psuper")
+
+
+def _check(n: int, k: int) -> None:
+    if n % ROWS or k % 256 or n <= 0 or k <= 0:
+        raise ValueError(f"the int4 panel layout needs N % 16 == 0 and K % 256 == 0, got "
+                         f"N={n}, K={k}")
+
+
+def to_panel(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+             super_scales: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Row-layout two-level int4 (``qweight`` uint8 ``[N, K // 2]``, ``scales`` / ``mins``
+    uint8 ``[N, K // 32]``, ``super_scales`` fp16 ``[N, K // 256, 2]``) -> ``(qpanel, pscales,
+    pmins, psuper)`` (module docstring), new contiguous tensors holding the same bytes.
+    Raises ``ValueError`` unless ``N % 16 == 0`` and ``K % 256 == 0``."""
+    n, k = qweight.shape[0], qweight.shape[1] * 2
+    _check(n, k)
+    b = qweight.reshape(n, k // 8, 4)  # row layout: byte i = (w[2i], w[2i + 1])
+    b0, b1, b2, b3 = b.unbind(-1)
+    lo = torch.tensor(0x0F, dtype=torch.uint8)
+    hi = torch.tensor(0xF0, dtype=torch.uint8)
+    p = torch.stack([(b0 & lo) | ((b2 & lo) << 4), (b0 >> 4) | (b2 & hi),
+                     (b1 & lo) | ((b3 & lo) << 4), (b1 >> 4) | (b3 & hi)], -1)
+    qpanel = p.reshape(n // ROWS, ROWS, k // 8, 4).transpose(1, 2).reshape(n // ROWS, k // 8, 64)
+    ng, nsb = k // 32, k // 256
+    pscales, pmins = (s.reshape(n // ROWS, ROWS, ng).transpose(1, 2).contiguous()
+                      for s in (scales, mins))
+    psuper = super_scales.reshape(n // ROWS, ROWS, nsb, 2).permute(0, 2, 3, 1).contiguous()
+    return qpanel.contiguous(), pscales, pmins, psuper
+
+
+def from_panel(qpanel: torch.Tensor, pscales: torch.Tensor, pmins: torch.Tensor,
+               psuper: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The inverse of :func:`to_panel`: ``(qweight, scales, mins, super_scales)`` of the row
+    layout, bit for bit (the reference side of the panel kernel's tests)."""
+    t, o = qpanel.shape[0], qpanel.shape[1]
+    n, k = t * ROWS, o * 8
+    p = qpanel.reshape(t, o, ROWS, 4).transpose(1, 2).reshape(n, o, 4)
+    p0, p1, p2, p3 = p.unbind(-1)
+    lo = torch.tensor(0x0F, dtype=torch.uint8)
+    hi = torch.tensor(0xF0, dtype=torch.uint8)
+    b = torch.stack([(p0 & lo) | ((p1 & lo) << 4), (p2 & lo) | ((p3 & lo) << 4),
+                     (p0 >> 4) | (p1 & hi), (p2 >> 4) | (p3 & hi)], -1)
+    ng, nsb = k // 32, k // 256
+    scales, mins = (s.transpose(1, 2).reshape(n, ng).contiguous() for s in (pscales, pmins))
+    sup = psuper.permute(0, 3, 1, 2).reshape(n, nsb, 2).contiguous()
+    return b.reshape(n, k // 2).contiguous(), scales, mins, sup
+
+
+@functools.cache
+def _vnni() -> bool:
+    from localchat.kernels import cpu
+
+    return cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+
+
+def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether a native Q4_K layer on ``device`` with activations of ``dtype`` takes the panel
+    layout: CPU, localchat's C++ kernels built, 16-bit activations (they take the integer-dot
+    kernels, ``kernels.cpu_a8_enabled``; an fp32 engine keeps the row layout's exact
+    kernels), and, by default, AVX-512 VNNI at the active ISA level without AMX (whose prefill
+    GEMM reads the row layout). ``LOCALCHAT_CPU_PANEL``: ``0`` never, ``1`` wherever the
+    kernels are built."""
+    from localchat import kernels
+
+    from .cpu_int4 import own_kernels
+
+    mode = os.environ.get(PANEL_ENV, "").strip()
+    if mode == "0" or torch.device(device).type != "cpu" or not own_kernels():
+        return False
+    if dtype not in (torch.bfloat16, torch.float16) or not kernels.cpu_a8_enabled(dtype):
+        return False
+    return mode == "1" or _vnni()
+
+
+def panel_fits(layer) -> bool:
+    """Whether ``layer`` (a native int4 layer with two-level scales) has the panel's shape."""
+    return (layer.out_features % ROWS == 0 and layer.in_features % 256 == 0
+            and layer._buffers.get("super_scales") is not None)
+
+
+class PanelInt4LinearMethod(NativeInt4LinearMethod):
+    """A native Q4_K layer in the panel layout (module docstring) once :meth:`to_panel` ran;
+    before that (while its rows are filled) the row layout of ``NativeInt4LinearMethod``.
+    ``apply(layer, x [..., K])`` -> ``[..., N]`` in ``x.dtype`` through
+    ``kernels.cpu.int4_panel_a8`` for any number of rows."""
+
+    def __init__(self, device, scale_dtype: torch.dtype = torch.uint8) -> None:
+        super().__init__(device, "packed", False, scale_dtype)
+        self.panel = False
+
+    def to_panel(self, layer, convert: bool = True) -> None:
+        """Replace the row-layout buffers by panel ones: converted (``convert``) or empty (to
+        be mapped from a cache entry that holds them)."""
+        n, k = layer.out_features, layer.in_features
+        _check(n, k)
+        shapes = ((n // ROWS, k // 8, 64), (n // ROWS, k // 32, ROWS),
+                  (n // ROWS, k // 32, ROWS), (n // ROWS, k // 256, 2, ROWS))
+        dtypes = (torch.uint8, torch.uint8, torch.uint8, torch.float16)
+        tensors = [torch.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
+        if convert:  # the C++ op (chosen only where the kernels are built)
+            from localchat.kernels import cpu
+
+            cpu.int4_to_panel(*(layer._buffers[name] for name in _ROW_NAMES), *tensors)
+        _drop(layer, *_ROW_NAMES)
+        for name, t in zip(_PANEL_NAMES, tensors):
+            _set_buffer(layer, name, t)
+        self.panel = True
+
+    def to_rows(self, layer, device) -> None:
+        """Back to empty row-layout buffers (a cache entry that could not be mapped: the rows
+        are filled from the GGUF again)."""
+        _drop(layer, *_PANEL_NAMES)
+        self.create_weights(layer, device)
+        self.panel = False
+
+    def _panel(self, layer) -> tuple[torch.Tensor, ...]:
+        return tuple(layer._buffers[name] for name in _PANEL_NAMES)
+
+    def process_weights_after_loading(self, layer):
+        if not self.panel:
+            super().process_weights_after_loading(layer)
+
+    def exact_cpu_rows(self, layer) -> bool:
+        return False if self.panel else super().exact_cpu_rows(layer)
+
+    def decode_plan(self, layer, dtype):
+        if not self.panel:
+            return super().decode_plan(layer, dtype)
+        from localchat import kernels
+
+        return ([("int4_panel_a8", (kernels.INPUT, *self._panel(layer),
+                                    kernels.cpu.active_isa()))], layer.bias)
+
+    def apply(self, layer, x):
+        if not self.panel:
+            return super().apply(layer, x)
+        from localchat.kernels import cpu
+
+        x2 = x.reshape(-1, x.shape[-1])
+        y = cpu.int4_panel_a8(x2, *self._panel(layer))
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def embed(self, layer, ids, dtype):
+        raise NotImplementedError("a panel-layout layer is never an embedding")
+
+
+def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None) -> list:
+    """Swap :class:`PanelInt4LinearMethod` in for every native Q4_K linear layer of ``model``
+    (after ``create_weights``; shard modules of a sharded layer included) that may hold the
+    panel layout (:func:`panel_usable`, :func:`panel_fits`): not the embedding (its rows are
+    gathered), not ``head`` (the greedy head reads the output layer's rows). Returns those
+    modules, still in the row layout for their rows to be filled."""
+    if not panel_usable(device, dtype):
+        return []
+    adopted = []
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if (type(method) is NativeInt4LinearMethod and method.scale_dtype == torch.uint8
+                and method.kernel == "packed" and module is not head and panel_fits(module)):
+            module.quant_method = PanelInt4LinearMethod(device)
+            adopted.append(module)
+    return adopted

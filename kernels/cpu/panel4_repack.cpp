@@ -1,0 +1,80 @@
+// The row layout -> panel layout conversion of two-level int4 weights (panel4.h), in place of
+// the PyTorch reference (localchat.engine.quant.int4_panel.to_panel, equal to it bit for bit):
+// a first load converts every Q4_K layer once, before the cache write. Threads over tiles.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cstdint>
+
+#include "panel4.h"
+
+namespace localchat_cpu {
+namespace {
+
+void check_pair(const char* what, const at::Tensor& row, const at::Tensor& panel,
+                at::ScalarType dt, int64_t numel) {
+  TORCH_CHECK(row.scalar_type() == dt && panel.scalar_type() == dt && row.is_contiguous() &&
+                  panel.is_contiguous() && row.numel() == numel && panel.numel() == numel,
+              "int4_to_panel: ", what, " must be contiguous ", dt, " tensors of ", numel,
+              " elements, got ", row.sizes(), " and ", panel.sizes());
+}
+
+// qweight uint8 [N, K/2], scales / mins uint8 [N, K/32], super fp16 [N, K/256, 2] (row
+// layout) -> qpanel [N/16, K/8, 64], pscales / pmins [N/16, K/32, 16], psuper
+// [N/16, K/256, 2, 16] (written in place).
+void int4_to_panel(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
+                   const at::Tensor& super_scales, at::Tensor qpanel, at::Tensor pscales,
+                   at::Tensor pmins, at::Tensor psuper) {
+  TORCH_CHECK(qweight.dim() == 2, "int4_to_panel: qweight must be [N, K/2]");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
+  TORCH_CHECK(N % kPanelRows == 0 && K % 256 == 0 && N > 0,
+              "int4_to_panel: needs N % 16 == 0 and K % 256 == 0, got N=", N, ", K=", K);
+  check_pair("qweight / qpanel", qweight, qpanel, at::kByte, N * K / 2);
+  check_pair("scales / pscales", scales, pscales, at::kByte, N * K / 32);
+  check_pair("mins / pmins", mins, pmins, at::kByte, N * K / 32);
+  check_pair("super_scales / psuper", super_scales, psuper, at::kHalf, N * K / 128);
+  const uint8_t* q = qweight.data_ptr<uint8_t>();
+  const uint8_t* sc = scales.data_ptr<uint8_t>();
+  const uint8_t* mn = mins.data_ptr<uint8_t>();
+  const uint16_t* sup = reinterpret_cast<const uint16_t*>(super_scales.data_ptr<at::Half>());
+  uint8_t* qp = qpanel.data_ptr<uint8_t>();
+  uint8_t* ps = pscales.data_ptr<uint8_t>();
+  uint8_t* pm = pmins.data_ptr<uint8_t>();
+  uint16_t* pu = reinterpret_cast<uint16_t*>(psuper.data_ptr<at::Half>());
+  const int64_t oct = K / 8, ng = K / 32, nsb = K / 256;
+  at::parallel_for(0, N / kPanelRows, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int j = 0; j < 16; ++j) {
+        const int64_t n = t * 16 + j;
+        for (int64_t o = 0; o < oct; ++o) {
+          // row bytes 4o..4o+3 hold (w0, w1), (w2, w3), (w4, w5), (w6, w7) of the octet
+          const uint8_t* b = q + n * (K / 2) + 4 * o;
+          uint8_t* p = qp + (t * oct + o) * 64 + 4 * j;
+          p[0] = static_cast<uint8_t>((b[0] & 0x0F) | ((b[2] & 0x0F) << 4));
+          p[1] = static_cast<uint8_t>((b[0] >> 4) | (b[2] & 0xF0));
+          p[2] = static_cast<uint8_t>((b[1] & 0x0F) | ((b[3] & 0x0F) << 4));
+          p[3] = static_cast<uint8_t>((b[1] >> 4) | (b[3] & 0xF0));
+        }
+        for (int64_t g = 0; g < ng; ++g) {
+          ps[(t * ng + g) * 16 + j] = sc[n * ng + g];
+          pm[(t * ng + g) * 16 + j] = mn[n * ng + g];
+        }
+        for (int64_t s = 0; s < nsb; ++s)
+          for (int h = 0; h < 2; ++h) pu[((t * nsb + s) * 2 + h) * 16 + j] = sup[(n * nsb + s) * 2 + h];
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace localchat_cpu
+
+TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
+  m.def("int4_to_panel(Tensor qweight, Tensor scales, Tensor mins, Tensor super_scales, "
+        "Tensor(a!) qpanel, Tensor(b!) pscales, Tensor(c!) pmins, Tensor(d!) psuper) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
+  m.impl("int4_to_panel", &localchat_cpu::int4_to_panel);
+}

@@ -1,0 +1,127 @@
+// AVX-512 VNNI kernel of the int4 panel layout (panel4.h). Per pass: NT tiles (16 outputs
+// each) x MT activation rows. Per 32-column group: for each of its 4 octets, one 64-byte
+// weight load per tile, low and high nibbles, and per row two broadcast activation dwords
+// meeting them in `vpdpbusd` (lanes = outputs); then per tile and row one convert, one scale
+// multiply and two FMAs (the group's scale and min terms, panel4.h's order). Low and high
+// nibbles accumulate in separate registers (two dependency chains), summed exactly as int32.
+// One row takes four tiles a pass (enough independent chains to hide `vpdpbusd`'s latency);
+// more rows take two tiles and up to four rows, sharing each unpacked weight vector.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "panel4.h"
+
+namespace localchat_cpu {
+namespace {
+#include "avx512_common.h"  // to_bf16
+
+constexpr int64_t kPrefetch = 2048;  // bytes ahead in a tile's weight stream
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline void store16(const A8Args& a, int64_t m, int64_t n, __m512 v) {
+  if (a.out_bf16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(a.out) + m * a.N + n),
+                        to_bf16(v));
+  else
+    _mm512_storeu_ps(static_cast<float*>(a.out) + m * a.N + n, v);
+}
+
+template <int MT, int NT>
+inline void pass(const A8Args& a, int64_t t0, int64_t m0) {
+  const int64_t K = a.K, Kp = a.Kp, ng = K / 32, nsb = K / 256;
+  const uint8_t* qp = static_cast<const uint8_t*>(a.qweight);
+  const uint8_t* sc = static_cast<const uint8_t*>(a.scales);
+  const uint8_t* mn = static_cast<const uint8_t*>(a.mins);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  __m512 acc[NT][MT];
+  for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < MT; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512 dw[NT], dm[NT];
+    for (int t = 0; t < NT; ++t) {
+      const uint16_t* s = a.super + ((t0 + t) * nsb + sb) * 32;
+      dw[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+      dm[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16)));
+    }
+    for (int gi = 0; gi < 8; ++gi) {
+      const int64_t g = sb * 8 + gi;
+      __m512i ilo[NT][MT], ihi[NT][MT];
+      for (int t = 0; t < NT; ++t)
+        for (int r = 0; r < MT; ++r) ilo[t][r] = ihi[t][r] = _mm512_setzero_si512();
+      for (int o = 0; o < 4; ++o) {
+        const int64_t oct = g * 4 + o;
+        __m512i lo[NT], hi[NT];
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* w = qp + ((t0 + t) * (K / 8) + oct) * 64;
+          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch), _MM_HINT_T0);
+          const __m512i v = _mm512_loadu_si512(w);
+          lo[t] = _mm512_and_si512(v, nib);
+          hi[t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        }
+        for (int r = 0; r < MT; ++r) {
+          const int8_t* x = a.xq + (m0 + r) * Kp + 8 * oct;
+          const __m512i xa = bcast4(x), xb = bcast4(x + 4);
+          for (int t = 0; t < NT; ++t) {
+            ilo[t][r] = _mm512_dpbusd_epi32(ilo[t][r], lo[t], xa);
+            ihi[t][r] = _mm512_dpbusd_epi32(ihi[t][r], hi[t], xb);
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int64_t at = ((t0 + t) * ng + g) * 16;
+        const __m512 sv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + at)))), dw[t]);
+        const __m512 mv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + at)))), dm[t]);
+        for (int r = 0; r < MT; ++r) {
+          const int64_t m = m0 + r;
+          const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(ilo[t][r], ihi[t][r]));
+          acc[t][r] = _mm512_fmadd_ps(
+              dot, _mm512_mul_ps(sv, _mm512_set1_ps(a.d[m * (Kp / 32) + g])), acc[t][r]);
+          acc[t][r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.xs[m * a.ngroups + g]), acc[t][r]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int r = 0; r < MT; ++r) store16(a, m0 + r, (t0 + t) * 16, acc[t][r]);
+}
+
+// Rows [m0, m1) (at most 16) over tiles [t0, t1).
+template <int NT>
+inline void rows_nt(const A8Args& a, int64_t t, int64_t m0, int64_t m1) {
+  int64_t m = m0;
+  for (; m + 4 <= m1; m += 4) pass<4, NT>(a, t, m);
+  switch (m1 - m) {
+    case 3: pass<3, NT>(a, t, m); break;
+    case 2: pass<2, NT>(a, t, m); break;
+    case 1: pass<1, NT>(a, t, m); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void int4_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
+  // Blocks of 16 rows, each over the whole tile range (its weights then come from the cache
+  // for the next block); every output takes the same operations whatever the blocking.
+  for (int64_t mb = 0; mb < a.M; mb += 16) {
+    const int64_t me = std::min<int64_t>(a.M, mb + 16);
+    int64_t t = t0;
+    if (me - mb == 1) {
+      for (; t + 4 <= t1; t += 4) pass<1, 4>(a, t, mb);
+    }
+    for (; t + 2 <= t1; t += 2) rows_nt<2>(a, t, mb, me);
+    if (t < t1) rows_nt<1>(a, t, mb, me);
+  }
+}
+
+}  // namespace localchat_cpu

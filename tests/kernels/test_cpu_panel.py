@@ -1,0 +1,91 @@
+"""The int4 panel layout (``kernels/cpu/panel4*.cpp``, ``engine/quant/int4_panel.py``):
+two-level (GGUF Q4_K) weights with 16 outputs interleaved, for the VNNI W4A8 kernel.
+
+- Layout: ``to_panel`` / ``from_panel`` are exact inverses, and the C++ conversion writes
+  ``to_panel``'s bytes.
+- Kernel vs ``reference.int4_matmul_a8`` on the row layout (the same activation integers and
+  exact int32 dots per 32-column group, another fp32 summation order): within
+  ``test_cpu_quant_a8``'s summation bound (``4 * gamma_(T+4) * A``, Higham 3.1), for M from 1
+  past the kernel's 16-row blocks, on the VNNI path and the portable one.
+- The portable kernel equals the VNNI one bit for bit (the same operations in the same
+  order); batch and thread invariance on both; the launcher's checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localchat.engine.quant.int4_panel import from_panel, to_panel
+from localchat.kernels import cpu, reference
+
+from .batch_invariance import assert_batch_invariant
+from .test_cpu_kscales import kscale_weights
+from .test_cpu_quant_a8 import activations, assert_summation_close, built  # noqa: F401
+
+# 2: VNNI where the CPU has it (else the portable kernel), 0: the portable kernel
+LEVELS = {"avx512": 2, "scalar": 0}
+SHAPES = [(16, 256), (48, 512), (80, 1536), (32, 2304)]  # (N, K): 1, 3, 5 and 2 tiles
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_layout_round_trip(built, n, k):  # noqa: F811
+    w = kscale_weights(n, k, seed=n + k)
+    panel = to_panel(*w)
+    assert [t.shape for t in panel] == [(n // 16, k // 8, 64), (n // 16, k // 32, 16),
+                                        (n // 16, k // 32, 16), (n // 16, k // 256, 2, 16)]
+    for a, b in zip(from_panel(*panel), w):
+        assert torch.equal(a, b)
+    out = [torch.empty_like(t) for t in panel]
+    cpu.int4_to_panel(*w, *out)
+    for a, b in zip(out, panel):
+        assert torch.equal(a, b)
+    # one weight spot-checked by hand: output 16 t + j, column 8 o + 4 + b = high nibble
+    q = reference.unpack_int4(w[0])
+    t, j, o, b = n // 16 - 1, 5, k // 8 - 2, 3
+    assert int(panel[0][t, o, 4 * j + b]) >> 4 == int(q[16 * t + j, 8 * o + 4 + b])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_matches_reference(built, level, n, k):  # noqa: F811
+    q, sc, mn, sup = kscale_weights(n, k, seed=3 * n + k)
+    s, m = reference.fold_kscales(sc, mn, sup)
+    panel = to_panel(q, sc, mn, sup)
+    for rows in (1, 2, 3, 5, 16, 21):
+        x = activations(rows, k, seed=rows)
+        out = cpu.int4_panel_a8(x, *panel, isa=LEVELS[level])
+        assert out.dtype == torch.float32 and out.shape == (rows, n)
+        assert_summation_close(out, x, reference.unpack_int4(q), s, m, 32)
+        out16 = cpu.int4_panel_a8(x.bfloat16(), *panel, isa=LEVELS[level])
+        assert out16.dtype == torch.bfloat16
+
+
+def test_portable_equals_vnni(built):  # noqa: F811
+    panel = to_panel(*kscale_weights(48, 768, seed=5))
+    for rows in (1, 4, 7, 19):
+        x = activations(rows, 768, seed=rows).bfloat16()
+        assert torch.equal(cpu.int4_panel_a8(x, *panel, isa=2),
+                           cpu.int4_panel_a8(x, *panel, isa=0))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_batch_invariant(built, level):  # noqa: F811
+    panel = to_panel(*kscale_weights(80, 512, seed=9))
+    x = activations(20, 512, seed=2).bfloat16()  # past one 16-row block
+    assert_batch_invariant(lambda xs: cpu.int4_panel_a8(xs, *panel, isa=LEVELS[level]), x)
+
+
+def test_rejects_bad_layouts(built):  # noqa: F811
+    qp, ps, pm, pu = to_panel(*kscale_weights(32, 512, seed=1))
+    x = torch.randn(2, 512)
+    with pytest.raises(RuntimeError, match="multiple of 256"):
+        cpu.int4_panel_a8(torch.randn(2, 384), qp[:, :48], ps[:, :12], pm[:, :12], pu[:, :1])
+    with pytest.raises(RuntimeError, match="qpanel must be"):
+        cpu.int4_panel_a8(x, qp[:, :32], ps, pm, pu)
+    with pytest.raises(RuntimeError, match="pscales / pmins"):
+        cpu.int4_panel_a8(x, qp, ps.float(), pm, pu)
+    with pytest.raises(RuntimeError, match="psuper must be"):
+        cpu.int4_panel_a8(x, qp, ps, pm, pu.float())
+    with pytest.raises(ValueError, match="N % 16"):
+        to_panel(*kscale_weights(24, 512, seed=1))
