@@ -23,7 +23,6 @@ are built (CPUs without VNNI then run its portable kernel: for tests).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -83,7 +82,6 @@ def from_panel(qpanel: torch.Tensor, pscales: torch.Tensor, pmins: torch.Tensor,
     return b.reshape(n, k // 2).contiguous(), scales, mins, sup
 
 
-@functools.cache
 def _vnni() -> bool:
     from localchat.kernels import cpu
 

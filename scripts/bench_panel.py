@@ -1,0 +1,79 @@
+"""The int4 panel layout (``kernels/cpu/panel4.h``) against the row layout's W4A8 kernel
+(``kernels/cpu/qa8_vnni.cpp``) on the same two-level (Q4_K) weights.
+
+Workload: Qwen2.5-Coder-1.5B's Q4_K shapes (gate/up 17920 x 1536, down 1536 x 8960, q/o
+1536 x 1536), random bytes (the kernels' cost does not depend on the values), ``--layers``
+copies of each so that a round streams them from memory as a decode step does (one layer
+alone would stay in the L3 cache); M = 1, 5, 16 and 64 bf16 activation rows;
+``torch.set_num_threads(--threads)``. Each round times one call per copy for each layout,
+the two layouts alternating; the best of ``--rounds`` rounds per (shape, M, layout) is
+printed as ms per layer and GB/s (weight, scale and min bytes / time), with the ratio
+row / panel. Prints the load average first: on a shared machine compare rows of one run only.
+
+Usage: ``python scripts/bench_panel.py [--threads 2] [--rounds 5] [--layers 28]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+SHAPES = {"gate_up": (17920, 1536), "down": (1536, 8960), "q/o": (1536, 1536)}
+ROWS = (1, 5, 16, 64)
+
+
+def _weights(n: int, k: int, gen: torch.Generator):
+    q = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    sc = torch.randint(0, 64, (n, k // 32), generator=gen, dtype=torch.uint8)
+    mn = torch.randint(0, 64, (n, k // 32), generator=gen, dtype=torch.uint8)
+    sup = (torch.rand(n, k // 256, 2, generator=gen) * 0.01).half()
+    return q, sc, mn, sup
+
+
+def main(argv: list[str] | None = None) -> int:
+    from localchat.engine.quant.int4_panel import to_panel
+    from localchat.kernels import cpu
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=28)
+    args = ap.parse_args(argv)
+    if not cpu.available():
+        print("the C++ CPU kernels are not built: nothing to compare")
+        return 1
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(0)
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.threads} threads, best of "
+          f"{args.rounds} alternating rounds, {args.layers} copies per shape; VNNI: "
+          f"{cpu.has_vnni()}")
+    print("| shape | M | row ms | row GB/s | panel ms | panel GB/s | row / panel |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (n, k) in SHAPES.items():
+        rows = [_weights(n, k, gen) for _ in range(args.layers)]
+        panels = [to_panel(*w) for w in rows]
+        nbytes = sum(t.nbytes for t in rows[0])
+        for m in ROWS:
+            x = torch.randn(m, k, generator=gen).bfloat16()
+            best = {"row": float("inf"), "panel": float("inf")}
+            for _ in range(args.rounds):
+                t0 = time.perf_counter()
+                for w in rows:
+                    cpu.int4_matmul_a8(x, w[0], w[1], w[2], 32, super_scales=w[3])
+                t1 = time.perf_counter()
+                for p in panels:
+                    cpu.int4_panel_a8(x, *p)
+                t2 = time.perf_counter()
+                best["row"] = min(best["row"], (t1 - t0) / args.layers)
+                best["panel"] = min(best["panel"], (t2 - t1) / args.layers)
+            r, p = best["row"], best["panel"]
+            print(f"| {name} {n} x {k} | {m} | {r * 1e3:.3f} | {nbytes / r / 1e9:.1f} | "
+                  f"{p * 1e3:.3f} | {nbytes / p / 1e9:.1f} | {r / p:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
