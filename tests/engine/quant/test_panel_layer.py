@@ -1,0 +1,133 @@
+"""A native Q4_K layer in the panel layout (``engine/quant/int4_panel.py``) against the same
+layer in the row layout, built from random Q4_K blocks through the loader's row placement.
+
+- After ``to_panel`` the layer holds the same bytes (the row layout is recovered exactly by
+  ``from_panel``) and ``weight_bytes``; ``apply`` equals the panel op, for any row count, and
+  stays within the integer-dot reference's summation bound of the row layer's reference
+  (``tests/kernels/test_cpu_quant_a8.py``); it is batch invariant through the layer.
+- ``decode_plan`` (the C++ decoder stack's call) gives the same bits as ``apply``.
+- ``adopt_panel`` takes native Q4_K linear layers only: not the embedding, not the output
+  layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or fp32
+  activations; ``=1`` forces it wherever the kernels are built.
+- The quantized cache restores a panel layer by buffer name into empty panel tensors, and
+  ``to_rows`` gives back fillable row buffers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from localchat import kernels
+from localchat.engine.layers.linear import Linear
+from localchat.engine.quant import int4_panel
+from localchat.engine.quant.int4_panel import PanelInt4LinearMethod, adopt_panel, from_panel
+from localchat.engine.quant.native import NativeInt4LinearMethod, repack_into_rows
+from localchat.kernels import cpu, reference
+from tests.engine.quant.test_gguf_repack import _random_blocks
+from tests.kernels.batch_invariance import assert_batch_invariant
+from tests.kernels.test_cpu_quant_a8 import activations, assert_summation_close
+
+Q4_1, Q4_K = 3, 12
+N, K = 48, 768
+
+
+@pytest.fixture(autouse=True)
+def _kernels():
+    if not cpu.available():
+        pytest.skip("no C++ compiler: the panel layout is chosen only where its kernel is built")
+
+
+def _layer(method, n=N, k=K, seed=3, ggml_type=Q4_K):
+    layer = Linear(k, n)
+    layer.quant_method = method
+    method.create_weights(layer, "cpu")
+    assert repack_into_rows(layer, _random_blocks(ggml_type, n, k, seed=seed), ggml_type,
+                            (n, k), 0, n)
+    return layer
+
+
+def _panel_layer(seed=3):
+    layer = _layer(PanelInt4LinearMethod("cpu"), seed=seed)
+    rows = {name: layer._buffers[name].clone() for name in int4_panel._ROW_NAMES}
+    layer.quant_method.to_panel(layer)
+    return layer, rows
+
+
+def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
+    layer, rows = _panel_layer()
+    assert not any(name in layer._buffers for name in int4_panel._ROW_NAMES)
+    panel = [layer._buffers[name] for name in int4_panel._PANEL_NAMES]
+    for got, want in zip(from_panel(*panel), rows.values()):
+        assert torch.equal(got, want)
+    held = sum(t.nbytes for t in layer.buffers())
+    assert held == sum(t.nbytes for t in rows.values())
+    assert held == layer.quant_method.weight_bytes(N, K, torch.bfloat16)
+    s, m = reference.fold_kscales(rows["scales"], rows["mins"], rows["super_scales"])
+    for m_rows in (1, 5, 16, 40):
+        x = activations(m_rows, K, seed=m_rows)
+        y = layer(x)
+        assert torch.equal(y, cpu.int4_panel_a8(x, *panel))
+        assert_summation_close(y, x, reference.unpack_int4(rows["qweight"]), s, m, 32)
+    assert_batch_invariant(layer, activations(20, K, seed=1).bfloat16())
+
+
+def test_decode_plan_is_apply():
+    layer, _ = _panel_layer()
+    (name, args), = layer.quant_method.decode_plan(layer, torch.bfloat16)[0]
+    x = activations(3, K, seed=2).bfloat16()
+    call = getattr(torch.ops.localchat_cpu, name)
+    assert torch.equal(call(*[x if a is kernels.INPUT else a for a in args]), layer(x))
+
+
+def _model(head_n=N, odd_n=40):
+    model = nn.Module()
+    model.embed = _layer(NativeInt4LinearMethod("cpu", keep_rows=True,
+                                                scale_dtype=torch.uint8))
+    model.q4k = _layer(NativeInt4LinearMethod("cpu", scale_dtype=torch.uint8))
+    model.odd = _layer(NativeInt4LinearMethod("cpu", scale_dtype=torch.uint8), n=odd_n)
+    model.q41 = _layer(NativeInt4LinearMethod("cpu", scale_dtype=torch.float16),
+                       ggml_type=Q4_1)
+    model.head = _layer(NativeInt4LinearMethod("cpu", scale_dtype=torch.uint8), n=head_n)
+    return model
+
+
+@pytest.mark.parametrize("env,dtype,taken", [
+    ("", torch.bfloat16, "vnni"), ("0", torch.bfloat16, False), ("1", torch.bfloat16, True),
+    ("1", torch.float32, False), ("", torch.float16, "vnni")])
+def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, taken):
+    monkeypatch.setenv(int4_panel.PANEL_ENV, env)
+    if taken == "vnni":
+        taken = cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+    model = _model()
+    adopted = adopt_panel(model, "cpu", dtype, head=model.head)
+    assert adopted == ([model.q4k] if taken else [])
+    assert isinstance(model.q4k.quant_method, PanelInt4LinearMethod) == bool(taken)
+    for other in (model.embed, model.odd, model.q41, model.head):
+        assert type(other.quant_method) is NativeInt4LinearMethod
+    assert adopt_panel(model, "meta", dtype) == []
+
+
+def test_cache_round_trip_and_back_to_rows(tmp_path):
+    from localchat.engine.quant.cache import NATIVE_FORMAT, load_quantized_mmap, save_quantized
+
+    model = nn.Module()
+    model.q4k, _ = _panel_layer(seed=5)
+    path = tmp_path / "entry.safetensors"
+    save_quantized(model, path, {"scheme": "native", "format": NATIVE_FORMAT})
+    assert "q4k.qpanel" in model.state_dict()
+
+    other = nn.Module()
+    other.q4k = _layer(PanelInt4LinearMethod("cpu"), seed=6)
+    other.q4k.quant_method.to_panel(other.q4k, convert=False)
+    assert load_quantized_mmap(other, path, fmt=NATIVE_FORMAT)
+    x = activations(3, K, seed=4).bfloat16()
+    assert torch.equal(other.q4k(x), model.q4k(x))
+
+    other.q4k.quant_method.to_rows(other.q4k, "cpu")  # a cache that could not be mapped
+    assert set(other.q4k._buffers) >= set(int4_panel._ROW_NAMES)
+    assert not set(other.q4k._buffers) & set(int4_panel._PANEL_NAMES)
+    assert repack_into_rows(other.q4k, _random_blocks(Q4_K, N, K, seed=5), Q4_K, (N, K), 0, N)
+    other.q4k.quant_method.to_panel(other.q4k)
+    assert torch.equal(other.q4k(x), model.q4k(x))
