@@ -1,4 +1,5 @@
-"""The panel layout of two-level int4 (GGUF Q4_K) weights on CPUs with AVX-512 VNNI.
+"""The panel layout of int4 weights (GGUF Q4_K; Q4_0 / Q4_1 when asked for) on CPUs with
+AVX-512 VNNI.
 
 The row layout (``int4.py``'s k-scales: ``qweight [N, K // 2]``, ``scales`` / ``mins``
 ``[N, K // 32]`` uint8, ``super_scales [N, K // 256, 2]`` fp16) keeps each output's bytes
@@ -11,14 +12,21 @@ layout's kernel (``scripts/bench_panel.py``). The bytes are the row layout's, pe
 - ``qpanel`` uint8 ``[N / 16, K / 8, 64]``: byte ``4 j + b`` of (tile ``t``, octet ``o``)
   holds ``w[16 t + j, 8 o + b]`` (low nibble) and ``w[16 t + j, 8 o + 4 + b]`` (high);
 - ``pscales`` / ``pmins`` uint8 ``[N / 16, K / 32, 16]``; ``psuper`` fp16
-  ``[N / 16, K / 256, 2, 16]`` (``d``, ``-dmin``).
+  ``[N / 16, K / 256, 2, 16]`` (``d``, ``-dmin``); Q4_0 / Q4_1 (one level): fp16
+  ``pscales`` / ``pmins``, no ``psuper``.
+
+Every row count takes the integer-dot kernel, prompts included (llama.cpp's design: Q8
+activations for its K-quant prompts too); the row layout runs prompts of more than 16 rows as
+a bf16 GEMM over dequantized weights. That is why Q4_0 / Q4_1 layers stay in the row layout
+unless asked for (``adopt_panel``): SmolLM2 (Q4_1)'s greedy answer to the README's question
+turns on a 0.085-logit near-tie that the int8 activations of its prompt flip.
 
 :class:`PanelInt4LinearMethod` holds a native Q4_K layer so (``load_native_gguf`` converts
 the layers :func:`panel_usable` allows once their rows are filled, before the cache write, so
 cached loads map the panel tensors directly) and computes every row count with
 ``kernels.cpu.int4_panel_a8`` (batch invariant: a row's bits do not depend on the others).
 ``LOCALCHAT_CPU_PANEL=0`` keeps the row layout, ``=1`` takes the panel wherever the C++ kernels
-are built (CPUs without VNNI then run its portable kernel: for tests).
+are built (CPUs without VNNI then run its portable kernel: for tests) and for Q4_0 / Q4_1.
 """
 
 from __future__ import annotations
@@ -36,20 +44,23 @@ _ROW_NAMES = ("qweight", "scales", "mins", "super_scales")
 _PANEL_NAMES = ("qpanel", "pscales", "pmins", "psuper")
 
 
-def _check(n: int, k: int) -> None:
-    if n % ROWS or k % 256 or n <= 0 or k <= 0:
-        raise ValueError(f"the int4 panel layout needs N % 16 == 0 and K % 256 == 0, got "
+def _check(n: int, k: int, two_level: bool = True) -> None:
+    unit = 256 if two_level else 32
+    if n % ROWS or k % unit or n <= 0 or k <= 0:
+        raise ValueError(f"the int4 panel layout needs N % 16 == 0 and K % {unit} == 0, got "
                          f"N={n}, K={k}")
 
 
 def to_panel(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
-             super_scales: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Row-layout two-level int4 (``qweight`` uint8 ``[N, K // 2]``, ``scales`` / ``mins``
-    uint8 ``[N, K // 32]``, ``super_scales`` fp16 ``[N, K // 256, 2]``) -> ``(qpanel, pscales,
-    pmins, psuper)`` (module docstring), new contiguous tensors holding the same bytes.
-    Raises ``ValueError`` unless ``N % 16 == 0`` and ``K % 256 == 0``."""
+             super_scales: torch.Tensor | None = None) -> tuple[torch.Tensor | None, ...]:
+    """Row-layout int4 (``qweight`` uint8 ``[N, K // 2]``; ``scales`` / ``mins``
+    ``[N, K // 32]``, uint8 with ``super_scales`` fp16 ``[N, K // 256, 2]`` (Q4_K) or fp16
+    without (Q4_0 / Q4_1)) -> ``(qpanel, pscales, pmins, psuper)`` (module docstring;
+    ``psuper`` None for one level), new contiguous tensors holding the same bytes. The
+    reference of the C++ ``kernels.cpu.int4_to_panel``. Raises ``ValueError`` unless
+    ``N % 16 == 0`` and ``K`` is a multiple of 256 (two levels) or 32."""
     n, k = qweight.shape[0], qweight.shape[1] * 2
-    _check(n, k)
+    _check(n, k, super_scales is not None)
     b = qweight.reshape(n, k // 8, 4)  # row layout: byte i = (w[2i], w[2i + 1])
     b0, b1, b2, b3 = b.unbind(-1)
     lo = torch.tensor(0x0F, dtype=torch.uint8)
@@ -57,15 +68,16 @@ def to_panel(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
     p = torch.stack([(b0 & lo) | ((b2 & lo) << 4), (b0 >> 4) | (b2 & hi),
                      (b1 & lo) | ((b3 & lo) << 4), (b1 >> 4) | (b3 & hi)], -1)
     qpanel = p.reshape(n // ROWS, ROWS, k // 8, 4).transpose(1, 2).reshape(n // ROWS, k // 8, 64)
-    ng, nsb = k // 32, k // 256
+    ng = k // 32
     pscales, pmins = (s.reshape(n // ROWS, ROWS, ng).transpose(1, 2).contiguous()
                       for s in (scales, mins))
-    psuper = super_scales.reshape(n // ROWS, ROWS, nsb, 2).permute(0, 2, 3, 1).contiguous()
+    psuper = None if super_scales is None else super_scales.reshape(
+        n // ROWS, ROWS, k // 256, 2).permute(0, 2, 3, 1).contiguous()
     return qpanel.contiguous(), pscales, pmins, psuper
 
 
 def from_panel(qpanel: torch.Tensor, pscales: torch.Tensor, pmins: torch.Tensor,
-               psuper: torch.Tensor) -> tuple[torch.Tensor, ...]:
+               psuper: torch.Tensor | None = None) -> tuple[torch.Tensor | None, ...]:
     """The inverse of :func:`to_panel`: ``(qweight, scales, mins, super_scales)`` of the row
     layout, bit for bit (the reference side of the panel kernel's tests)."""
     t, o = qpanel.shape[0], qpanel.shape[1]
@@ -76,9 +88,10 @@ def from_panel(qpanel: torch.Tensor, pscales: torch.Tensor, pmins: torch.Tensor,
     hi = torch.tensor(0xF0, dtype=torch.uint8)
     b = torch.stack([(p0 & lo) | ((p1 & lo) << 4), (p2 & lo) | ((p3 & lo) << 4),
                      (p0 >> 4) | (p1 & hi), (p2 >> 4) | (p3 & hi)], -1)
-    ng, nsb = k // 32, k // 256
+    ng = k // 32
     scales, mins = (s.transpose(1, 2).reshape(n, ng).contiguous() for s in (pscales, pmins))
-    sup = psuper.permute(0, 3, 1, 2).reshape(n, nsb, 2).contiguous()
+    sup = None if psuper is None else psuper.permute(0, 3, 1, 2).reshape(n, k // 256, 2) \
+        .contiguous()
     return b.reshape(n, k // 2).contiguous(), scales, mins, sup
 
 
@@ -86,6 +99,10 @@ def _vnni() -> bool:
     from localchat.kernels import cpu
 
     return cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+
+
+def _mode() -> str:
+    return os.environ.get(PANEL_ENV, "").strip()
 
 
 def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
@@ -99,7 +116,7 @@ def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
 
     from .cpu_int4 import own_kernels
 
-    mode = os.environ.get(PANEL_ENV, "").strip()
+    mode = _mode()
     if mode == "0" or torch.device(device).type != "cpu" or not own_kernels():
         return False
     if dtype not in (torch.bfloat16, torch.float16) or not kernels.cpu_a8_enabled(dtype):
@@ -108,48 +125,60 @@ def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
 
 
 def panel_fits(layer) -> bool:
-    """Whether ``layer`` (a native int4 layer with two-level scales) has the panel's shape."""
-    return (layer.out_features % ROWS == 0 and layer.in_features % 256 == 0
-            and layer._buffers.get("super_scales") is not None)
+    """Whether ``layer`` (a native int4 layer: Q4_K's two levels, or Q4_0 / Q4_1's fp16
+    scales) has a shape the panel tiles: N % 16 == 0, K % 256 == 0 (two levels) or 32."""
+    two = layer._buffers.get("super_scales") is not None
+    return layer.out_features % ROWS == 0 and layer.in_features % (256 if two else 32) == 0
 
 
 class PanelInt4LinearMethod(NativeInt4LinearMethod):
-    """A native Q4_K layer in the panel layout (module docstring) once :meth:`to_panel` ran;
-    before that (while its rows are filled) the row layout of ``NativeInt4LinearMethod``.
-    ``apply(layer, x [..., K])`` -> ``[..., N]`` in ``x.dtype`` through
-    ``kernels.cpu.int4_panel_a8`` for any number of rows."""
+    """A native int4 layer (Q4_K's two levels: ``scale_dtype`` uint8; Q4_0 / Q4_1: fp16) in
+    the panel layout (module docstring) once :meth:`to_panel` ran; before that (while its rows
+    are filled) the row layout of ``NativeInt4LinearMethod``. ``apply(layer, x [..., K])`` ->
+    ``[..., N]`` in ``x.dtype`` through ``kernels.cpu.int4_panel_a8`` for any number of rows."""
 
     def __init__(self, device, scale_dtype: torch.dtype = torch.uint8) -> None:
         super().__init__(device, "packed", False, scale_dtype)
         self.panel = False
 
+    def _names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        two = self.scale_dtype == torch.uint8
+        return (_ROW_NAMES, _PANEL_NAMES) if two else (_ROW_NAMES[:3], _PANEL_NAMES[:3])
+
     def to_panel(self, layer, convert: bool = True) -> None:
         """Replace the row-layout buffers by panel ones: converted (``convert``) or empty (to
         be mapped from a cache entry that holds them)."""
         n, k = layer.out_features, layer.in_features
-        _check(n, k)
-        shapes = ((n // ROWS, k // 8, 64), (n // ROWS, k // 32, ROWS),
-                  (n // ROWS, k // 32, ROWS), (n // ROWS, k // 256, 2, ROWS))
-        dtypes = (torch.uint8, torch.uint8, torch.uint8, torch.float16)
-        tensors = [torch.empty(s, dtype=d) for s, d in zip(shapes, dtypes)]
+        two = self.scale_dtype == torch.uint8
+        _check(n, k, two)
+        t, sdt = n // ROWS, self.scale_dtype
+        tensors = [torch.empty(t, k // 8, 64, dtype=torch.uint8),
+                   torch.empty(t, k // 32, ROWS, dtype=sdt),
+                   torch.empty(t, k // 32, ROWS, dtype=sdt)]
+        if two:
+            tensors.append(torch.empty(t, k // 256, 2, ROWS, dtype=torch.float16))
+        rows, panel = self._names()
         if convert:  # the C++ op (chosen only where the kernels are built)
             from localchat.kernels import cpu
 
-            cpu.int4_to_panel(*(layer._buffers[name] for name in _ROW_NAMES), *tensors)
-        _drop(layer, *_ROW_NAMES)
-        for name, t in zip(_PANEL_NAMES, tensors):
-            _set_buffer(layer, name, t)
+            src = [layer._buffers.get(name) for name in _ROW_NAMES]  # super None: one level
+            cpu.int4_to_panel(*src, *tensors, *[None] * (4 - len(tensors)))
+        _drop(layer, *rows)
+        for name, tensor in zip(panel, tensors):
+            _set_buffer(layer, name, tensor)
         self.panel = True
 
     def to_rows(self, layer, device) -> None:
         """Back to empty row-layout buffers (a cache entry that could not be mapped: the rows
         are filled from the GGUF again)."""
-        _drop(layer, *_PANEL_NAMES)
+        _drop(layer, *self._names()[1])
         self.create_weights(layer, device)
         self.panel = False
 
-    def _panel(self, layer) -> tuple[torch.Tensor, ...]:
-        return tuple(layer._buffers[name] for name in _PANEL_NAMES)
+    def _panel(self, layer) -> tuple[torch.Tensor | None, ...]:
+        """``(qpanel, pscales, pmins, psuper)``, ``psuper`` None for one level."""
+        found = [layer._buffers[name] for name in self._names()[1]]
+        return (*found, None) if len(found) == 3 else tuple(found)
 
     def process_weights_after_loading(self, layer):
         if not self.panel:
@@ -182,16 +211,21 @@ class PanelInt4LinearMethod(NativeInt4LinearMethod):
 def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None) -> list:
     """Swap :class:`PanelInt4LinearMethod` in for every native Q4_K linear layer of ``model``
     (after ``create_weights``; shard modules of a sharded layer included) that may hold the
-    panel layout (:func:`panel_usable`, :func:`panel_fits`): not the embedding (its rows are
-    gathered), not ``head`` (the greedy head reads the output layer's rows). Returns those
-    modules, still in the row layout for their rows to be filled."""
+    panel layout (:func:`panel_usable`, :func:`panel_fits`), and for Q4_0 / Q4_1 ones too
+    with ``LOCALCHAT_CPU_PANEL=1``: not the embedding (its rows are gathered), not ``head``
+    (the greedy head reads the output layer's rows). Returns those modules, still in the row
+    layout for their rows to be filled."""
     if not panel_usable(device, dtype):
         return []
+    # one-level (Q4_0 / Q4_1) layers only when asked for: their prompts would leave the bf16
+    # GEMM for the integer-dot kernel, and SmolLM2's (Q4_1) first answer token to "What is the
+    # capital of France?" is a near-tie ("The" 0.085 logits above "L") that this flips
+    kinds = (torch.uint8, torch.float16) if _mode() == "1" else (torch.uint8,)
     adopted = []
     for module in model.modules():
         method = getattr(module, "quant_method", None)
-        if (type(method) is NativeInt4LinearMethod and method.scale_dtype == torch.uint8
+        if (type(method) is NativeInt4LinearMethod and method.scale_dtype in kinds
                 and method.kernel == "packed" and module is not head and panel_fits(module)):
-            module.quant_method = PanelInt4LinearMethod(device)
+            module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
             adopted.append(module)
     return adopted

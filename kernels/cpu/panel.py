@@ -7,16 +7,18 @@ from __future__ import annotations
 from . import _isa, _ops
 
 
-def int4_panel_a8(x, qpanel, pscales, pmins, psuper, isa: int | None = None):
-    """W4A8 over two-level (GGUF Q4_K) int4 weights in the panel layout: ``x [M, K]``
-    fp32/bf16/fp16 (any M; K % 256 == 0) quantized per row and 32-column block to int8 (the
-    int8 activation layout of ``int8_matmul_a8``, Q8_0-style), then for every output
-    ``(m, n)`` and group ``g`` in order: ``acc = fma(float(dot), (sc * d) * d_act, acc)``,
-    ``acc = fma(m * -dmin, xs, acc)`` with the exact int32 dot of the group's 32 weights and
-    activations -> ``[M, N]`` in ``x.dtype`` (fp32 accumulation; the math of
-    ``reference.int4_matmul_a8`` on the row layout, in this fixed order). Weights (N % 16 ==
-    0): ``qpanel`` uint8 ``[N/16, K/8, 64]``, ``pscales`` / ``pmins`` uint8 ``[N/16, K/32,
-    16]``, ``psuper`` fp16 ``[N/16, K/256, 2, 16]``, all contiguous (``panel4.h``).
+def int4_panel_a8(x, qpanel, pscales, pmins, psuper=None, isa: int | None = None):
+    """W4A8 over int4 weights in the panel layout: ``x [M, K]`` fp32/bf16/fp16 (any M)
+    quantized per row and 32-column block to int8 (the int8 activation layout of
+    ``int8_matmul_a8``, Q8_0-style), then for every output ``(m, n)`` and 32-column group
+    ``g`` in order: ``acc = fma(float(dot), scale * d_act, acc)``, ``acc = fma(min, xs, acc)``
+    with the exact int32 dot of the group's 32 weights and activations -> ``[M, N]`` in
+    ``x.dtype`` (fp32 accumulation; the math of ``reference.int4_matmul_a8`` on the row
+    layout, in this fixed order). Weights (N % 16 == 0; ``panel4.h``): ``qpanel`` uint8
+    ``[N/16, K/8, 64]``; two levels (GGUF Q4_K, K % 256 == 0): ``pscales`` / ``pmins`` uint8
+    ``[N/16, K/32, 16]`` and ``psuper`` fp16 ``[N/16, K/256, 2, 16]`` (scale = sc * d, min =
+    m * -dmin); one level (Q4_0 / Q4_1, K % 32 == 0): fp16 ``pscales`` / ``pmins``, no
+    ``psuper``; all contiguous.
 
     Batch and thread invariant: row i of an M-row call equals the 1-row call bit for bit. ISA
     level 2 with VNNI runs ``panel4_vnni.cpp``; anything else the portable kernel
@@ -27,9 +29,10 @@ def int4_panel_a8(x, qpanel, pscales, pmins, psuper, isa: int | None = None):
 
 
 def int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, psuper) -> None:
-    """Write the panel layout of a two-level int4 weight in the row layout into the given
-    contiguous tensors (shapes as in :func:`int4_panel_a8`; the row layout's ``qweight`` uint8
-    ``[N, K // 2]``, ``scales`` / ``mins`` uint8 ``[N, K // 32]``, ``super_scales`` fp16
-    ``[N, K // 256, 2]``): ``localchat.engine.quant.int4_panel.to_panel``'s bytes, bit for bit,
-    threads over tiles (``panel4_repack.cpp``). Raises ``RuntimeError`` on a bad shape."""
+    """Write the panel layout of an int4 weight in the row layout into the given contiguous
+    tensors (shapes as in :func:`int4_panel_a8`; the row layout's ``qweight`` uint8
+    ``[N, K // 2]``, ``scales`` / ``mins`` ``[N, K // 32]``, uint8 with ``super_scales`` fp16
+    ``[N, K // 256, 2]`` or fp16 with ``super_scales`` and ``psuper`` None):
+    ``localchat.engine.quant.int4_panel.to_panel``'s bytes, bit for bit, threads over tiles
+    (``panel4_repack.cpp``). Raises ``RuntimeError`` on a bad shape or dtype."""
     _ops().int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, psuper)

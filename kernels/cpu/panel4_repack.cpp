@@ -1,4 +1,4 @@
-// The row layout -> panel layout conversion of two-level int4 weights (panel4.h), in place of
+// The row layout -> panel layout conversion of int4 weights (panel4.h), in place of
 // the PyTorch reference (localchat.engine.quant.int4_panel.to_panel, equal to it bit for bit):
 // a first load converts every Q4_K layer once, before the cache write. Threads over tiles.
 #include <ATen/ATen.h>
@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "panel4.h"
 
@@ -20,29 +21,42 @@ void check_pair(const char* what, const at::Tensor& row, const at::Tensor& panel
               " elements, got ", row.sizes(), " and ", panel.sizes());
 }
 
-// qweight uint8 [N, K/2], scales / mins uint8 [N, K/32], super fp16 [N, K/256, 2] (row
-// layout) -> qpanel [N/16, K/8, 64], pscales / pmins [N/16, K/32, 16], psuper
-// [N/16, K/256, 2, 16] (written in place).
+// [N, C] elements of `es` bytes (row layout, C per output) -> [N/16, C, 16] (panel), tile t.
+inline void interleave(const uint8_t* src, uint8_t* dst, int64_t t, int64_t C, int es) {
+  for (int j = 0; j < 16; ++j)
+    for (int64_t c = 0; c < C; ++c)
+      std::memcpy(dst + ((t * C + c) * 16 + j) * es, src + ((t * 16 + j) * C + c) * es, es);
+}
+
+// qweight uint8 [N, K/2] -> qpanel [N/16, K/8, 64]; scales / mins [N, K/32] (uint8 with
+// super_scales fp16 [N, K/256, 2], else fp16) -> [N/16, K/32, 16]; super_scales ->
+// psuper [N/16, K/256, 2, 16] (written in place).
 void int4_to_panel(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
-                   const at::Tensor& super_scales, at::Tensor qpanel, at::Tensor pscales,
-                   at::Tensor pmins, at::Tensor psuper) {
+                   const c10::optional<at::Tensor>& super_scales, at::Tensor qpanel,
+                   at::Tensor pscales, at::Tensor pmins, const c10::optional<at::Tensor>& psuper) {
   TORCH_CHECK(qweight.dim() == 2, "int4_to_panel: qweight must be [N, K/2]");
+  const bool two = super_scales.has_value() && super_scales->defined();
+  TORCH_CHECK(two == (psuper.has_value() && psuper->defined()),
+              "int4_to_panel: super_scales and psuper go together");
   const int64_t N = qweight.size(0), K = qweight.size(1) * 2;
-  TORCH_CHECK(N % kPanelRows == 0 && K % 256 == 0 && N > 0,
-              "int4_to_panel: needs N % 16 == 0 and K % 256 == 0, got N=", N, ", K=", K);
+  TORCH_CHECK(N % kPanelRows == 0 && K % (two ? 256 : 32) == 0 && N > 0,
+              "int4_to_panel: needs N % 16 == 0 and K % ", two ? 256 : 32, " == 0, got N=", N,
+              ", K=", K);
+  const auto sdt = two ? at::kByte : at::kHalf;
   check_pair("qweight / qpanel", qweight, qpanel, at::kByte, N * K / 2);
-  check_pair("scales / pscales", scales, pscales, at::kByte, N * K / 32);
-  check_pair("mins / pmins", mins, pmins, at::kByte, N * K / 32);
-  check_pair("super_scales / psuper", super_scales, psuper, at::kHalf, N * K / 128);
+  check_pair("scales / pscales", scales, pscales, sdt, N * K / 32);
+  check_pair("mins / pmins", mins, pmins, sdt, N * K / 32);
+  if (two) check_pair("super_scales / psuper", *super_scales, *psuper, at::kHalf, N * K / 128);
   const uint8_t* q = qweight.data_ptr<uint8_t>();
-  const uint8_t* sc = scales.data_ptr<uint8_t>();
-  const uint8_t* mn = mins.data_ptr<uint8_t>();
-  const uint16_t* sup = reinterpret_cast<const uint16_t*>(super_scales.data_ptr<at::Half>());
   uint8_t* qp = qpanel.data_ptr<uint8_t>();
-  uint8_t* ps = pscales.data_ptr<uint8_t>();
-  uint8_t* pm = pmins.data_ptr<uint8_t>();
-  uint16_t* pu = reinterpret_cast<uint16_t*>(psuper.data_ptr<at::Half>());
-  const int64_t oct = K / 8, ng = K / 32, nsb = K / 256;
+  const int es = two ? 1 : 2;
+  const auto* sc = static_cast<const uint8_t*>(scales.data_ptr());
+  const auto* mn = static_cast<const uint8_t*>(mins.data_ptr());
+  auto* ps = static_cast<uint8_t*>(pscales.data_ptr());
+  auto* pm = static_cast<uint8_t*>(pmins.data_ptr());
+  const auto* sup = two ? static_cast<const uint8_t*>(super_scales->data_ptr()) : nullptr;
+  auto* pu = two ? static_cast<uint8_t*>(psuper->data_ptr()) : nullptr;
+  const int64_t oct = K / 8, ng = K / 32;
   at::parallel_for(0, N / kPanelRows, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int j = 0; j < 16; ++j) {
@@ -56,13 +70,10 @@ void int4_to_panel(const at::Tensor& qweight, const at::Tensor& scales, const at
           p[2] = static_cast<uint8_t>((b[1] & 0x0F) | ((b[3] & 0x0F) << 4));
           p[3] = static_cast<uint8_t>((b[1] >> 4) | (b[3] & 0xF0));
         }
-        for (int64_t g = 0; g < ng; ++g) {
-          ps[(t * ng + g) * 16 + j] = sc[n * ng + g];
-          pm[(t * ng + g) * 16 + j] = mn[n * ng + g];
-        }
-        for (int64_t s = 0; s < nsb; ++s)
-          for (int h = 0; h < 2; ++h) pu[((t * nsb + s) * 2 + h) * 16 + j] = sup[(n * nsb + s) * 2 + h];
       }
+      interleave(sc, ps, t, ng, es);
+      interleave(mn, pm, t, ng, es);
+      if (two) interleave(sup, pu, t, K / 256 * 2, 2);  // (d, -dmin) pairs as two columns
     }
   });
 }
@@ -71,8 +82,8 @@ void int4_to_panel(const at::Tensor& qweight, const at::Tensor& scales, const at
 }  // namespace localchat_cpu
 
 TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
-  m.def("int4_to_panel(Tensor qweight, Tensor scales, Tensor mins, Tensor super_scales, "
-        "Tensor(a!) qpanel, Tensor(b!) pscales, Tensor(c!) pmins, Tensor(d!) psuper) -> ()");
+  m.def("int4_to_panel(Tensor qweight, Tensor scales, Tensor mins, Tensor? super_scales, "
+        "Tensor(a!) qpanel, Tensor(b!) pscales, Tensor(c!) pmins, Tensor(d!)? psuper) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {

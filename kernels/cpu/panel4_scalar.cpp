@@ -10,10 +10,8 @@
 namespace localchat_cpu {
 
 void int4_panel_a8_scalar(const A8Args& a, int64_t t0, int64_t t1) {
-  const int64_t K = a.K, Kp = a.Kp, ng = K / 32, nsb = K / 256;
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups;
   const uint8_t* qp = static_cast<const uint8_t*>(a.qweight);
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales);
-  const uint8_t* mn = static_cast<const uint8_t*>(a.mins);
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t m = 0; m < a.M; ++m) {
       const int8_t* x = a.xq + m * Kp;
@@ -29,12 +27,20 @@ void int4_panel_a8_scalar(const A8Args& a, int64_t t0, int64_t t1) {
               dot += (w[b] >> 4) * x[8 * oct + 4 + b];
             }
           }
-          const uint16_t* sp = a.super + ((t * nsb + g / 8) * 2) * 16;
-          const float dw = f16_bits_to_f32(sp[j]), dmin = f16_bits_to_f32(sp[16 + j]);
-          const float s = static_cast<float>(sc[(t * ng + g) * 16 + j]) * dw;
-          const float mv = static_cast<float>(mn[(t * ng + g) * 16 + j]) * dmin;
+          const int64_t at = (t * ng + g) * 16 + j;
+          float s, mv;
+          if (a.super) {  // two-level: uint8 sc / m times the super-block's d / -dmin
+            const uint16_t* sp = a.super + ((t * (ng / 8) + g / 8) * 2) * 16;
+            s = static_cast<float>(static_cast<const uint8_t*>(a.scales)[at]) *
+                f16_bits_to_f32(sp[j]);
+            mv = static_cast<float>(static_cast<const uint8_t*>(a.mins)[at]) *
+                 f16_bits_to_f32(sp[16 + j]);
+          } else {  // fp16 scales and mins
+            s = f16_bits_to_f32(static_cast<const uint16_t*>(a.scales)[at]);
+            mv = f16_bits_to_f32(static_cast<const uint16_t*>(a.mins)[at]);
+          }
           acc = std::fma(static_cast<float>(dot), s * a.d[m * (Kp / 32) + g], acc);
-          acc = std::fma(mv, a.xs[m * a.ngroups + g], acc);
+          acc = std::fma(mv, a.xs[m * ng + g], acc);
         }
         a8_store(a, m, t * 16 + j, acc);
       }

@@ -36,60 +36,76 @@ inline void store16(const A8Args& a, int64_t m, int64_t n, __m512 v) {
     _mm512_storeu_ps(static_cast<float*>(a.out) + m * a.N + n, v);
 }
 
-template <int MT, int NT>
+// The scale and min vectors of group g for the 16 outputs of tile t: two-level (KS: uint8
+// sc / m times the super-block's d / -dmin, loaded once per 8 groups into dw / dm) or fp16.
+template <bool KS>
+inline void group_scales(const A8Args& a, int64_t t, int64_t g, __m512 dw, __m512 dm,
+                         __m512* sv, __m512* mv) {
+  const int64_t at = (t * a.ngroups + g) * 16;
+  if constexpr (KS) {
+    const uint8_t* sc = static_cast<const uint8_t*>(a.scales);
+    const uint8_t* mn = static_cast<const uint8_t*>(a.mins);
+    *sv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + at)))), dw);
+    *mv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + at)))), dm);
+  } else {
+    const uint16_t* sc = static_cast<const uint16_t*>(a.scales);
+    const uint16_t* mn = static_cast<const uint16_t*>(a.mins);
+    *sv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + at)));
+    *mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + at)));
+  }
+}
+
+template <bool KS, int MT, int NT>
 inline void pass(const A8Args& a, int64_t t0, int64_t m0) {
-  const int64_t K = a.K, Kp = a.Kp, ng = K / 32, nsb = K / 256;
+  const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups;
   const uint8_t* qp = static_cast<const uint8_t*>(a.qweight);
-  const uint8_t* sc = static_cast<const uint8_t*>(a.scales);
-  const uint8_t* mn = static_cast<const uint8_t*>(a.mins);
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  __m512 acc[NT][MT];
-  for (int t = 0; t < NT; ++t)
+  __m512 acc[NT][MT], dw[NT], dm[NT];
+  for (int t = 0; t < NT; ++t) {
+    dw[t] = dm[t] = _mm512_setzero_ps();
     for (int r = 0; r < MT; ++r) acc[t][r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512 dw[NT], dm[NT];
-    for (int t = 0; t < NT; ++t) {
-      const uint16_t* s = a.super + ((t0 + t) * nsb + sb) * 32;
-      dw[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
-      dm[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16)));
+  }
+  for (int64_t g = 0; g < ng; ++g) {
+    if (KS && g % 8 == 0) {
+      for (int t = 0; t < NT; ++t) {
+        const uint16_t* s = a.super + ((t0 + t) * (ng / 8) + g / 8) * 32;
+        dw[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+        dm[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16)));
+      }
     }
-    for (int gi = 0; gi < 8; ++gi) {
-      const int64_t g = sb * 8 + gi;
-      __m512i ilo[NT][MT], ihi[NT][MT];
-      for (int t = 0; t < NT; ++t)
-        for (int r = 0; r < MT; ++r) ilo[t][r] = ihi[t][r] = _mm512_setzero_si512();
-      for (int o = 0; o < 4; ++o) {
-        const int64_t oct = g * 4 + o;
-        __m512i lo[NT], hi[NT];
+    __m512i ilo[NT][MT], ihi[NT][MT];
+    for (int t = 0; t < NT; ++t)
+      for (int r = 0; r < MT; ++r) ilo[t][r] = ihi[t][r] = _mm512_setzero_si512();
+    for (int o = 0; o < 4; ++o) {
+      const int64_t oct = g * 4 + o;
+      __m512i lo[NT], hi[NT];
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* w = qp + ((t0 + t) * (K / 8) + oct) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch), _MM_HINT_T0);
+        const __m512i v = _mm512_loadu_si512(w);
+        lo[t] = _mm512_and_si512(v, nib);
+        hi[t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+      }
+      for (int r = 0; r < MT; ++r) {
+        const int8_t* x = a.xq + (m0 + r) * Kp + 8 * oct;
+        const __m512i xa = bcast4(x), xb = bcast4(x + 4);
         for (int t = 0; t < NT; ++t) {
-          const uint8_t* w = qp + ((t0 + t) * (K / 8) + oct) * 64;
-          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch), _MM_HINT_T0);
-          const __m512i v = _mm512_loadu_si512(w);
-          lo[t] = _mm512_and_si512(v, nib);
-          hi[t] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        }
-        for (int r = 0; r < MT; ++r) {
-          const int8_t* x = a.xq + (m0 + r) * Kp + 8 * oct;
-          const __m512i xa = bcast4(x), xb = bcast4(x + 4);
-          for (int t = 0; t < NT; ++t) {
-            ilo[t][r] = _mm512_dpbusd_epi32(ilo[t][r], lo[t], xa);
-            ihi[t][r] = _mm512_dpbusd_epi32(ihi[t][r], hi[t], xb);
-          }
+          ilo[t][r] = _mm512_dpbusd_epi32(ilo[t][r], lo[t], xa);
+          ihi[t][r] = _mm512_dpbusd_epi32(ihi[t][r], hi[t], xb);
         }
       }
-      for (int t = 0; t < NT; ++t) {
-        const int64_t at = ((t0 + t) * ng + g) * 16;
-        const __m512 sv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + at)))), dw[t]);
-        const __m512 mv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + at)))), dm[t]);
-        for (int r = 0; r < MT; ++r) {
-          const int64_t m = m0 + r;
-          const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(ilo[t][r], ihi[t][r]));
-          acc[t][r] = _mm512_fmadd_ps(
-              dot, _mm512_mul_ps(sv, _mm512_set1_ps(a.d[m * (Kp / 32) + g])), acc[t][r]);
-          acc[t][r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.xs[m * a.ngroups + g]), acc[t][r]);
-        }
+    }
+    for (int t = 0; t < NT; ++t) {
+      __m512 sv, mv;
+      group_scales<KS>(a, t0 + t, g, dw[t], dm[t], &sv, &mv);
+      for (int r = 0; r < MT; ++r) {
+        const int64_t m = m0 + r;
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(ilo[t][r], ihi[t][r]));
+        acc[t][r] = _mm512_fmadd_ps(
+            dot, _mm512_mul_ps(sv, _mm512_set1_ps(a.d[m * (Kp / 32) + g])), acc[t][r]);
+        acc[t][r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.xs[m * ng + g]), acc[t][r]);
       }
     }
   }
@@ -97,33 +113,39 @@ inline void pass(const A8Args& a, int64_t t0, int64_t m0) {
     for (int r = 0; r < MT; ++r) store16(a, m0 + r, (t0 + t) * 16, acc[t][r]);
 }
 
-// Rows [m0, m1) (at most 16) over tiles [t0, t1).
-template <int NT>
+// Rows [m0, m1) (at most 16) over NT tiles from t.
+template <bool KS, int NT>
 inline void rows_nt(const A8Args& a, int64_t t, int64_t m0, int64_t m1) {
   int64_t m = m0;
-  for (; m + 4 <= m1; m += 4) pass<4, NT>(a, t, m);
+  for (; m + 4 <= m1; m += 4) pass<KS, 4, NT>(a, t, m);
   switch (m1 - m) {
-    case 3: pass<3, NT>(a, t, m); break;
-    case 2: pass<2, NT>(a, t, m); break;
-    case 1: pass<1, NT>(a, t, m); break;
+    case 3: pass<KS, 3, NT>(a, t, m); break;
+    case 2: pass<KS, 2, NT>(a, t, m); break;
+    case 1: pass<KS, 1, NT>(a, t, m); break;
     default: break;
   }
 }
 
-}  // namespace
-
-void int4_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
+template <bool KS>
+void tiles(const A8Args& a, int64_t t0, int64_t t1) {
   // Blocks of 16 rows, each over the whole tile range (its weights then come from the cache
   // for the next block); every output takes the same operations whatever the blocking.
   for (int64_t mb = 0; mb < a.M; mb += 16) {
     const int64_t me = std::min<int64_t>(a.M, mb + 16);
     int64_t t = t0;
     if (me - mb == 1) {
-      for (; t < t1; ++t) pass<1, 1>(a, t, mb);
+      for (; t < t1; ++t) pass<KS, 1, 1>(a, t, mb);
     }
-    for (; t + 2 <= t1; t += 2) rows_nt<2>(a, t, mb, me);
-    if (t < t1) rows_nt<1>(a, t, mb, me);
+    for (; t + 2 <= t1; t += 2) rows_nt<KS, 2>(a, t, mb, me);
+    if (t < t1) rows_nt<KS, 1>(a, t, mb, me);
   }
+}
+
+}  // namespace
+
+void int4_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
+  if (a.super) tiles<true>(a, t0, t1);
+  else tiles<false>(a, t0, t1);
 }
 
 }  // namespace localchat_cpu

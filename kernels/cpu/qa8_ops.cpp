@@ -142,33 +142,40 @@ at::Tensor int4_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
 }
 
 // W4A8 over the int4 panel layout (panel4.h): x [M, K] fp32 / bf16 / fp16, qpanel uint8
-// [N/16, K/8, 64], pscales / pmins uint8 [N/16, K/32, 16], psuper fp16 [N/16, K/256, 2, 16].
+// [N/16, K/8, 64]; two-level: pscales / pmins uint8 [N/16, K/32, 16] and psuper fp16
+// [N/16, K/256, 2, 16]; one level (no psuper): pscales / pmins fp16 [N/16, K/32, 16].
 at::Tensor int4_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at::Tensor& pscales,
-                         const at::Tensor& pmins, const at::Tensor& psuper, int64_t isa) {
+                         const at::Tensor& pmins, const c10::optional<at::Tensor>& psuper,
+                         int64_t isa) {
   TORCH_CHECK(x.dim() == 2 && qpanel.dim() == 3,
               "int4_panel_a8: x [M, K], qpanel [N/16, K/8, 64], got ", x.sizes(), " and ",
               qpanel.sizes());
+  const bool two_level = psuper.has_value() && psuper->defined();
   const int64_t M = x.size(0), K = x.size(1), T = qpanel.size(0), N = T * kPanelRows;
-  TORCH_CHECK(K > 0 && K % 256 == 0, "int4_panel_a8: K=", K, " must be a multiple of 256");
+  const int64_t unit = two_level ? 256 : 32;
+  TORCH_CHECK(K > 0 && K % unit == 0, "int4_panel_a8: K=", K, " must be a multiple of ", unit);
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
                   x.scalar_type() == at::kHalf, "int4_panel_a8: x must be fp32/bf16/fp16");
   TORCH_CHECK(qpanel.scalar_type() == at::kByte && qpanel.is_contiguous() &&
                   qpanel.sizes() == at::IntArrayRef({T, K / 8, 64}),
               "int4_panel_a8: qpanel must be contiguous uint8 [", T, ", ", K / 8, ", 64], got ",
               qpanel.sizes(), " ", qpanel.scalar_type());
+  const auto sdt = two_level ? at::kByte : at::kHalf;
   for (const at::Tensor* t : {&pscales, &pmins})
-    TORCH_CHECK(t->scalar_type() == at::kByte && t->is_contiguous() &&
+    TORCH_CHECK(t->scalar_type() == sdt && t->is_contiguous() &&
                     t->sizes() == at::IntArrayRef({T, K / 32, 16}),
-                "int4_panel_a8: pscales / pmins must be contiguous uint8 [", T, ", ", K / 32,
-                ", 16], got ", t->sizes(), " ", t->scalar_type());
-  TORCH_CHECK(psuper.scalar_type() == at::kHalf && psuper.is_contiguous() &&
-                  psuper.sizes() == at::IntArrayRef({T, K / 256, 2, 16}),
-              "int4_panel_a8: psuper must be contiguous fp16 [", T, ", ", K / 256, ", 2, 16], got ",
-              psuper.sizes(), " ", psuper.scalar_type());
+                "int4_panel_a8: pscales / pmins must be contiguous ", sdt, " [", T, ", ", K / 32,
+                ", 16]", two_level ? " (with psuper)" : " (without psuper)", ", got ",
+                t->sizes(), " ", t->scalar_type());
+  if (two_level)
+    TORCH_CHECK(psuper->scalar_type() == at::kHalf && psuper->is_contiguous() &&
+                    psuper->sizes() == at::IntArrayRef({T, K / 256, 2, 16}),
+                "int4_panel_a8: psuper must be contiguous fp16 [", T, ", ", K / 256,
+                ", 2, 16], got ", psuper->sizes(), " ", psuper->scalar_type());
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qpanel.data_ptr(),
-           pscales.data_ptr(), pmins.data_ptr(), false, nullptr, false,
-           M, N, K, K, 32, K / 32};
-  a.super = reinterpret_cast<const uint16_t*>(psuper.data_ptr<at::Half>());
+           pscales.data_ptr(), pmins.data_ptr(), !two_level, nullptr, false,
+           M, N, K, (K + 127) / 128 * 128, 32, K / 32};
+  if (two_level) a.super = reinterpret_cast<const uint16_t*>(psuper->data_ptr<at::Half>());
   static const bool vnni_ok = cpu_has_vnni();
   const A8Fn fn = cpu_clamp_isa(isa) == kAvx512 && vnni_ok ? int4_panel_a8_vnni
                                                            : int4_panel_a8_scalar;
@@ -233,7 +240,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "int isa, Tensor? super_scales=None) -> Tensor");
   m.def("int8_matmul_a8(Tensor x, Tensor qweight, Tensor scales, Tensor? mins, "
         "int group_size, int isa) -> Tensor");
-  m.def("int4_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, Tensor pmins, Tensor psuper, "
+  m.def("int4_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, Tensor pmins, Tensor? psuper, "
         "int isa) -> Tensor");
 }
 

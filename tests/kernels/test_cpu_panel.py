@@ -1,5 +1,6 @@
 """The int4 panel layout (``kernels/cpu/panel4*.cpp``, ``engine/quant/int4_panel.py``):
-two-level (GGUF Q4_K) weights with 16 outputs interleaved, for the VNNI W4A8 kernel.
+int4 weights with 16 outputs interleaved, for the VNNI W4A8 kernel; two-level scales (GGUF
+Q4_K) and fp16 ones (Q4_0 / Q4_1, K a multiple of 32 only).
 
 - Layout: ``to_panel`` / ``from_panel`` are exact inverses, and the C++ conversion writes
   ``to_panel``'s bytes.
@@ -26,6 +27,16 @@ from .test_cpu_quant_a8 import activations, assert_summation_close, built  # noq
 # 2: VNNI where the CPU has it (else the portable kernel), 0: the portable kernel
 LEVELS = {"avx512": 2, "scalar": 0}
 SHAPES = [(16, 256), (48, 512), (80, 1536), (32, 2304)]  # (N, K): 1, 3, 5 and 2 tiles
+ONE_LEVEL_SHAPES = [(16, 32), (48, 576), (32, 160)]  # SmolLM2's K, K % 128 != 0
+
+
+def one_level_weights(n: int, k: int, seed: int):
+    """Random int4 weights with fp16 scales and mins per 32 columns (Q4_1's form)."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    s = (torch.rand(n, k // 32, generator=gen) * 0.05 + 1e-3).half()
+    m = (-8 * s.float() + torch.randn(n, k // 32, generator=gen) * 0.01).half()
+    return q, s, m
 
 
 @pytest.mark.parametrize("n,k", SHAPES)
@@ -39,6 +50,15 @@ def test_layout_round_trip(built, n, k):  # noqa: F811
     out = [torch.empty_like(t) for t in panel]
     cpu.int4_to_panel(*w, *out)
     for a, b in zip(out, panel):
+        assert torch.equal(a, b)
+    one = one_level_weights(n, k, seed=n)
+    panel1 = to_panel(*one)
+    assert panel1[3] is None and panel1[1].dtype == torch.float16
+    for a, b in zip(from_panel(*panel1), (*one, None)):
+        assert a is b is None or torch.equal(a, b)
+    out1 = [torch.empty_like(t) for t in panel1[:3]]
+    cpu.int4_to_panel(*one, None, *out1, None)
+    for a, b in zip(out1, panel1):
         assert torch.equal(a, b)
     # one weight spot-checked by hand: output 16 t + j, column 8 o + 4 + b = high nibble
     q = reference.unpack_int4(w[0])
@@ -61,12 +81,28 @@ def test_matches_reference(built, level, n, k):  # noqa: F811
         assert out16.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("n,k", ONE_LEVEL_SHAPES)
+def test_one_level_matches_reference(built, level, n, k):  # noqa: F811
+    q, s, m = one_level_weights(n, k, seed=n + k)
+    panel = to_panel(q, s, m)
+    for rows in (1, 3, 16, 21):
+        x = activations(rows, k, seed=rows)
+        out = cpu.int4_panel_a8(x, *panel, isa=LEVELS[level])
+        assert_summation_close(out, x, reference.unpack_int4(q), s.float(), m.float(), 32)
+    x = activations(20, k, seed=3).bfloat16()
+    assert_batch_invariant(lambda xs: cpu.int4_panel_a8(xs, *panel, isa=LEVELS[level]), x)
+
+
 def test_portable_equals_vnni(built):  # noqa: F811
     panel = to_panel(*kscale_weights(48, 768, seed=5))
+    one = to_panel(*one_level_weights(48, 576, seed=5))
     for rows in (1, 4, 7, 19):
         x = activations(rows, 768, seed=rows).bfloat16()
         assert torch.equal(cpu.int4_panel_a8(x, *panel, isa=2),
                            cpu.int4_panel_a8(x, *panel, isa=0))
+        x = activations(rows, 576, seed=rows).bfloat16()
+        assert torch.equal(cpu.int4_panel_a8(x, *one, isa=2), cpu.int4_panel_a8(x, *one, isa=0))
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -87,5 +123,7 @@ def test_rejects_bad_layouts(built):  # noqa: F811
         cpu.int4_panel_a8(x, qp, ps.float(), pm, pu)
     with pytest.raises(RuntimeError, match="psuper must be"):
         cpu.int4_panel_a8(x, qp, ps, pm, pu.float())
+    with pytest.raises(RuntimeError, match="without psuper"):  # uint8 scales need psuper
+        cpu.int4_panel_a8(x, qp, ps, pm, None)
     with pytest.raises(ValueError, match="N % 16"):
         to_panel(*kscale_weights(24, 512, seed=1))

@@ -6,7 +6,9 @@ layer in the row layout, built from random Q4_K blocks through the loader's row 
   stays within the integer-dot reference's summation bound of the row layer's reference
   (``tests/kernels/test_cpu_quant_a8.py``); it is batch invariant through the layer.
 - ``decode_plan`` (the C++ decoder stack's call) gives the same bits as ``apply``.
-- ``adopt_panel`` takes native Q4_K linear layers only: not the embedding, not the output
+- A Q4_1 layer (fp16 scales, one level; SmolLM2's K = 576) in the panel computes its op.
+- ``adopt_panel`` takes native Q4_K linear layers (Q4_0 / Q4_1 too with
+  ``LOCALCHAT_CPU_PANEL=1``) only: not the embedding, not the output
   layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or fp32
   activations; ``=1`` forces it wherever the kernels are built.
 - The quantized cache restores a panel layer by buffer name into empty panel tensors, and
@@ -73,6 +75,21 @@ def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
     assert_batch_invariant(layer, activations(20, K, seed=1).bfloat16())
 
 
+def test_q4_1_layer_in_panel_equals_its_op():
+    layer = _layer(PanelInt4LinearMethod("cpu", torch.float16), n=32, k=576, ggml_type=Q4_1)
+    rows = [layer._buffers[name].clone() for name in ("qweight", "scales", "mins")]
+    layer.quant_method.to_panel(layer)
+    assert "psuper" not in layer._buffers and "pscales" in layer._buffers
+    panel = [layer._buffers[name] for name in ("qpanel", "pscales", "pmins")]
+    for got, want in zip(from_panel(*panel), rows):
+        assert torch.equal(got, want)
+    x = activations(5, 576, seed=1)
+    y = layer(x)
+    assert torch.equal(y, cpu.int4_panel_a8(x, *panel))
+    assert_summation_close(y, x, reference.unpack_int4(rows[0]), rows[1].float(),
+                           rows[2].float(), 32)
+
+
 def test_decode_plan_is_apply():
     layer, _ = _panel_layer()
     (name, args), = layer.quant_method.decode_plan(layer, torch.bfloat16)[0]
@@ -102,9 +119,12 @@ def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, take
         taken = cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
     model = _model()
     adopted = adopt_panel(model, "cpu", dtype, head=model.head)
-    assert adopted == ([model.q4k] if taken else [])
-    assert isinstance(model.q4k.quant_method, PanelInt4LinearMethod) == bool(taken)
-    for other in (model.embed, model.odd, model.q41, model.head):
+    one_level = env == "1"  # Q4_0 / Q4_1 layers only when asked for
+    want = [model.q4k, model.q41] if one_level else [model.q4k]
+    assert adopted == (want if taken else [])
+    for layer in want:
+        assert isinstance(layer.quant_method, PanelInt4LinearMethod) == bool(taken)
+    for other in (model.embed, model.odd, model.head) + (() if one_level else (model.q41,)):
         assert type(other.quant_method) is NativeInt4LinearMethod
     assert adopt_panel(model, "meta", dtype) == []
 
