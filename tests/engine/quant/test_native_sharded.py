@@ -205,7 +205,8 @@ def test_qwen_1_5b_sharded_greedy_equals_widened_and_holds_fewer_bytes(cache_dir
     cache: 24 greedy tokens through the engine (prefill, then the decode kernels) equal those of
     the widened layout (what every release before per-shard layouts held); the sharded load
     holds exactly the planner's bytes, 14 sharded ``qkv_proj`` layers' worth fewer (measured:
-    1,549,064,192 against 1,579,341,824 bytes, -30.3 MB)."""
+    1,132,392,128 against 1,171,658,432 bytes, -39.3 MB, since Q4_K and Q6_K keep their
+    file's bits)."""
     import functools
 
     from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
@@ -245,7 +246,13 @@ def test_qwen_1_5b_sharded_greedy_equals_widened_and_holds_fewer_bytes(cache_dir
     print(f"held bytes: sharded {held:,}, widened {old_held:,}; tokens {tokens}")
     assert old_sharded == []
     assert tokens == old_tokens
-    # per mixed layer (K = 1536): q, k (1792 rows) int4 with fp32 scales and mins, 0.75
-    # bytes / weight, v (256 rows) int8 with fp32 group-16 scales, 1.25, instead of int8 with
-    # fp32 group-16 scales and mins, 1.5
-    assert old_held - held == 14 * 1536 * (1792 * 3 // 4 + 256 // 4)
+    # per mixed layer (K = 1536): q, k (1792 rows) in Q4_K's two levels and v (256 rows) in
+    # int6, as the file holds them, instead of all 2048 rows in int8 with fp32 group-16
+    # scales and mins (1.5 bytes / weight)
+    from localchat.engine.quant.int4 import kscale_weight_bytes
+    from localchat.engine.quant.int8 import int8_grouped_weight_bytes
+    from localchat.engine.quant.native_int6 import int6_weight_bytes
+
+    widened = int8_grouped_weight_bytes(2048, 1536, 16, True, 4)
+    assert old_held - held == 14 * (widened - kscale_weight_bytes(1792, 1536)
+                                    - int6_weight_bytes(256, 1536))
