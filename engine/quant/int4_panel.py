@@ -6,7 +6,9 @@ The row layout (``int4.py``'s k-scales: ``qweight [N, K // 2]``, ``scales`` / ``
 together. ``kernels/cpu/panel4.h`` interleaves 16 outputs instead, so one ``vpdpbusd`` lane is
 one output and the scales apply once per 32 columns for 16 outputs at once: on a Zen 4 core
 about 2.7x fewer cycles per weight at one activation row and 2.5x at 4-16 rows than the row
-layout's kernel (``scripts/bench_panel.py``). The bytes are the row layout's, permuted
+layout's kernel with the weights in L2; from DRAM (``scripts/bench_panel.py``) one row reads
+at the bandwidth either way and 5 / 16 / 64 rows take 1.6-2.7x less time. The bytes are the
+row layout's, permuted
 (:func:`to_panel` / :func:`from_panel`, exact inverses):
 
 - ``qpanel`` uint8 ``[N / 16, K / 8, 64]``: byte ``4 j + b`` of (tile ``t``, octet ``o``)
