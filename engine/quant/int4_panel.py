@@ -104,7 +104,11 @@ def _vnni() -> bool:
 
 
 def _mode() -> str:
-    return os.environ.get(PANEL_ENV, "").strip()
+    """``LOCALCHAT_CPU_PANEL`` as ``"0"`` (0 / false / no / off), ``"1"`` (1 / true / yes /
+    on) or ``""`` (anything else: the default), as ``LOCALCHAT_CPU_A8`` reads."""
+    value = os.environ.get(PANEL_ENV, "").strip().lower()
+    return "0" if value in ("0", "false", "no", "off") else \
+        "1" if value in ("1", "true", "yes", "on") else ""
 
 
 def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:

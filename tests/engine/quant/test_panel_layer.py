@@ -112,14 +112,15 @@ def _model(head_n=N, odd_n=40):
 
 @pytest.mark.parametrize("env,dtype,taken", [
     ("", torch.bfloat16, "vnni"), ("0", torch.bfloat16, False), ("1", torch.bfloat16, True),
-    ("1", torch.float32, False), ("", torch.float16, "vnni")])
+    ("1", torch.float32, False), ("", torch.float16, "vnni"), ("Off", torch.bfloat16, False),
+    ("yes", torch.bfloat16, True)])
 def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, taken):
     monkeypatch.setenv(int4_panel.PANEL_ENV, env)
     if taken == "vnni":
         taken = cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
     model = _model()
     adopted = adopt_panel(model, "cpu", dtype, head=model.head)
-    one_level = env == "1"  # Q4_0 / Q4_1 layers only when asked for
+    one_level = env in ("1", "yes")  # Q4_0 / Q4_1 layers only when asked for
     want = [model.q4k, model.q41] if one_level else [model.q4k]
     assert adopted == (want if taken else [])
     for layer in want:
