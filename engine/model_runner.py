@@ -27,16 +27,20 @@ from .step_inputs import BatchEntry, HostBatch, StagingBuffers, flatten_batch
 logger = logging.getLogger(__name__)
 
 
-def check_first_logits(logits: torch.Tensor) -> None:
+def check_first_logits(logits: torch.Tensor, cache_entry=None) -> None:
     """Raise ``ModelLoadError`` when a row of the first forward's logits ``[num_rows, vocab]``
     has no finite value: the model cannot answer (weights that overflow, a broken kernel), and
-    sampling would emit token 0 forever. One device sync, on the first step only."""
+    sampling would emit token 0 forever. ``cache_entry``: the quantized-weight cache file the
+    weights were mapped from, if any (named in the message: a damaged entry is read again on
+    every load until it is deleted). One device sync, on the first step only."""
     if not bool(torch.isfinite(logits).any(dim=-1).all()):
         from .errors import ModelLoadError
 
+        hint = "--quant none, or check the model file" if cache_entry is None else \
+            f"deleting the cached weights {cache_entry}, rebuilt on the next load"
         raise ModelLoadError("the model's first forward pass gave NaN/Inf logits for every "
-                             "token: its weights or this device's kernels are broken (try "
-                             "--quant none, or check the model file)")
+                             f"token: its weights or this device's kernels are broken (try "
+                             f"{hint})")
 
 
 class ModelRunner:
@@ -288,7 +292,7 @@ class ModelRunner:
             else:
                 logits = self._rows(self.model.compute_logits, pick(0, len(rows)))
                 if not self.first_logits_checked:
-                    check_first_logits(logits)
+                    check_first_logits(logits, getattr(self.model, "quant_cache_entry", None))
                     self.first_logits_checked = True
                 metadata = self.sampling_metadata(samplers)
                 sampled = self.sampler.forward(logits, metadata)

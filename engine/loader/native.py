@@ -41,7 +41,7 @@ from ..quant.gguf_repack import (
     unpermute_rows,
     unpermute_source_rows,
 )
-from ..quant.int4_panel import adopt_panel
+from ..quant.int4_panel import adopt_panel, panel_scheme
 from ..quant.methods import LinearMethod
 from ..quant.native import (
     NativeInt4LinearMethod,
@@ -142,9 +142,9 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     panel = adopt_panel(model, device, dtype, head)
     cached = None
     if cache_dir is not None and use_cache:
-        cached = cache_path(cache_dir, path, "native-panel" if panel else "native", 32, dtype,
-                            NATIVE_FORMAT)
+        cached = cache_path(cache_dir, path, panel_scheme(panel), 32, dtype, NATIVE_FORMAT)
     model.quant_cache_hit = False
+    model.quant_cache_entry = None
     # int4 layers (or shards of a sharded layer, ``shard_<id>`` modules) that PyTorch's CPU
     # kernel repacks are copied (then repacked one at a time); everything else, int4 layers
     # that localchat's C++ kernels read in place included, is a view of the mapped cache file
@@ -164,7 +164,9 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
             layer.quant_method.to_panel(layer, convert=False)
         model.quant_cache_hit = load_quantized_mmap(
             model, cached, copy_modules=repacked, on_module_loaded=finish, fmt=NATIVE_FORMAT)
-        if not model.quant_cache_hit:
+        if model.quant_cache_hit:
+            model.quant_cache_entry = cached
+        else:
             for layer in panel:
                 layer.quant_method.to_rows(layer, device)
     if not model.quant_cache_hit:

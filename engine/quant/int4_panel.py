@@ -235,3 +235,14 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
             module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
             adopted.append(module)
     return adopted
+
+
+def panel_scheme(adopted: list) -> str:
+    """The cache scheme name of a native load whose panel layers are ``adopted``: ``native``
+    (none), ``native-panel`` (Q4_K layers), ``native-panel-all`` (Q4_0 / Q4_1 ones too, asked
+    for with ``LOCALCHAT_CPU_PANEL=1``), so that switching the setting maps another entry
+    rather than rebuilding one whose tensors differ."""
+    if not adopted:
+        return "native"
+    one_level = any(layer.quant_method.scale_dtype != torch.uint8 for layer in adopted)
+    return "native-panel-all" if one_level else "native-panel"

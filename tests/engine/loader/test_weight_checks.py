@@ -89,3 +89,18 @@ def test_an_all_nan_first_forward_is_one_clear_error(smollm2_engine, monkeypatch
     monkeypatch.setattr(model, "compute_logits", lambda h: real(h) * float("nan"))
     with pytest.raises(ModelLoadError, match="first forward pass gave NaN/Inf logits"):
         list(fresh().generate(ids, greedy))
+
+
+def test_nan_logits_name_the_cache_entry_they_were_mapped_from(tmp_path):
+    """A damaged cache entry is mapped again on every load: the error says which to delete."""
+    from localchat.engine.model_runner import check_first_logits
+
+    nan = torch.full((2, 5), float("nan"))
+    check_first_logits(torch.zeros(2, 5), tmp_path / "entry.safetensors")  # finite: no error
+    with pytest.raises(ModelLoadError) as err:
+        check_first_logits(nan, tmp_path / "entry.safetensors")
+    message = str(err.value)
+    assert f"deleting the cached weights {tmp_path / 'entry.safetensors'}" in message
+    assert "\n" not in message
+    with pytest.raises(ModelLoadError, match="--quant none, or check the model file"):
+        check_first_logits(nan)

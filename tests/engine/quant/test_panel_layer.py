@@ -11,6 +11,7 @@ layer in the row layout, built from random Q4_K blocks through the loader's row 
   ``LOCALCHAT_CPU_PANEL=1``) only: not the embedding, not the output
   layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or fp32
   activations; ``=1`` forces it wherever the kernels are built.
+- Each choice names its own cache entry (``panel_scheme``).
 - The quantized cache restores a panel layer by buffer name into empty panel tensors, and
   ``to_rows`` gives back fillable row buffers.
 """
@@ -24,7 +25,12 @@ from torch import nn
 from localchat import kernels
 from localchat.engine.layers.linear import Linear
 from localchat.engine.quant import int4_panel
-from localchat.engine.quant.int4_panel import PanelInt4LinearMethod, adopt_panel, from_panel
+from localchat.engine.quant.int4_panel import (
+    PanelInt4LinearMethod,
+    adopt_panel,
+    from_panel,
+    panel_scheme,
+)
 from localchat.engine.quant.native import NativeInt4LinearMethod, repack_into_rows
 from localchat.kernels import cpu, reference
 from tests.engine.quant.test_gguf_repack import _random_blocks
@@ -128,6 +134,9 @@ def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, take
     for other in (model.embed, model.odd, model.head) + (() if one_level else (model.q41,)):
         assert type(other.quant_method) is NativeInt4LinearMethod
     assert adopt_panel(model, "meta", dtype) == []
+    # each choice has its own cache entry: switching the setting never rebuilds another's
+    assert panel_scheme(adopted) == ("native" if not taken else
+                                     "native-panel-all" if one_level else "native-panel")
 
 
 def test_cache_round_trip_and_back_to_rows(tmp_path):
