@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from localchat.app import cli_io, interrupts
-from localchat.app.cli_io import DebugOpt
+from localchat.app.cli_io import DebugOpt, QuantOpt
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
 from localchat.app.load_options import (
@@ -216,11 +216,7 @@ def ask(
         typer.Option("--num-speculative-tokens", help="Most draft tokens per step (with --draft).",
                      show_default="4"),
     ] = None,
-    quant: Annotated[
-        str | None,
-        typer.Option("--quant", help="Weight format: auto, native, none, fp8, int8 or int4.",
-                     show_default="auto"),
-    ] = None,
+    quant: QuantOpt = None,
     context: ContextOpt = None,
     local: Annotated[
         bool, typer.Option("--local", help="Load the model in this process even when a "

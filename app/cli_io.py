@@ -41,6 +41,13 @@ DebugOpt = Annotated[
     bool, typer.Option("--debug", help="Show the full traceback on errors.", show_default=False)
 ]
 
+# The ``--quant`` option of the commands that load a model (ask, serve).
+QuantOpt = Annotated[
+    str | None,
+    typer.Option("--quant", help="Weight format: auto, native, none, fp8, int8 or int4.",
+                 show_default="auto"),
+]
+
 def one_line(text: str) -> str:
     """Collapse a message onto a single line (multi-line messages are joined with ' ')."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from localchat.app.cli_io import DebugOpt
+from localchat.app.cli_io import DebugOpt, QuantOpt
 
 
 def serve_command(
@@ -32,10 +32,7 @@ def serve_command(
         str | None, typer.Option("--draft", help="Draft model for speculative decoding "
                                  "('auto', or 'ngram': prompt lookup).", show_default=False)
     ] = None,
-    quant: Annotated[
-        str | None, typer.Option("--quant", show_default="auto",
-                                 help="Weight format: auto, native, none, fp8, int8 or int4.")
-    ] = None,
+    quant: QuantOpt = None,
     max_num_seqs: Annotated[
         int, typer.Option("--max-num-seqs", help="Most requests batched in one step.")
     ] = 16,
