@@ -1,16 +1,19 @@
-"""The int4 panel layout (``kernels/cpu/panel4.h``) against the row layout's W4A8 kernel
-(``kernels/cpu/qa8_vnni.cpp``) on the same two-level (Q4_K) weights.
+"""The panel layouts (``kernels/cpu/panel4.h``, ``panel6.h``) against the row layouts'
+integer-dot kernels (``kernels/cpu/qa8_vnni.cpp``, ``qa6_vnni.cpp``) on the same weights:
+two-level int4 (Q4_K) and int6 (Q6_K).
 
-Workload: Qwen2.5-Coder-1.5B's Q4_K shapes (gate/up 17920 x 1536, down 1536 x 8960, q/o
-1536 x 1536), random bytes (the kernels' cost does not depend on the values), ``--layers``
-copies of each so that a round streams them from memory as a decode step does (one layer
-alone would stay in the L3 cache); M = 1, 5, 16 and 64 bf16 activation rows;
+Workload: Qwen2.5-Coder-1.5B's shapes: Q4_K gate/up 17920 x 1536, down 1536 x 8960, q/o
+1536 x 1536; Q6_K down 1536 x 8960 and the output layer 151936 x 1536. Random bytes (the
+kernels' cost does not depend on the values), ``--layers`` copies of each (one of the output
+layer, itself 190 MB) so that a round streams them from memory as a decode step does (one
+layer alone would stay in the L3 cache); M = 1, 5, 16 and 64 bf16 activation rows;
 ``torch.set_num_threads(--threads)``. Each round times one call per copy for each layout,
 the two layouts alternating; the best of ``--rounds`` rounds per (shape, M, layout) is
 printed as ms per layer and GB/s (weight, scale and min bytes / time), with the ratio
 row / panel. Prints the load average first: on a shared machine compare rows of one run only.
 
-Usage: ``python scripts/bench_panel.py [--threads 2] [--rounds 5] [--layers 28]``
+Usage: ``python scripts/bench_panel.py [--threads 2] [--rounds 5] [--layers 28]
+[--kinds int4 int6]``
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ import time
 
 import torch
 
-SHAPES = {"gate_up": (17920, 1536), "down": (1536, 8960), "q/o": (1536, 1536)}
+# kind -> {shape name: (N, K, copies or None for --layers)}
+SHAPES = {"int4": {"gate_up": (17920, 1536, None), "down": (1536, 8960, None),
+                   "q/o": (1536, 1536, None)},
+          "int6": {"down": (1536, 8960, None), "output": (151936, 1536, 1)}}
 ROWS = (1, 5, 16, 64)
 
 
-def _weights(n: int, k: int, gen: torch.Generator):
+def _int4_weights(n: int, k: int, gen: torch.Generator):
     q = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
     sc = torch.randint(0, 64, (n, k // 32), generator=gen, dtype=torch.uint8)
     mn = torch.randint(0, 64, (n, k // 32), generator=gen, dtype=torch.uint8)
@@ -33,14 +39,35 @@ def _weights(n: int, k: int, gen: torch.Generator):
     return q, sc, mn, sup
 
 
-def main(argv: list[str] | None = None) -> int:
+def _int6_weights(n: int, k: int, gen: torch.Generator):
+    ql = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    qh = torch.randint(0, 256, (n, k // 4), generator=gen, dtype=torch.uint8)
+    sc = torch.randint(-128, 128, (n, k // 16), generator=gen, dtype=torch.int8)
+    sup = (torch.rand(n, k // 256, generator=gen) * 0.01).half()
+    return ql, qh, sc, sup
+
+
+def _kinds():
+    """kind -> (weights, to panel, row-layout call, panel call)."""
     from localchat.engine.quant.int4_panel import to_panel
+    from localchat.engine.quant.int6_panel import to_panel6
+    from localchat.kernels import cpu
+
+    return {"int4": (_int4_weights, to_panel,
+                     lambda x, w: cpu.int4_matmul_a8(x, w[0], w[1], w[2], 32, super_scales=w[3]),
+                     lambda x, p: cpu.int4_panel_a8(x, *p)),
+            "int6": (_int6_weights, to_panel6, lambda x, w: cpu.int6_matmul_a8(x, *w),
+                     lambda x, p: cpu.int6_panel_a8(x, *p))}
+
+
+def main(argv: list[str] | None = None) -> int:
     from localchat.kernels import cpu
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--kinds", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
     args = ap.parse_args(argv)
     if not cpu.available():
         print("the C++ CPU kernels are not built: nothing to compare")
@@ -52,26 +79,31 @@ def main(argv: list[str] | None = None) -> int:
           f"{cpu.has_vnni()}")
     print("| shape | M | row ms | row GB/s | panel ms | panel GB/s | row / panel |")
     print("|---|---|---|---|---|---|---|")
-    for name, (n, k) in SHAPES.items():
-        rows = [_weights(n, k, gen) for _ in range(args.layers)]
-        panels = [to_panel(*w) for w in rows]
-        nbytes = sum(t.nbytes for t in rows[0])
-        for m in ROWS:
-            x = torch.randn(m, k, generator=gen).bfloat16()
-            best = {"row": float("inf"), "panel": float("inf")}
-            for _ in range(args.rounds):
-                t0 = time.perf_counter()
-                for w in rows:
-                    cpu.int4_matmul_a8(x, w[0], w[1], w[2], 32, super_scales=w[3])
-                t1 = time.perf_counter()
-                for p in panels:
-                    cpu.int4_panel_a8(x, *p)
-                t2 = time.perf_counter()
-                best["row"] = min(best["row"], (t1 - t0) / args.layers)
-                best["panel"] = min(best["panel"], (t2 - t1) / args.layers)
-            r, p = best["row"], best["panel"]
-            print(f"| {name} {n} x {k} | {m} | {r * 1e3:.3f} | {nbytes / r / 1e9:.1f} | "
-                  f"{p * 1e3:.3f} | {nbytes / p / 1e9:.1f} | {r / p:.2f}x |")
+    kinds = _kinds()
+    for kind in args.kinds:
+        make, convert, row_call, panel_call = kinds[kind]
+        for name, (n, k, copies) in SHAPES[kind].items():
+            copies = copies or args.layers
+            rows = [make(n, k, gen) for _ in range(copies)]
+            panels = [convert(*w) for w in rows]
+            nbytes = sum(t.nbytes for t in rows[0])
+            for m in ROWS:
+                x = torch.randn(m, k, generator=gen).bfloat16()
+                best = {"row": float("inf"), "panel": float("inf")}
+                for _ in range(args.rounds):
+                    t0 = time.perf_counter()
+                    for w in rows:
+                        row_call(x, w)
+                    t1 = time.perf_counter()
+                    for p in panels:
+                        panel_call(x, p)
+                    t2 = time.perf_counter()
+                    best["row"] = min(best["row"], (t1 - t0) / copies)
+                    best["panel"] = min(best["panel"], (t2 - t1) / copies)
+                r, p = best["row"], best["panel"]
+                print(f"| {kind} {name} {n} x {k} | {m} | {r * 1e3:.3f} | "
+                      f"{nbytes / r / 1e9:.1f} | {p * 1e3:.3f} | {nbytes / p / 1e9:.1f} | "
+                      f"{r / p:.2f}x |")
     return 0
 
 

@@ -138,7 +138,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     head = _output_layer(model, quantized)
     if head is not None:  # the output layer's error bound, cached with the weights
         greedy_head.add_bound_buffer(head, device)
-    # native Q4_K layers in the VNNI kernels' panel layout (int4_panel.py), cached as such
+    # native Q4_K / Q6_K layers in the VNNI kernels' panel layouts (int4_panel.py,
+    # int6_panel.py), cached as such
     panel = adopt_panel(model, device, dtype, head)
     cached = None
     if cache_dir is not None and use_cache:
@@ -171,10 +172,10 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
                 layer.quant_method.to_rows(layer, device)
     if not model.quant_cache_hit:
         _repack_all(model, path, quantized, dtype, device, cache_dir, progress)
+        if head is not None:  # from the row layout's C++ dequantizer, before any panel
+            greedy_head.fill_bound(head)
         for layer in panel:
             layer.quant_method.to_panel(layer)
-        if head is not None:
-            greedy_head.fill_bound(head)
         if cached is not None:
             try:
                 save_quantized(model, cached, {"scheme": "native", "model": path.name,

@@ -29,6 +29,8 @@ cached loads map the panel tensors directly) and computes every row count with
 ``kernels.cpu.int4_panel_a8`` (batch invariant: a row's bits do not depend on the others).
 ``LOCALCHAT_CPU_PANEL=0`` keeps the row layout, ``=1`` takes the panel wherever the C++ kernels
 are built (CPUs without VNNI then run its portable kernel: for tests) and for Q4_0 / Q4_1.
+:func:`adopt_panel` also picks the Q6_K layers for the int6 panel layout (``int6_panel.py``)
+under the same conditions, and :func:`panel_scheme` names the cache entry of the set.
 """
 
 from __future__ import annotations
@@ -63,13 +65,7 @@ def to_panel(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
     ``N % 16 == 0`` and ``K`` is a multiple of 256 (two levels) or 32."""
     n, k = qweight.shape[0], qweight.shape[1] * 2
     _check(n, k, super_scales is not None)
-    b = qweight.reshape(n, k // 8, 4)  # row layout: byte i = (w[2i], w[2i + 1])
-    b0, b1, b2, b3 = b.unbind(-1)
-    lo = torch.tensor(0x0F, dtype=torch.uint8)
-    hi = torch.tensor(0xF0, dtype=torch.uint8)
-    p = torch.stack([(b0 & lo) | ((b2 & lo) << 4), (b0 >> 4) | (b2 & hi),
-                     (b1 & lo) | ((b3 & lo) << 4), (b1 >> 4) | (b3 & hi)], -1)
-    qpanel = p.reshape(n // ROWS, ROWS, k // 8, 4).transpose(1, 2).reshape(n // ROWS, k // 8, 64)
+    qpanel = nibbles_to_panel(qweight)
     ng = k // 32
     pscales, pmins = (s.reshape(n // ROWS, ROWS, ng).transpose(1, 2).contiguous()
                       for s in (scales, mins))
@@ -84,17 +80,38 @@ def from_panel(qpanel: torch.Tensor, pscales: torch.Tensor, pmins: torch.Tensor,
     layout, bit for bit (the reference side of the panel kernel's tests)."""
     t, o = qpanel.shape[0], qpanel.shape[1]
     n, k = t * ROWS, o * 8
-    p = qpanel.reshape(t, o, ROWS, 4).transpose(1, 2).reshape(n, o, 4)
-    p0, p1, p2, p3 = p.unbind(-1)
-    lo = torch.tensor(0x0F, dtype=torch.uint8)
-    hi = torch.tensor(0xF0, dtype=torch.uint8)
-    b = torch.stack([(p0 & lo) | ((p1 & lo) << 4), (p2 & lo) | ((p3 & lo) << 4),
-                     (p0 >> 4) | (p1 & hi), (p2 >> 4) | (p3 & hi)], -1)
     ng = k // 32
     scales, mins = (s.transpose(1, 2).reshape(n, ng).contiguous() for s in (pscales, pmins))
     sup = None if psuper is None else psuper.permute(0, 3, 1, 2).reshape(n, k // 256, 2) \
         .contiguous()
-    return b.reshape(n, k // 2).contiguous(), scales, mins, sup
+    return nibbles_from_panel(qpanel), scales, mins, sup
+
+
+def nibbles_to_panel(qweight: torch.Tensor) -> torch.Tensor:
+    """Row-layout nibbles ``qweight`` uint8 ``[N, K // 2]`` (byte ``i`` = columns ``2 i`` low,
+    ``2 i + 1`` high) -> ``qpanel`` uint8 ``[N / 16, K / 8, 64]`` (module docstring), a new
+    contiguous tensor (``N % 16 == 0``, ``K % 8 == 0``). Shared by the int6 panel's low
+    nibbles (``int6_panel.py``)."""
+    n, k = qweight.shape[0], qweight.shape[1] * 2
+    b0, b1, b2, b3 = qweight.reshape(n, k // 8, 4).unbind(-1)
+    lo = torch.tensor(0x0F, dtype=torch.uint8)
+    hi = torch.tensor(0xF0, dtype=torch.uint8)
+    p = torch.stack([(b0 & lo) | ((b2 & lo) << 4), (b0 >> 4) | (b2 & hi),
+                     (b1 & lo) | ((b3 & lo) << 4), (b1 >> 4) | (b3 & hi)], -1)
+    return p.reshape(n // ROWS, ROWS, k // 8, 4).transpose(1, 2) \
+        .reshape(n // ROWS, k // 8, 64).contiguous()
+
+
+def nibbles_from_panel(qpanel: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`nibbles_to_panel`: ``[N, K // 2]`` uint8, bit for bit."""
+    t, o = qpanel.shape[0], qpanel.shape[1]
+    n = t * ROWS
+    p0, p1, p2, p3 = qpanel.reshape(t, o, ROWS, 4).transpose(1, 2).reshape(n, o, 4).unbind(-1)
+    lo = torch.tensor(0x0F, dtype=torch.uint8)
+    hi = torch.tensor(0xF0, dtype=torch.uint8)
+    b = torch.stack([(p0 & lo) | ((p1 & lo) << 4), (p2 & lo) | ((p3 & lo) << 4),
+                     (p0 >> 4) | (p1 & hi), (p2 >> 4) | (p3 & hi)], -1)
+    return b.reshape(n, o * 4).contiguous()
 
 
 def _vnni() -> bool:
@@ -215,18 +232,24 @@ class PanelInt4LinearMethod(NativeInt4LinearMethod):
 
 
 def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None) -> list:
-    """Swap :class:`PanelInt4LinearMethod` in for every native Q4_K linear layer of ``model``
-    (after ``create_weights``; shard modules of a sharded layer included) that may hold the
-    panel layout (:func:`panel_usable`, :func:`panel_fits`), and for Q4_0 / Q4_1 ones too
-    with ``LOCALCHAT_CPU_PANEL=1``: not the embedding (its rows are gathered), not ``head``
-    (the greedy head reads the output layer's rows). Returns those modules, still in the row
+    """Swap a panel method in for every native linear layer of ``model`` (after
+    ``create_weights``; shard modules of a sharded layer included) that may hold a panel
+    layout (:func:`panel_usable`, :func:`panel_fits`): :class:`PanelInt4LinearMethod` for
+    Q4_K layers (Q4_0 / Q4_1 ones too with ``LOCALCHAT_CPU_PANEL=1``), not the embedding
+    (its rows are gathered) nor ``head`` (the greedy head reads the output layer's rows);
+    ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers, ``head`` included (it reads rows
+    back from the panel), a pure embedding not. Returns those modules, still in the row
     layout for their rows to be filled."""
     if not panel_usable(device, dtype):
         return []
+    from .int6_panel import PanelInt6LinearMethod, panel6_fits
+    from .native_int6 import Int6LinearMethod
+
     # one-level (Q4_0 / Q4_1) layers only when asked for: their prompts would leave the bf16
     # GEMM for the integer-dot kernel, and SmolLM2's (Q4_1) first answer token to "What is the
     # capital of France?" is a near-tie ("The" 0.085 logits above "L") that this flips
     kinds = (torch.uint8, torch.float16) if _mode() == "1" else (torch.uint8,)
+    embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
     adopted = []
     for module in model.modules():
         method = getattr(module, "quant_method", None)
@@ -234,15 +257,25 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
                 and method.kernel == "packed" and module is not head and panel_fits(module)):
             module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
             adopted.append(module)
+        elif (type(method) is Int6LinearMethod and (module is head or module is not embedding)
+              and panel6_fits(module)):
+            module.quant_method = PanelInt6LinearMethod(device)
+            adopted.append(module)
     return adopted
 
 
 def panel_scheme(adopted: list) -> str:
     """The cache scheme name of a native load whose panel layers are ``adopted``: ``native``
-    (none), ``native-panel`` (Q4_K layers), ``native-panel-all`` (Q4_0 / Q4_1 ones too, asked
-    for with ``LOCALCHAT_CPU_PANEL=1``), so that switching the setting maps another entry
-    rather than rebuilding one whose tensors differ."""
+    (none), ``native-panel`` (Q4_K layers), ``-q6`` added where Q6_K layers are among them,
+    ``-all`` where Q4_0 / Q4_1 ones are (asked for with ``LOCALCHAT_CPU_PANEL=1``), so that
+    switching the setting maps another entry rather than rebuilding one whose tensors
+    differ."""
     if not adopted:
         return "native"
-    one_level = any(layer.quant_method.scale_dtype != torch.uint8 for layer in adopted)
-    return "native-panel-all" if one_level else "native-panel"
+    from .int6_panel import PanelInt6LinearMethod
+
+    methods = [layer.quant_method for layer in adopted]
+    int6 = any(isinstance(m, PanelInt6LinearMethod) for m in methods)
+    one_level = any(isinstance(m, PanelInt4LinearMethod) and m.scale_dtype != torch.uint8
+                    for m in methods)
+    return "native-panel" + ("-q6" if int6 else "") + ("-all" if one_level else "")

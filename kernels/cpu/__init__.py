@@ -28,9 +28,10 @@ tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repa
 path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
 ``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``;
 the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_matmul`` /
-``int5_dequantize`` and ``gguf_repack_q5``. The int4 panel layout (16 outputs interleaved,
-``panel4.h``; ``localchat.engine.quant.int4_panel``) has ``int4_panel_a8`` (any row count) and
-its conversion ``int4_to_panel`` (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
+``int5_dequantize`` and ``gguf_repack_q5``. The int4 and int6 panel layouts (16 outputs
+interleaved, ``panel4.h`` / ``panel6.h``; ``localchat.engine.quant.int4_panel`` /
+``int6_panel``) have ``int4_panel_a8`` / ``int6_panel_a8`` (any row count) and their
+conversions ``int4_to_panel`` / ``int6_to_panel`` (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
 prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
 """
 
@@ -313,11 +314,13 @@ int6_dequantize = _lowbit.int6_dequantize
 int6_matmul = _lowbit.int6_matmul
 int6_matmul_a8 = _lowbit.int6_matmul_a8
 
-# The int4 panel layout's matmul lives in panel.py, re-exported here.
+# The panel layouts' matmuls and conversions live in panel.py, re-exported here.
 from . import panel as _panel
 
 int4_panel_a8 = _panel.int4_panel_a8
 int4_to_panel = _panel.int4_to_panel
+int6_panel_a8 = _panel.int6_panel_a8
+int6_to_panel = _panel.int6_to_panel
 
 # The AMX prefill GEMM's wrappers live in amx.py, re-exported here.
 from . import amx as _amx

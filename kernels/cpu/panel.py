@@ -1,6 +1,8 @@
-"""Wrapper of the CPU extension's int4 panel-layout matmul (``kernels/cpu/panel4.h``,
-``panel4_{scalar,vnni}.cpp``; the layout's conversions are ``localchat.engine.quant.int4_panel``).
-Re-exported by ``localchat.kernels.cpu``; call it through it."""
+"""Wrappers of the CPU extension's panel-layout matmuls and conversions: int4
+(``kernels/cpu/panel4.h``, ``panel4_{scalar,vnni}.cpp``; the layout's PyTorch conversions are
+``localchat.engine.quant.int4_panel``) and int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
+``localchat.engine.quant.int6_panel``), both converted by ``panel_repack.cpp``. Re-exported by
+``localchat.kernels.cpu``; call them through it."""
 
 from __future__ import annotations
 
@@ -34,5 +36,34 @@ def int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, p
     ``[N, K // 2]``, ``scales`` / ``mins`` ``[N, K // 32]``, uint8 with ``super_scales`` fp16
     ``[N, K // 256, 2]`` or fp16 with ``super_scales`` and ``psuper`` None):
     ``localchat.engine.quant.int4_panel.to_panel``'s bytes, bit for bit, threads over tiles
-    (``panel4_repack.cpp``). Raises ``RuntimeError`` on a bad shape or dtype."""
+    (``panel_repack.cpp``). Raises ``RuntimeError`` on a bad shape or dtype."""
     _ops().int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, psuper)
+
+
+def int6_panel_a8(x, plow, phigh, pscales, psuper, isa: int | None = None):
+    """W6A8 over int6 (GGUF Q6_K) weights in the panel layout: ``x [M, K]`` fp32/bf16/fp16
+    (any M, K % 256 == 0) quantized per row and 32-column block to int8 (Q8_0-style, as
+    :func:`int4_panel_a8`), then for every output ``(m, n)`` and 32-column group ``g`` in
+    order: ``acc = fma(float(isum), d * d_act, acc)`` with ``isum`` the exact int32 sum over
+    the group's two 16-column sub-blocks of ``sc * (dot(u, xq) - 32 * sum(xq))`` -> ``[M, N]``
+    in ``x.dtype`` (fp32 accumulation; the math of ``reference.int6_matmul_a8`` on the row
+    layout, in this fixed order). Weights (N % 16 == 0; ``panel6.h``): ``plow`` uint8
+    ``[N/16, K/8, 64]`` (the low nibbles of ``u = q + 32``), ``phigh`` uint8
+    ``[N/16, K/16, 64]`` (its top two bits), ``pscales`` int8 ``[N/16, K/16, 16]``, ``psuper``
+    fp16 ``[N/16, K/256, 16]``; all contiguous.
+
+    Batch and thread invariant. ISA level 2 with VNNI runs ``panel6_vnni.cpp``; anything else
+    the portable kernel (``panel6_scalar.cpp``, bit-equal, slow). Design after llama.cpp's
+    interleaved K-quant GEMVs and its Q6_K x Q8 dot (own code). Raises ``RuntimeError`` on a
+    bad shape, dtype or layout."""
+    return _ops().int6_panel_a8(x, plow, phigh, pscales, psuper, _isa(isa))
+
+
+def int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psuper) -> None:
+    """Write the panel layout of an int6 weight in the row layout (``qlow`` uint8
+    ``[N, K // 2]``, ``qhigh`` uint8 ``[N, K // 4]``, ``scales`` int8 ``[N, K // 16]``,
+    ``super_scales`` fp16 ``[N, K // 256]``) into the given contiguous tensors (shapes as in
+    :func:`int6_panel_a8`): ``localchat.engine.quant.int6_panel.to_panel6``'s bytes, bit for
+    bit, threads over tiles (``panel_repack.cpp``). Raises ``RuntimeError`` on a bad shape or
+    dtype."""
+    _ops().int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psuper)

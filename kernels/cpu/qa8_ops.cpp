@@ -1,6 +1,6 @@
 // Checking launchers and torch.library registration of the integer-dot (W4A8 / W8A8) CPU
-// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the int4 panel layout,
-// panel4_{scalar,vnni}.cpp; activation quantizers in
+// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the int4 and int6 panel
+// layouts, panel{4,6}_{scalar,vnni}.cpp; activation quantizers in
 // qa8_prep.cpp and the vector TUs). The ISA is an argument, clamped to what the CPU has.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,6 +13,7 @@
 #include "isa.h"
 #include "kscales.h"
 #include "panel4.h"
+#include "panel6.h"
 #include "qa8.h"
 #include "quant.h"  // enum Isa
 
@@ -182,6 +183,45 @@ at::Tensor int4_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at
   return run_a8(x, a, false, fn, pick_a8_quant(isa), kPanelRows);
 }
 
+// W6A8 over the int6 panel layout (panel6.h): x [M, K] fp32 / bf16 / fp16, plow uint8
+// [N/16, K/8, 64], phigh uint8 [N/16, K/16, 64], pscales int8 [N/16, K/16, 16], psuper fp16
+// [N/16, K/256, 16].
+at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::Tensor& phigh,
+                         const at::Tensor& pscales, const at::Tensor& psuper, int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && plow.dim() == 3,
+              "int6_panel_a8: x [M, K], plow [N/16, K/8, 64], got ", x.sizes(), " and ",
+              plow.sizes());
+  const int64_t M = x.size(0), K = x.size(1), T = plow.size(0), N = T * kPanelRows;
+  TORCH_CHECK(K > 0 && K % 256 == 0, "int6_panel_a8: K=", K, " must be a multiple of 256");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int6_panel_a8: x must be fp32/bf16/fp16");
+  const struct {
+    const char* name;
+    const at::Tensor& t;
+    at::ScalarType dt;
+    std::vector<int64_t> shape;
+  } parts[] = {{"plow", plow, at::kByte, {T, K / 8, 64}},
+               {"phigh", phigh, at::kByte, {T, K / 16, 64}},
+               {"pscales", pscales, at::kChar, {T, K / 16, 16}},
+               {"psuper", psuper, at::kHalf, {T, K / 256, 16}}};
+  for (const auto& p : parts)
+    TORCH_CHECK(p.t.scalar_type() == p.dt && p.t.is_contiguous() &&
+                    p.t.sizes() == at::IntArrayRef(p.shape),
+                "int6_panel_a8: ", p.name, " must be contiguous ", p.dt, " ",
+                at::IntArrayRef(p.shape), ", got ", p.t.sizes(), " ", p.t.scalar_type());
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, plow.data_ptr(),
+           pscales.data_ptr(), nullptr, false, nullptr, false,
+           M, N, K, K, 32, K / 32};
+  a.super = reinterpret_cast<const uint16_t*>(psuper.data_ptr<at::Half>());
+  a.qhigh = phigh.data_ptr();
+  // the kernels read ncorr (the sub-blocks' activation sums): the VNNI and portable
+  // quantizers write it (the AVX2 one, the same integers, does not)
+  static const bool vnni_ok = cpu_has_vnni();
+  const bool vnni = cpu_clamp_isa(isa) == kAvx512 && vnni_ok;
+  return run_a8(x, a, false, vnni ? int6_panel_a8_vnni : int6_panel_a8_scalar,
+                vnni ? a8_quantize_avx512 : a8_quantize_scalar, kPanelRows);
+}
+
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
                           const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
                           int64_t group_size, int64_t isa) {
@@ -242,10 +282,13 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "int group_size, int isa) -> Tensor");
   m.def("int4_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, Tensor pmins, Tensor? psuper, "
         "int isa) -> Tensor");
+  m.def("int6_panel_a8(Tensor x, Tensor plow, Tensor phigh, Tensor pscales, Tensor psuper, "
+        "int isa) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
   m.impl("int4_panel_a8", &localchat_cpu::int4_panel_a8);
+  m.impl("int6_panel_a8", &localchat_cpu::int6_panel_a8);
 }
