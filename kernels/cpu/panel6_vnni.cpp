@@ -40,7 +40,7 @@ inline void store16(const A8Args& a, int64_t m, int64_t n, __m512 v) {
 // off: [M, K / 16] each sub-block's -32 * sum(xq) (panel6_offset), per call.
 template <int MT>
 inline void pass(const A8Args& a, const int32_t* off, int64_t t0, int64_t m0) {
-  constexpr int NT = 1;
+  constexpr int NT = 1;  // tiles per pass (the loops keep the general form)
   const int64_t K = a.K, Kp = a.Kp, ns = K / 16;
   const uint8_t* pl = static_cast<const uint8_t*>(a.qweight);
   const uint8_t* ph = static_cast<const uint8_t*>(a.qhigh);
