@@ -25,7 +25,10 @@ pick (bf16 on a CPU with native bf16, else fp32 decoding through the integer-dot
 
 2. 8 concurrent requests (different prompts, 64 greedy tokens each, EOS ignored): total
    generated tokens/s when all 8 are submitted at once (continuous batching) against the 8
-   run one after another, on the same engine.
+   run one after another, on the same engine; whole requests (their prompts' prefill
+   included), and decode alone (batched: the tokens after every request has its first one,
+   over that window; sequential: each request's tokens after its first, over its decode
+   time).
 
 All figures come from one process on one machine; ratios compare modes measured in the same
 run. Our TTFT is ``RequestOutput.metrics.ttft`` (``add_request`` to first token, perf_counter);
@@ -126,7 +129,11 @@ def ttft_transformers(path: Path, dtype, rows):
     return out
 
 
-def concurrency(eng, n: int = 8, tokens: int = 64):
+def concurrency(eng, n: int = 8, tokens: int = 64) -> dict:
+    """Tokens/s of ``n`` requests run one after another against all submitted at once, whole
+    requests (prompts included) and in decode alone: sequential, each request's tokens after
+    its first over first -> last token; batched, the tokens generated after every request has
+    its first one over that window (the steady state of ``n`` decoding streams)."""
     from localchat.engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
@@ -135,17 +142,30 @@ def concurrency(eng, n: int = 8, tokens: int = 64):
         for i in range(n)]
     eng.reset_prefix_cache()
     t0 = time.perf_counter()
+    decode_tokens = decode_time = 0.0
     for ids in prompts:
-        run_one(eng, ids, params=params)
+        metrics = run_one(eng, ids, params=params).metrics
+        decode_tokens += metrics.num_output_tokens - 1
+        decode_time += metrics.decode_time
     sequential = n * tokens / (time.perf_counter() - t0)
     eng.reset_prefix_cache()
     t0 = time.perf_counter()
     for i, ids in enumerate(prompts):
         eng.add_request(f"c{i}", ids, params)
+    started: set[str] = set()
+    t_all, after = None, 0
     while eng.has_unfinished_requests():
-        eng.step()
-    batched = n * tokens / (time.perf_counter() - t0)
-    return sequential, batched
+        outs = eng.step()
+        new = sum(len(out.new_token_ids) for out in outs)
+        started.update(out.request_id for out in outs if out.new_token_ids)
+        if t_all is not None:
+            after += new
+        elif len(started) == n:
+            t_all = time.perf_counter()
+    t1 = time.perf_counter()
+    return {"concurrent8_tok_s": n * tokens / (t1 - t0), "sequential8_tok_s": sequential,
+            "concurrent8_decode_tok_s": after / (t1 - t_all) if t_all and t1 > t_all else None,
+            "sequential8_decode_tok_s": decode_tokens / decode_time if decode_time else None}
 
 
 def bench(model: str, args) -> dict | None:
@@ -155,24 +175,23 @@ def bench(model: str, args) -> dict | None:
         return None
     run_one(eng, eng.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}]), 4)
     if args.concurrency_only:
-        seq, batched = concurrency(eng)
+        result = {"model": model, **concurrency(eng)}
         del eng
         gc.collect()
-        return {"model": model, "concurrent8_tok_s": batched, "sequential8_tok_s": seq}
+        return result
     rows = conversation(eng, args.turns, args.reply_tokens)
     cached_ttft = [r[2].metrics.ttft for r in rows]
     cached_tokens = [r[2].num_cached_tokens for r in rows]
     prev_context = [0] + [len(r[1]) + r[2].num_output_tokens for r in rows[:-1]]
     recompute = ttft_recompute(eng, rows)
     hf = ttft_transformers(path, eng.dtype, rows) if not args.no_transformers else None
-    seq, batched = concurrency(eng)
     result = {
         "model": model, "prompt_tokens": [len(r[1]) for r in rows],
         "ttft_cached_s": cached_ttft, "ttft_recompute_s": recompute,
         "ttft_transformers_s": hf, "cached_tokens": cached_tokens,
         "cached_share_of_previous_context": [
             c / p if p else None for c, p in zip(cached_tokens, prev_context)],
-        "concurrent8_tok_s": batched, "sequential8_tok_s": seq,
+        **concurrency(eng),
     }
     del eng
     gc.collect()
@@ -186,6 +205,10 @@ def table(res: dict) -> str:
     lines.append(f"8 concurrent requests x 64 tokens: {res['concurrent8_tok_s']:.1f} tok/s "
                  f"batched vs {res['sequential8_tok_s']:.1f} tok/s sequential "
                  f"({res['concurrent8_tok_s'] / res['sequential8_tok_s']:.2f}x)")
+    cd, sd = res.get("concurrent8_decode_tok_s"), res.get("sequential8_decode_tok_s")
+    if cd and sd:
+        lines.append(f"  decode alone (after every request's first token): {cd:.1f} tok/s "
+                     f"batched vs {sd:.1f} tok/s sequential ({cd / sd:.2f}x)")
     return "\n".join(lines)
 
 
