@@ -205,25 +205,40 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
 
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             header_len = int.from_bytes(f.read(8), "little")
+            if size < 8 or header_len > size - 8:  # a damaged length read no further
+                raise ValueError(f"a header of {header_len} bytes in a file of {size}")
             header = json.loads(f.read(header_len))
+            if not isinstance(header, dict):
+                raise ValueError("the header is not a JSON object")
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as exc:
         logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
         return False
     meta = header.pop("__metadata__", {}) or {}
     state = model.state_dict()
-    if meta.get("format") != fmt or set(header) != set(state):
+    if not isinstance(meta, dict) or meta.get("format") != fmt or set(header) != set(state):
         logger.warning("quantized cache %s does not match the model; rebuilding", path)
         return False
     base = 8 + header_len
     views = {}
     for name, info in header.items():
-        dtype = _ST_DTYPES.get(info["dtype"])
-        start, end = info["data_offsets"]
         target = state[name]
-        if dtype != target.dtype or list(info["shape"]) != list(target.shape) \
-                or base + end > len(mm) or end - start != target.numel() * target.element_size():
+        try:
+            dtype = _ST_DTYPES.get(info["dtype"])
+            start, end = (int(v) for v in info["data_offsets"])
+            shape = list(info["shape"])
+        except (KeyError, TypeError, ValueError):
+            logger.warning("quantized cache %s: the entry of %s is malformed; rebuilding",
+                           path, name)
+            return False
+        if base + end > len(mm):
+            logger.warning("quantized cache %s is truncated (%s ends past its %d bytes); "
+                           "rebuilding", path, name, len(mm))
+            return False
+        if dtype != target.dtype or shape != list(target.shape) or start < 0 \
+                or end - start != target.numel() * target.element_size():
             logger.warning("quantized cache %s: %s differs; rebuilding", path, name)
             return False
         views[name] = (base + start, end - start, dtype)

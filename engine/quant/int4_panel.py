@@ -35,6 +35,7 @@ under the same conditions, and :func:`panel_scheme` names the cache entry of the
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
@@ -43,6 +44,7 @@ from .methods import _add_bias, _drop, _set_buffer
 from .native import NativeInt4LinearMethod
 
 PANEL_ENV = "LOCALCHAT_CPU_PANEL"
+logger = logging.getLogger(__name__)
 ROWS = 16  # outputs per tile
 _ROW_NAMES = ("qweight", "scales", "mins", "super_scales")
 _PANEL_NAMES = ("qpanel", "pscales", "pmins", "psuper")
@@ -114,10 +116,17 @@ def nibbles_from_panel(qpanel: torch.Tensor) -> torch.Tensor:
     return b.reshape(n, o * 4).contiguous()
 
 
+def _vnni_kernels() -> bool:
+    """Whether the panel kernels' VNNI paths run here (else their portable ones)."""
+    from localchat.kernels import cpu
+
+    return cpu.active_isa() >= 2 and cpu.has_vnni()
+
+
 def _vnni() -> bool:
     from localchat.kernels import cpu
 
-    return cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+    return _vnni_kernels() and not cpu.amx_enabled()
 
 
 def _mode() -> str:
@@ -261,6 +270,10 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
               and panel6_fits(module)):
             module.quant_method = PanelInt6LinearMethod(device)
             adopted.append(module)
+    if adopted and not _vnni_kernels():  # LOCALCHAT_CPU_PANEL=1 where they are portable
+        logger.warning("%s=1 without AVX-512 VNNI at the active ISA level: the panel layouts "
+                       "run their portable kernels, many times slower than the row layouts "
+                       "(a testing switch; unset it)", PANEL_ENV)
     return adopted
 
 

@@ -161,3 +161,18 @@ def test_cache_round_trip_and_back_to_rows(tmp_path):
     assert repack_into_rows(other.q4k, _random_blocks(Q4_K, N, K, seed=5), Q4_K, (N, K), 0, N)
     other.q4k.quant_method.to_panel(other.q4k)
     assert torch.equal(other.q4k(x), model.q4k(x))
+
+
+@pytest.mark.parametrize("isa", ["", "avx2"])
+def test_forced_panel_without_vnni_says_it_is_slow(monkeypatch, caplog, isa):
+    """``LOCALCHAT_CPU_PANEL=1`` where the VNNI kernels do not run (an AVX2 CPU, or the ISA
+    capped) takes the portable kernels, over 10x slower in a trial: one warning line."""
+    import logging
+
+    monkeypatch.setenv(int4_panel.PANEL_ENV, "1")
+    monkeypatch.setenv("LOCALCHAT_CPU_ISA", isa)  # re-read at once (tests/conftest.py)
+    vnni = cpu.active_isa() >= 2 and cpu.has_vnni()
+    with caplog.at_level(logging.WARNING, logger="localchat.engine.quant.int4_panel"):
+        assert adopt_panel(_model(), "cpu", torch.bfloat16)
+    said = [r.getMessage() for r in caplog.records if "portable kernels" in r.getMessage()]
+    assert len(said) == (0 if vnni else 1)
