@@ -21,21 +21,7 @@ namespace localchat_cpu {
 namespace {
 #include "avx512_common.h"  // to_bf16
 
-constexpr int64_t kPrefetch = 2048;  // bytes ahead in a tile's nibble stream
-
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-inline void store16(const A8Args& a, int64_t m, int64_t n, __m512 v) {
-  if (a.out_bf16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(a.out) + m * a.N + n),
-                        to_bf16(v));
-  else
-    _mm512_storeu_ps(static_cast<float*>(a.out) + m * a.N + n, v);
-}
+#include "panel_vnni.h"  // kPrefetch, bcast4, store16
 
 // off: [M, K / 16] each sub-block's -32 * sum(xq) (panel6_offset), per call.
 template <int MT>
