@@ -18,8 +18,10 @@ the request without and with the draft and reports decode tokens/s
 (``(tokens - 1) / (last token time - first token time)``, from ``RequestOutput.metrics``), the
 ratio, the acceptance rate (accepted / drafted tokens) and the mean accepted length (tokens
 emitted per verification step). ``--fixed-k`` turns the adaptive draft length off, to show the
-raw cost of always drafting k tokens. Targets (the issue): >= 1.5x on code prompts at
-temperature 0, >= 0.97x on every prompt class.
+raw cost of always drafting k tokens; ``--rounds N`` runs each prompt N times in each mode,
+alternating, and keeps the best of each (a shared machine's bandwidth moves between runs).
+Targets (the issue): >= 1.5x on code prompts at temperature 0, >= 0.97x on every prompt
+class.
 """
 
 from __future__ import annotations
@@ -131,8 +133,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                     help="activation dtype (auto: the engine's CPU default, what `ask` runs)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="plain / speculative runs per prompt, alternating; the best of each "
+                    "(the bandwidth of a shared machine moves between runs)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     torch.set_num_threads(args.threads)
     plain, spec = load(args)
     tok = plain.tokenizer
@@ -151,8 +158,13 @@ def main() -> None:
         for temp in args.temperatures:
             for i, text in enumerate(prompts):
                 ids = tok.apply_chat_template([{"role": "user", "content": text}])
-                base, *_ = run(plain, ids, temp, args.max_tokens)
-                fast, drafted, accepted, n = run(spec, ids, temp, args.max_tokens)
+                # rounds alternate plain and speculative runs; the best of each is kept
+                base, best = 0.0, None
+                for _ in range(args.rounds):
+                    base = max(base, run(plain, ids, temp, args.max_tokens)[0])
+                    got = run(spec, ids, temp, args.max_tokens)
+                    best = got if best is None or got[0] > best[0] else best
+                fast, drafted, accepted, n = best
                 steps = max(n - 1 - accepted, 1)  # verification steps after the first token
                 rate = accepted / drafted if drafted else 0.0
                 row = {"class": cls, "temperature": temp, "prompt": i, "plain_tok_s": base,
