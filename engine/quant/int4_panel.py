@@ -163,15 +163,63 @@ def panel_fits(layer) -> bool:
     return layer.out_features % ROWS == 0 and layer.in_features % (256 if two else 32) == 0
 
 
-class PanelInt4LinearMethod(NativeInt4LinearMethod):
+class PanelMixin:
+    """What the panel layouts' linear methods share once :meth:`to_panel` has run
+    (``self.panel``; before that the row-layout base class answers): every row count through
+    the layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for
+    the C++ decoder stack (``decode_plan``), no exact fp32 row kernels, and :meth:`to_rows`
+    (a cache entry that could not be mapped). Put before the row-layout method in the bases;
+    a subclass gives ``_OP``, :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
+
+    _OP = ""
+
+    def _panel_names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _panel(self, layer) -> tuple[torch.Tensor | None, ...]:
+        raise NotImplementedError
+
+    def to_rows(self, layer, device) -> None:
+        """Back to empty row-layout buffers (a cache entry that could not be mapped: the rows
+        are filled from the GGUF again)."""
+        _drop(layer, *self._panel_names())
+        self.create_weights(layer, device)
+        self.panel = False
+
+    def exact_cpu_rows(self, layer) -> bool:
+        return False if self.panel else super().exact_cpu_rows(layer)
+
+    def decode_plan(self, layer, dtype):
+        if not self.panel:
+            return super().decode_plan(layer, dtype)
+        from localchat import kernels
+
+        return ([(self._OP, (kernels.INPUT, *self._panel(layer),
+                             kernels.cpu.active_isa()))], layer.bias)
+
+    def apply(self, layer, x):
+        if not self.panel:
+            return super().apply(layer, x)
+        from localchat.kernels import cpu
+
+        y = getattr(cpu, self._OP)(x.reshape(-1, x.shape[-1]), *self._panel(layer))
+        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+
+class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
     """A native int4 layer (Q4_K's two levels: ``scale_dtype`` uint8; Q4_0 / Q4_1: fp16) in
     the panel layout (module docstring) once :meth:`to_panel` ran; before that (while its rows
     are filled) the row layout of ``NativeInt4LinearMethod``. ``apply(layer, x [..., K])`` ->
     ``[..., N]`` in ``x.dtype`` through ``kernels.cpu.int4_panel_a8`` for any number of rows."""
 
+    _OP = "int4_panel_a8"
+
     def __init__(self, device, scale_dtype: torch.dtype = torch.uint8) -> None:
         super().__init__(device, "packed", False, scale_dtype)
         self.panel = False
+
+    def _panel_names(self) -> tuple[str, ...]:
+        return self._names()[1]
 
     def _names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         two = self.scale_dtype == torch.uint8
@@ -200,13 +248,6 @@ class PanelInt4LinearMethod(NativeInt4LinearMethod):
             _set_buffer(layer, name, tensor)
         self.panel = True
 
-    def to_rows(self, layer, device) -> None:
-        """Back to empty row-layout buffers (a cache entry that could not be mapped: the rows
-        are filled from the GGUF again)."""
-        _drop(layer, *self._names()[1])
-        self.create_weights(layer, device)
-        self.panel = False
-
     def _panel(self, layer) -> tuple[torch.Tensor | None, ...]:
         """``(qpanel, pscales, pmins, psuper)``, ``psuper`` None for one level."""
         found = [layer._buffers[name] for name in self._names()[1]]
@@ -215,26 +256,6 @@ class PanelInt4LinearMethod(NativeInt4LinearMethod):
     def process_weights_after_loading(self, layer):
         if not self.panel:
             super().process_weights_after_loading(layer)
-
-    def exact_cpu_rows(self, layer) -> bool:
-        return False if self.panel else super().exact_cpu_rows(layer)
-
-    def decode_plan(self, layer, dtype):
-        if not self.panel:
-            return super().decode_plan(layer, dtype)
-        from localchat import kernels
-
-        return ([("int4_panel_a8", (kernels.INPUT, *self._panel(layer),
-                                    kernels.cpu.active_isa()))], layer.bias)
-
-    def apply(self, layer, x):
-        if not self.panel:
-            return super().apply(layer, x)
-        from localchat.kernels import cpu
-
-        x2 = x.reshape(-1, x.shape[-1])
-        y = cpu.int4_panel_a8(x2, *self._panel(layer))
-        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 
     def embed(self, layer, ids, dtype):
         raise NotImplementedError("a panel-layout layer is never an embedding")

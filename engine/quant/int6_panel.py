@@ -29,9 +29,9 @@ import torch
 
 from localchat.kernels import reference
 
-from .int4_panel import ROWS, nibbles_from_panel, nibbles_to_panel
+from .int4_panel import ROWS, PanelMixin, nibbles_from_panel, nibbles_to_panel
 from .int6_layout import pack_int6
-from .methods import _add_bias, _drop, _set_buffer
+from .methods import _drop, _set_buffer
 from .native_int6 import Int6LinearMethod
 
 _ROW_NAMES = ("qlow", "qhigh", "scales", "super_scales")
@@ -110,15 +110,20 @@ def panel6_fits(layer) -> bool:
     return layer.out_features % ROWS == 0 and layer.in_features % 256 == 0
 
 
-class PanelInt6LinearMethod(Int6LinearMethod):
+class PanelInt6LinearMethod(PanelMixin, Int6LinearMethod):
     """A native Q6_K layer in the panel layout (module docstring) once :meth:`to_panel` ran;
     before that (while its rows are filled) the row layout of ``Int6LinearMethod``.
     ``apply(layer, x [..., K])`` -> ``[..., N]`` in ``x.dtype`` through
     ``kernels.cpu.int6_panel_a8`` for any number of rows."""
 
+    _OP = "int6_panel_a8"
+
     def __init__(self, device) -> None:
         super().__init__(device)
         self.panel = False
+
+    def _panel_names(self) -> tuple[str, ...]:
+        return _PANEL_NAMES
 
     def to_panel(self, layer, convert: bool = True) -> None:
         """Replace the row-layout buffers by panel ones: converted (``convert``) or empty (to
@@ -139,33 +144,8 @@ class PanelInt6LinearMethod(Int6LinearMethod):
             _set_buffer(layer, name, tensor)
         self.panel = True
 
-    def to_rows(self, layer, device) -> None:
-        """Back to empty row-layout buffers (a cache entry that could not be mapped)."""
-        _drop(layer, *_PANEL_NAMES)
-        self.create_weights(layer, device)
-        self.panel = False
-
     def _panel(self, layer) -> tuple[torch.Tensor, ...]:
         return tuple(layer._buffers[name] for name in _PANEL_NAMES)
-
-    def exact_cpu_rows(self, layer) -> bool:
-        return False if self.panel else super().exact_cpu_rows(layer)
-
-    def decode_plan(self, layer, dtype):
-        if not self.panel:
-            return super().decode_plan(layer, dtype)
-        from localchat import kernels
-
-        return ([("int6_panel_a8", (kernels.INPUT, *self._panel(layer),
-                                    kernels.cpu.active_isa()))], layer.bias)
-
-    def apply(self, layer, x):
-        if not self.panel:
-            return super().apply(layer, x)
-        from localchat.kernels import cpu
-
-        y = cpu.int6_panel_a8(x.reshape(-1, x.shape[-1]), *self._panel(layer))
-        return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
 
     def _panel_rows(self, layer, rows: slice | torch.Tensor) -> torch.Tensor:
         """Rows ``rows`` (a slice or ids ``[n]``) dequantized from the tiles that hold them."""

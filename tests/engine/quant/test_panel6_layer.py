@@ -28,6 +28,7 @@ from localchat.engine.quant.native import NativeInt4LinearMethod, repack_into_ro
 from localchat.engine.quant.native_int6 import Int6LinearMethod
 from localchat.kernels import cpu, reference
 from tests.engine.quant.test_gguf_repack import _random_blocks
+from tests.engine.quant.test_panel_layer import check_cache_round_trip
 from tests.kernels.batch_invariance import assert_batch_invariant
 from tests.kernels.test_int6 import activations, assert_a8_close
 
@@ -125,24 +126,8 @@ def test_tied_head_embedding_is_taken(monkeypatch):
 
 
 def test_cache_round_trip_and_back_to_rows(tmp_path):
-    from localchat.engine.quant.cache import NATIVE_FORMAT, load_quantized_mmap, save_quantized
-
     model = nn.Module()
-    model.q6k, _ = _panel_layer(seed=5)
-    path = tmp_path / "entry.safetensors"
-    save_quantized(model, path, {"scheme": "native", "format": NATIVE_FORMAT})
-    assert "q6k.plow" in model.state_dict()
-
-    other = nn.Module()
-    other.q6k = _layer(PanelInt6LinearMethod("cpu"), seed=6)
-    other.q6k.quant_method.to_panel(other.q6k, convert=False)
-    assert load_quantized_mmap(other, path, fmt=NATIVE_FORMAT)
-    x = activations(3, K, seed=4).bfloat16()
-    assert torch.equal(other.q6k(x), model.q6k(x))
-
-    other.q6k.quant_method.to_rows(other.q6k, "cpu")  # a cache that could not be mapped
-    assert set(other.q6k._buffers) >= set(int6_panel._ROW_NAMES)
-    assert not set(other.q6k._buffers) & set(int6_panel._PANEL_NAMES)
-    assert repack_into_rows(other.q6k, _random_blocks(Q6_K, N, K, seed=5), Q6_K, (N, K), 0, N)
-    other.q6k.quant_method.to_panel(other.q6k)
-    assert torch.equal(other.q6k(x), model.q6k(x))
+    model.w, _ = _panel_layer(seed=5)
+    check_cache_round_trip(tmp_path, model, _layer(PanelInt6LinearMethod("cpu"), seed=6), Q6_K,
+                           int6_panel._ROW_NAMES, int6_panel._PANEL_NAMES,
+                           activations(3, K, seed=4).bfloat16())

@@ -139,28 +139,41 @@ def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, take
                                      "native-panel-all" if one_level else "native-panel")
 
 
-def test_cache_round_trip_and_back_to_rows(tmp_path):
+def check_cache_round_trip(tmp_path, model, fresh, ggml_type, rows, panel, x):
+    """``model.w`` (a panel layer) saved to a cache entry and mapped into ``fresh`` (a
+    row-layout layer of the same method and shape, its rows filled) once its panel buffers
+    are empty: the same outputs for ``x``; then ``to_rows`` (a cache that could not be
+    mapped) gives back fillable row buffers (names ``rows``, none of ``panel``), filled from
+    the blocks ``model.w`` came from and converted again: the same outputs. Shared by the
+    int6 panel's test."""
     from localchat.engine.quant.cache import NATIVE_FORMAT, load_quantized_mmap, save_quantized
 
-    model = nn.Module()
-    model.q4k, _ = _panel_layer(seed=5)
+    n, k = model.w.out_features, model.w.in_features
     path = tmp_path / "entry.safetensors"
     save_quantized(model, path, {"scheme": "native", "format": NATIVE_FORMAT})
-    assert "q4k.qpanel" in model.state_dict()
+    assert f"w.{panel[0]}" in model.state_dict()
 
     other = nn.Module()
-    other.q4k = _layer(PanelInt4LinearMethod("cpu"), seed=6)
-    other.q4k.quant_method.to_panel(other.q4k, convert=False)
+    other.w = fresh
+    fresh.quant_method.to_panel(fresh, convert=False)
     assert load_quantized_mmap(other, path, fmt=NATIVE_FORMAT)
-    x = activations(3, K, seed=4).bfloat16()
-    assert torch.equal(other.q4k(x), model.q4k(x))
+    assert torch.equal(other.w(x), model.w(x))
 
-    other.q4k.quant_method.to_rows(other.q4k, "cpu")  # a cache that could not be mapped
-    assert set(other.q4k._buffers) >= set(int4_panel._ROW_NAMES)
-    assert not set(other.q4k._buffers) & set(int4_panel._PANEL_NAMES)
-    assert repack_into_rows(other.q4k, _random_blocks(Q4_K, N, K, seed=5), Q4_K, (N, K), 0, N)
-    other.q4k.quant_method.to_panel(other.q4k)
-    assert torch.equal(other.q4k(x), model.q4k(x))
+    fresh.quant_method.to_rows(fresh, "cpu")
+    assert set(fresh._buffers) >= set(rows)
+    assert not set(fresh._buffers) & set(panel)
+    assert repack_into_rows(fresh, _random_blocks(ggml_type, n, k, seed=5), ggml_type,
+                            (n, k), 0, n)
+    fresh.quant_method.to_panel(fresh)
+    assert torch.equal(other.w(x), model.w(x))
+
+
+def test_cache_round_trip_and_back_to_rows(tmp_path):
+    model = nn.Module()
+    model.w, _ = _panel_layer(seed=5)
+    check_cache_round_trip(tmp_path, model, _layer(PanelInt4LinearMethod("cpu"), seed=6), Q4_K,
+                           int4_panel._ROW_NAMES, int4_panel._PANEL_NAMES,
+                           activations(3, K, seed=4).bfloat16())
 
 
 @pytest.mark.parametrize("isa", ["", "avx2"])
