@@ -138,8 +138,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     head = _output_layer(model, quantized)
     if head is not None:  # the output layer's error bound, cached with the weights
         greedy_head.add_bound_buffer(head, device)
-    # native Q4_K / Q6_K layers in the VNNI kernels' panel layouts (int4_panel.py,
-    # int6_panel.py), cached as such
+    # native Q4_K / Q4_0 / Q4_1 / Q6_K / Q8_0 layers in the VNNI kernels' panel layouts
+    # (int4_panel.py, int6_panel.py, int8_panel.py), cached as such
     panel = adopt_panel(model, device, dtype, head)
     cached = None
     if cache_dir is not None and use_cache:

@@ -124,14 +124,15 @@ def amx_rows(x: torch.Tensor, k: int) -> bool:
 def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
                  dtype: torch.dtype | None = None,
                  amx: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 key: object = None) -> torch.Tensor:
+                 key: object = None, align: int = 1) -> torch.Tensor:
     """``x [M, K] @ w.T`` for a weight ``w [n, k]`` that ``fill`` dequantizes a block of rows
     at a time into the shared scratch, in ``dtype`` (default :func:`gemm_dtype`: bf16 for
     bf16 ``x``, else fp32; the GEMM runs in that dtype with torch's accumulation, fp32 for
     bf16). Output ``[M, n]`` in ``x.dtype``. ``amx``, the layout's ``*_dequant_mm`` bound to
     its weight (``x [M, K]`` bf16 contiguous -> ``[M, n]`` bf16), replaces both where
     :func:`amx_rows` says so (same dequantized bf16 weights, fp32 accumulation). ``key``
-    names the weight (its packed tensor's address) for :func:`shared_dequantization`."""
+    names the weight (its packed tensor's address) for :func:`shared_dequantization`;
+    blocks start at multiples of ``align`` rows (a panel layout's 16-row tiles)."""
     if amx is not None and dtype is None and amx_rows(x, k):
         return amx(x.contiguous())
     dt = gemm_dtype(x) if dtype is None else dtype
@@ -142,6 +143,7 @@ def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
     out = torch.empty(x.shape[0], n, dtype=dt)
     blocks = -(-n // rows)
     rows = -(-n // blocks)  # even blocks: no thin last GEMM
+    rows = max(align, rows // align * align)
     for a in range(0, n, rows):
         b = min(rows, n - a)
         w = _weight_block(key, a, b, k, dt, fill)

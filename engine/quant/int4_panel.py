@@ -17,18 +17,19 @@ row layout's, permuted
   ``[N / 16, K / 256, 2, 16]`` (``d``, ``-dmin``); Q4_0 / Q4_1 (one level): fp16
   ``pscales`` / ``pmins``, no ``psuper``.
 
-Every row count takes the integer-dot kernel, prompts included (llama.cpp's design: Q8
-activations for its K-quant prompts too); the row layout runs prompts of more than 16 rows as
-a bf16 GEMM over dequantized weights. That is why Q4_0 / Q4_1 layers stay in the row layout
-unless asked for (``adopt_panel``): SmolLM2 (Q4_1)'s greedy answer to the README's question
-turns on a 0.085-logit near-tie that the int8 activations of its prompt flip.
+Q4_K layers take the integer-dot kernel for every row count, prompts included (llama.cpp's
+design: Q8 activations for its K-quant prompts too). Q4_0 / Q4_1 ones take it for up to
+``kernels.CPU_MAX_ROWS`` rows and run longer prompts as the row layout does, a bf16 GEMM over
+weights dequantized from the panel tiles to the row layout's values
+(``kernels.cpu.int4_panel_dequantize``): SmolLM2 (Q4_1)'s greedy answer to the README's
+question turns on a 0.085-logit near-tie that int8 activations in its prompt would flip.
 
 :class:`PanelInt4LinearMethod` holds a native Q4_K layer so (``load_native_gguf`` converts
 the layers :func:`panel_usable` allows once their rows are filled, before the cache write, so
 cached loads map the panel tensors directly) and computes every row count with
 ``kernels.cpu.int4_panel_a8`` (batch invariant: a row's bits do not depend on the others).
 ``LOCALCHAT_CPU_PANEL=0`` keeps the row layout, ``=1`` takes the panel wherever the C++ kernels
-are built (CPUs without VNNI then run its portable kernel: for tests) and for Q4_0 / Q4_1.
+are built (CPUs without VNNI then run its portable kernel: for tests).
 :func:`adopt_panel` also picks the Q6_K layers for the int6 panel layout (``int6_panel.py``)
 under the same conditions, and :func:`panel_scheme` names the cache entry of the set.
 """
@@ -165,11 +166,15 @@ def panel_fits(layer) -> bool:
 
 class PanelMixin:
     """What the panel layouts' linear methods share once :meth:`to_panel` has run
-    (``self.panel``; before that the row-layout base class answers): every row count through
-    the layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for
-    the C++ decoder stack (``decode_plan``), no exact fp32 row kernels, and :meth:`to_rows`
-    (a cache entry that could not be mapped). Put before the row-layout method in the bases;
-    a subclass gives ``_OP``, :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
+    (``self.panel``; before that the row-layout base class answers): rows through the
+    layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for the
+    C++ decoder stack (``decode_plan``), prompts of more than ``kernels.CPU_MAX_ROWS`` rows
+    through the row layout's prefill GEMM where :meth:`_rows_op` names the C++ op that
+    dequantizes panel tiles to its values (:meth:`_prompt`; else through ``_OP`` too), rows
+    read back (the greedy head, a tied embedding) from :meth:`_dequantize_tiles`, no exact
+    fp32 row kernels, and :meth:`to_rows` (a cache entry that could not be mapped). Put
+    before the row-layout method in the bases; a subclass gives ``_OP``,
+    :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
 
     _OP = ""
 
@@ -197,20 +202,78 @@ class PanelMixin:
         return ([(self._OP, (kernels.INPUT, *self._panel(layer),
                              kernels.cpu.active_isa()))], layer.bias)
 
+    def _rows_op(self, layer) -> tuple[str, tuple[torch.Tensor, ...]] | None:
+        """``(name, tensors)``: the ``kernels.cpu`` op that writes rows ``[a, a + b)`` of the
+        weight, the row layout's values, from the panel (``op(*tensors, a, out [b, K])``), for
+        a prompt's GEMM; None: prompts go through ``_OP`` as every other row count."""
+        return None
+
     def apply(self, layer, x):
         if not self.panel:
             return super().apply(layer, x)
         from localchat.kernels import cpu
 
-        y = getattr(cpu, self._OP)(x.reshape(-1, x.shape[-1]), *self._panel(layer))
+        from .cpu_prefill import cpp_prefill
+
+        x2 = x.reshape(-1, x.shape[-1])
+        rows_op = self._rows_op(layer)
+        if rows_op is not None and cpp_prefill(x2.shape[0]):
+            y = self._prompt(layer, x2, *rows_op)
+        else:
+            y = getattr(cpu, self._OP)(x2, *self._panel(layer))
         return _add_bias(y, layer.bias).reshape(*x.shape[:-1], -1)
+
+    def _prompt(self, layer, x: torch.Tensor, name: str,
+                tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """``x [M, K] @ w.T`` -> ``[M, N]``: the row layout's prompt path (``cpu_prefill.
+        blockwise_mm``: blocks of rows dequantized, to bf16 for bf16 ``x``, then a GEMM), its
+        blocks written from the panel tiles by the op :meth:`_rows_op` names, the row
+        layout's values bit for bit. So a prompt's logits do not change with the layout:
+        SmolLM2's (Q4_1) first answer token to "What is the capital of France?" is a
+        0.085-logit near-tie that the integer-dot kernel's int8 activations flip."""
+        from localchat.kernels import cpu
+
+        from .cpu_prefill import blockwise_mm
+
+        op = getattr(cpu, name)
+
+        def fill(a: int, b: int, w: torch.Tensor) -> None:
+            op(*tensors, a, w)
+
+        return blockwise_mm(x, layer.out_features, layer.in_features, fill,
+                            key=tensors[0].data_ptr(), align=ROWS)
+
+    def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
+        """Panel tiles (the :meth:`_panel` tensors indexed by tile) -> fp32 ``[16 T, K]``,
+        the row layout's dequantized values bit for bit."""
+        raise NotImplementedError(f"{type(self).__name__} reads no rows back")
+
+    def _panel_rows(self, layer, rows: slice | torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` (a slice or ids ``[n]``) dequantized from the tiles that hold them:
+        ``[n, K]`` fp32."""
+        ids = torch.arange(layer.out_features)[rows] if isinstance(rows, slice) else rows.cpu()
+        tiles, inverse = torch.unique(ids // ROWS, return_inverse=True)
+        w = self._dequantize_tiles(*(t[tiles] for t in self._panel(layer) if t is not None))
+        return w[inverse * ROWS + ids % ROWS]
+
+    def dequantize_rows(self, layer, rows):
+        if not self.panel:
+            return super().dequantize_rows(layer, rows)
+        return self._panel_rows(layer, rows)
+
+    def embed(self, layer, ids, dtype):
+        if not self.panel:
+            return super().embed(layer, ids, dtype)
+        return self._panel_rows(layer, ids.reshape(-1)).to(dtype).reshape(*ids.shape, -1)
 
 
 class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
     """A native int4 layer (Q4_K's two levels: ``scale_dtype`` uint8; Q4_0 / Q4_1: fp16) in
     the panel layout (module docstring) once :meth:`to_panel` ran; before that (while its rows
     are filled) the row layout of ``NativeInt4LinearMethod``. ``apply(layer, x [..., K])`` ->
-    ``[..., N]`` in ``x.dtype`` through ``kernels.cpu.int4_panel_a8`` for any number of rows."""
+    ``[..., N]`` in ``x.dtype`` through ``kernels.cpu.int4_panel_a8``: for any number of rows
+    (Q4_K), or up to ``kernels.CPU_MAX_ROWS`` (one level: longer prompts take the row layout's
+    prefill GEMM over the same dequantized values, ``PanelMixin._prompt``)."""
 
     _OP = "int4_panel_a8"
 
@@ -248,6 +311,11 @@ class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
             _set_buffer(layer, name, tensor)
         self.panel = True
 
+    def _rows_op(self, layer):
+        if self.scale_dtype == torch.uint8:  # Q4_K: the integer-dot kernel, as llama.cpp's
+            return None
+        return "int4_panel_dequantize", self._panel(layer)[:3]
+
     def _panel(self, layer) -> tuple[torch.Tensor | None, ...]:
         """``(qpanel, pscales, pmins, psuper)``, ``psuper`` None for one level."""
         found = [layer._buffers[name] for name in self._names()[1]]
@@ -265,20 +333,19 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
     """Swap a panel method in for every native linear layer of ``model`` (after
     ``create_weights``; shard modules of a sharded layer included) that may hold a panel
     layout (:func:`panel_usable`, :func:`panel_fits`): :class:`PanelInt4LinearMethod` for
-    Q4_K layers (Q4_0 / Q4_1 ones too with ``LOCALCHAT_CPU_PANEL=1``), not the embedding
+    Q4_K, Q4_0 and Q4_1 layers, not the embedding
     (its rows are gathered) nor ``head`` (the greedy head reads the output layer's rows);
-    ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers, ``head`` included (it reads rows
-    back from the panel), a pure embedding not. Returns those modules, still in the row
-    layout for their rows to be filled."""
+    ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers and ``int8_panel.
+    PanelInt8LinearMethod`` for Q8_0 ones, ``head`` included (they read rows back from the
+    panel), a pure embedding not. Returns those modules, still in the row layout for their
+    rows to be filled."""
     if not panel_usable(device, dtype):
         return []
     from .int6_panel import PanelInt6LinearMethod, panel6_fits
+    from .int8_panel import PanelInt8LinearMethod, panel8_fits
     from .native_int6 import Int6LinearMethod
 
-    # one-level (Q4_0 / Q4_1) layers only when asked for: their prompts would leave the bf16
-    # GEMM for the integer-dot kernel, and SmolLM2's (Q4_1) first answer token to "What is the
-    # capital of France?" is a near-tie ("The" 0.085 logits above "L") that this flips
-    kinds = (torch.uint8, torch.float16) if _mode() == "1" else (torch.uint8,)
+    kinds = (torch.uint8, torch.float16)  # Q4_K's two levels, Q4_0 / Q4_1's fp16 scales
     embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
     adopted = []
     for module in model.modules():
@@ -287,9 +354,13 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
                 and method.kernel == "packed" and module is not head and panel_fits(module)):
             module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
             adopted.append(module)
-        elif (type(method) is Int6LinearMethod and (module is head or module is not embedding)
-              and panel6_fits(module)):
+        elif method is None or not (module is head or module is not embedding):
+            continue
+        elif type(method) is Int6LinearMethod and panel6_fits(module):
             module.quant_method = PanelInt6LinearMethod(device)
+            adopted.append(module)
+        elif panel8_fits(module):
+            module.quant_method = PanelInt8LinearMethod(device)
             adopted.append(module)
     if adopted and not _vnni_kernels():  # LOCALCHAT_CPU_PANEL=1 where they are portable
         logger.warning("%s=1 without AVX-512 VNNI at the active ISA level: the panel layouts "
@@ -301,15 +372,18 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
 def panel_scheme(adopted: list) -> str:
     """The cache scheme name of a native load whose panel layers are ``adopted``: ``native``
     (none), ``native-panel`` (Q4_K layers), ``-q6`` added where Q6_K layers are among them,
-    ``-all`` where Q4_0 / Q4_1 ones are (asked for with ``LOCALCHAT_CPU_PANEL=1``), so that
-    switching the setting maps another entry rather than rebuilding one whose tensors
-    differ."""
+    ``-q8`` where Q8_0 ones are, ``-all`` where Q4_0 / Q4_1 ones are, so that a model's
+    entries with and without panels (``LOCALCHAT_CPU_PANEL``) are two entries rather than one
+    rebuilt at each switch."""
     if not adopted:
         return "native"
     from .int6_panel import PanelInt6LinearMethod
+    from .int8_panel import PanelInt8LinearMethod
 
     methods = [layer.quant_method for layer in adopted]
     int6 = any(isinstance(m, PanelInt6LinearMethod) for m in methods)
+    int8 = any(isinstance(m, PanelInt8LinearMethod) for m in methods)
     one_level = any(isinstance(m, PanelInt4LinearMethod) and m.scale_dtype != torch.uint8
                     for m in methods)
-    return "native-panel" + ("-q6" if int6 else "") + ("-all" if one_level else "")
+    return "native-panel" + ("-q6" if int6 else "") + ("-q8" if int8 else "") + \
+        ("-all" if one_level else "")

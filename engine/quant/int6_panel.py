@@ -147,19 +147,5 @@ class PanelInt6LinearMethod(PanelMixin, Int6LinearMethod):
     def _panel(self, layer) -> tuple[torch.Tensor, ...]:
         return tuple(layer._buffers[name] for name in _PANEL_NAMES)
 
-    def _panel_rows(self, layer, rows: slice | torch.Tensor) -> torch.Tensor:
-        """Rows ``rows`` (a slice or ids ``[n]``) dequantized from the tiles that hold them."""
-        ids = torch.arange(layer.out_features)[rows] if isinstance(rows, slice) else rows.cpu()
-        tiles, inverse = torch.unique(ids // ROWS, return_inverse=True)
-        w = dequantize_panel6(*(t[tiles] for t in self._panel(layer)))
-        return w[inverse * ROWS + ids % ROWS]
-
-    def dequantize_rows(self, layer, rows):
-        if not self.panel:
-            return super().dequantize_rows(layer, rows)
-        return self._panel_rows(layer, rows)
-
-    def embed(self, layer, ids, dtype):
-        if not self.panel:
-            return super().embed(layer, ids, dtype)
-        return self._panel_rows(layer, ids.reshape(-1)).to(dtype).reshape(*ids.shape, -1)
+    def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
+        return dequantize_panel6(*tiles)

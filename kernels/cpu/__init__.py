@@ -28,10 +28,10 @@ tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repa
 path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
 ``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``;
 the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_matmul`` /
-``int5_dequantize`` and ``gguf_repack_q5``. The int4 and int6 panel layouts (16 outputs
-interleaved, ``panel4.h`` / ``panel6.h``; ``localchat.engine.quant.int4_panel`` /
-``int6_panel``) have ``int4_panel_a8`` / ``int6_panel_a8`` (any row count) and their
-conversions ``int4_to_panel`` / ``int6_to_panel`` (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
+``int5_dequantize`` and ``gguf_repack_q5``. The int4, int6 and int8 panel layouts (16 outputs
+interleaved, ``panel{4,6,8}.h``; ``localchat.engine.quant.int{4,6,8}_panel``) have
+``int{4,6,8}_panel_a8`` (any row count), their conversions ``int{4,6,8}_to_panel`` and, for
+a prompt's GEMM, ``int{4,8}_panel_dequantize`` (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
 prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
 """
 
@@ -319,8 +319,12 @@ from . import panel as _panel
 
 int4_panel_a8 = _panel.int4_panel_a8
 int4_to_panel = _panel.int4_to_panel
+int4_panel_dequantize = _panel.int4_panel_dequantize
 int6_panel_a8 = _panel.int6_panel_a8
 int6_to_panel = _panel.int6_to_panel
+int8_panel_a8 = _panel.int8_panel_a8
+int8_to_panel = _panel.int8_to_panel
+int8_panel_dequantize = _panel.int8_panel_dequantize
 
 # The AMX prefill GEMM's wrappers live in amx.py, re-exported here.
 from . import amx as _amx

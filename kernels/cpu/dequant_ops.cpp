@@ -38,12 +38,16 @@ void int8_dequant_rows_scalar(const Int8DequantArgs& a, int64_t r0, int64_t r1) 
   }
 }
 
-void scalar_rows(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
+}  // namespace
+
+void int8_dequant_rows_portable(const Int8DequantArgs& a, int64_t r0, int64_t r1) {
   if (a.half && a.bf16) int8_dequant_rows_scalar<at::Half, at::BFloat16>(a, r0, r1);
   else if (a.half) int8_dequant_rows_scalar<at::Half, float>(a, r0, r1);
   else if (a.bf16) int8_dequant_rows_scalar<float, at::BFloat16>(a, r0, r1);
   else int8_dequant_rows_scalar<float, float>(a, r0, r1);
 }
+
+namespace {
 
 // Checks an int8 weight (qweight int8 [N, K] with contiguous fp32 | fp16 scales, and mins,
 // [N, K / group_size]) for `op`; the row kernels' arguments with no output set.
@@ -88,7 +92,8 @@ void int8_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   a.bf16 = out.scalar_type() == at::kBFloat16;
   const int64_t use = cpu_clamp_isa(isa);
   void (*fn)(const Int8DequantArgs&, int64_t, int64_t) =
-      use == 2 ? int8_dequant_rows_avx512 : use == 1 ? int8_dequant_rows_avx2 : scalar_rows;
+      use == 2 ? int8_dequant_rows_avx512 : use == 1 ? int8_dequant_rows_avx2
+                                                 : int8_dequant_rows_portable;
   // rows are independent; each chunk at least ~16k weights so a thread's share outweighs
   // waking it
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K));

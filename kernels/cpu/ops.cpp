@@ -171,30 +171,6 @@ at::Tensor int8_matmul(const at::Tensor& x, const at::Tensor& qweight, const at:
 }
 
 
-// out [N, K] fp32 <- q * s + m of the int4 rows qweight [N, K/2] (fp32 or fp16 scales/mins
-// [N, K/G]): the same fp32 values every kernel dequantizes to (fma, one rounding; exact for
-// GGUF scales), or those values rounded to bf16 (out bf16). For blocks of rows of a prefill
-// GEMM (M > CPU_MAX_ROWS).
-template <class ST, class OT>
-void dequant4_rows(const uint8_t* q, const ST* s, const ST* m, OT* out, int64_t r0,
-                   int64_t r1, int64_t K, int64_t G) {
-  const int64_t ng = K / G;
-  for (int64_t n = r0; n < r1; ++n) {
-    const uint8_t* qr = q + n * (K / 2);
-    OT* o = out + n * K;
-    for (int64_t g = 0; g < ng; ++g) {
-      const float sc = static_cast<float>(s[n * ng + g]), mn = static_cast<float>(m[n * ng + g]);
-      OT table[16];
-      for (int v = 0; v < 16; ++v)
-        table[v] = static_cast<OT>(std::fma(static_cast<float>(v), sc, mn));
-      for (int64_t j = g * G / 2; j < (g + 1) * G / 2; ++j) {
-        o[2 * j] = table[qr[j] & 0x0F];
-        o[2 * j + 1] = table[qr[j] >> 4];
-      }
-    }
-  }
-}
-
 void int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
                      int64_t group_size, at::Tensor out,
                      const c10::optional<at::Tensor>& super_scales, int64_t isa) {

@@ -1,7 +1,9 @@
 """Wrappers of the CPU extension's panel-layout matmuls and conversions: int4
 (``kernels/cpu/panel4.h``, ``panel4_{scalar,vnni}.cpp``; the layout's PyTorch conversions are
-``localchat.engine.quant.int4_panel``) and int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
-``localchat.engine.quant.int6_panel``), both converted by ``panel_repack.cpp``. Re-exported by
+``localchat.engine.quant.int4_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
+``localchat.engine.quant.int6_panel``) and int8 (``panel8.h``, ``panel8_{scalar,vnni}.cpp``;
+``localchat.engine.quant.int8_panel``), all converted (and dequantized back to rows for a
+prompt's GEMM) by ``panel_repack.cpp``. Re-exported by
 ``localchat.kernels.cpu``; call them through it."""
 
 from __future__ import annotations
@@ -40,6 +42,17 @@ def int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, p
     _ops().int4_to_panel(qweight, scales, mins, super_scales, qpanel, pscales, pmins, psuper)
 
 
+def int4_panel_dequantize(qpanel, pscales, pmins, row0: int, out, isa: int | None = None) -> None:
+    """``out [R, K]`` fp32 or bf16 (contiguous, written in place) <- rows ``[row0, row0 + R)``
+    of a one-level (Q4_0 / Q4_1) int4 panel weight (``qpanel`` uint8 ``[N/16, K/8, 64]``,
+    ``pscales`` / ``pmins`` fp16 ``[N/16, K/32, 16]``, as :func:`int4_panel_a8`), ``row0`` and
+    ``R`` multiples of 16: the values :func:`int4_dequantize` writes
+    for the row layout, bit for bit (each tile is turned back into rows and dequantized by
+    that kernel; ``panel_repack.cpp``), for a prompt's GEMM. Raises ``RuntimeError`` on a bad
+    shape, dtype or row range."""
+    _ops().int4_panel_dequantize(qpanel, pscales, pmins, row0, out, _isa(isa))
+
+
 def int6_panel_a8(x, plow, phigh, pscales, psuper, isa: int | None = None):
     """W6A8 over int6 (GGUF Q6_K) weights in the panel layout: ``x [M, K]`` fp32/bf16/fp16
     (any M, K % 256 == 0) quantized per row and 32-column block to int8 (Q8_0-style, as
@@ -67,3 +80,39 @@ def int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psupe
     bit, threads over tiles (``panel_repack.cpp``). Raises ``RuntimeError`` on a bad shape or
     dtype."""
     _ops().int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psuper)
+
+
+def int8_panel_a8(x, qpanel, pscales, isa: int | None = None):
+    """W8A8 over int8 (GGUF Q8_0) weights in the panel layout: ``x [M, K]`` fp32/bf16/fp16
+    (any M, K % 32 == 0) quantized per row and 32-column block to int8 (Q8_0-style, as
+    :func:`int4_panel_a8`), then for every output ``(m, n)`` and 32-column group ``g`` in
+    order: ``acc = fma(float(dot), scale * d_act, acc)`` with the exact int32 dot of the
+    group's 32 weights and activations -> ``[M, N]`` in ``x.dtype`` (fp32 accumulation; the
+    math of ``reference.int8_matmul_a8`` on the row layout, in this fixed order). Weights
+    (N % 16 == 0; ``panel8.h``): ``qpanel`` int8 ``[N/16, K/4, 64]`` (byte ``4 j + b`` of
+    tile ``t``, quad ``c``: ``q[16 t + j, 4 c + b]``), ``pscales`` fp16 ``[N/16, K/32, 16]``;
+    both contiguous.
+
+    Batch and thread invariant. ISA level 2 with VNNI runs ``panel8_vnni.cpp``; anything else
+    the portable kernel (``panel8_scalar.cpp``, bit-equal, slow). Design after llama.cpp's
+    interleaved Q8_0 GEMV (``block_q8_0x4``) and oneDNN's VNNI weight panels (own code).
+    Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int8_panel_a8(x, qpanel, pscales, _isa(isa))
+
+
+def int8_to_panel(qweight, scales, qpanel, pscales) -> None:
+    """Write the panel layout of a group-32 int8 weight (``qweight`` int8 ``[N, K]``,
+    ``scales`` fp16 ``[N, K // 32]``) into the given contiguous tensors (shapes as in
+    :func:`int8_panel_a8`): ``localchat.engine.quant.int8_panel.to_panel8``'s bytes, bit for
+    bit, threads over tiles (``panel_repack.cpp``). Raises ``RuntimeError`` on a bad shape or
+    dtype."""
+    _ops().int8_to_panel(qweight, scales, qpanel, pscales)
+
+
+def int8_panel_dequantize(qpanel, pscales, row0: int, out, isa: int | None = None) -> None:
+    """``out [R, K]`` fp32 or bf16 (contiguous, written in place) <- rows ``[row0, row0 + R)``
+    of an int8 panel weight (as :func:`int8_panel_a8`), ``row0`` and ``R`` multiples of 16:
+    the values :func:`int8_dequantize` writes for the row layout, bit for bit (each tile is
+    turned back into rows and dequantized by that kernel; ``panel_repack.cpp``), for a
+    prompt's GEMM. Raises ``RuntimeError`` on a bad shape, dtype or row range."""
+    _ops().int8_panel_dequantize(qpanel, pscales, row0, out, _isa(isa))

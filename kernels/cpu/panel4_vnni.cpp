@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "panel4.h"
 
@@ -101,45 +102,17 @@ inline void pass(const A8Args& a, int64_t t0, int64_t m0) {
     for (int r = 0; r < MT; ++r) store16(a, m0 + r, (t0 + t) * 16, acc[t][r]);
 }
 
-// Rows [m0, m1) (1 to 8) of tile t in one pass.
-template <bool KS>
-inline void rows(const A8Args& a, int64_t t, int64_t m0, int64_t m1) {
-  switch (m1 - m0) {
-    case 1: pass<KS, 1>(a, t, m0); break;
-    case 2: pass<KS, 2>(a, t, m0); break;
-    case 3: pass<KS, 3>(a, t, m0); break;
-    case 4: pass<KS, 4>(a, t, m0); break;
-    case 5: pass<KS, 5>(a, t, m0); break;
-    case 6: pass<KS, 6>(a, t, m0); break;
-    case 7: pass<KS, 7>(a, t, m0); break;
-    case 8: pass<KS, 8>(a, t, m0); break;
-    default: break;
-  }
-}
-
-template <bool KS>
-void tiles(const A8Args& a, int64_t t0, int64_t t1) {
-  // Blocks of 16 rows, each over the whole tile range (its weights then come from the cache
-  // for the next block); a block of more than 8 rows takes two passes per tile. Every output
-  // takes the same operations whatever the blocking.
-  for (int64_t mb = 0; mb < a.M; mb += 16) {
-    const int64_t me = std::min<int64_t>(a.M, mb + 16), half = (me - mb + 1) / 2;
-    for (int64_t t = t0; t < t1; ++t) {
-      if (me - mb <= 8) {
-        rows<KS>(a, t, mb, me);
-      } else {
-        rows<KS>(a, t, mb, mb + half);
-        rows<KS>(a, t, mb + half, me);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void int4_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
-  if (a.super) tiles<true>(a, t0, t1);
-  else tiles<false>(a, t0, t1);
+  if (a.super)
+    pass_tiles([&](auto mt, int64_t t, int64_t m0) {
+      pass<true, decltype(mt)::value>(a, t, m0);
+    }, a.M, t0, t1);
+  else
+    pass_tiles([&](auto mt, int64_t t, int64_t m0) {
+      pass<false, decltype(mt)::value>(a, t, m0);
+    }, a.M, t0, t1);
 }
 
 }  // namespace localchat_cpu

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "panel6.h"
@@ -93,21 +94,6 @@ inline void pass(const A8Args& a, const int32_t* off, int64_t t0, int64_t m0) {
     for (int r = 0; r < MT; ++r) store16(a, m0 + r, (t0 + t) * 16, acc[t][r]);
 }
 
-// Rows [m0, m1) (1 to 8) of tile t in one pass.
-inline void rows(const A8Args& a, const int32_t* off, int64_t t, int64_t m0, int64_t m1) {
-  switch (m1 - m0) {
-    case 1: pass<1>(a, off, t, m0); break;
-    case 2: pass<2>(a, off, t, m0); break;
-    case 3: pass<3>(a, off, t, m0); break;
-    case 4: pass<4>(a, off, t, m0); break;
-    case 5: pass<5>(a, off, t, m0); break;
-    case 6: pass<6>(a, off, t, m0); break;
-    case 7: pass<7>(a, off, t, m0); break;
-    case 8: pass<8>(a, off, t, m0); break;
-    default: break;
-  }
-}
-
 }  // namespace
 
 void int6_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
@@ -116,19 +102,9 @@ void int6_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1) {
   off.resize(a.M * ns);
   for (int64_t m = 0; m < a.M; ++m)
     for (int64_t s = 0; s < ns; ++s) off[m * ns + s] = panel6_offset(a, m, s);
-  // Blocks of 16 rows, each over the whole tile range (its weights then come from the cache
-  // for the next block); a block of more than 8 rows takes two passes per tile.
-  for (int64_t mb = 0; mb < a.M; mb += 16) {
-    const int64_t me = std::min<int64_t>(a.M, mb + 16), half = (me - mb + 1) / 2;
-    for (int64_t t = t0; t < t1; ++t) {
-      if (me - mb <= 8) {
-        rows(a, off.data(), t, mb, me);
-      } else {
-        rows(a, off.data(), t, mb, mb + half);
-        rows(a, off.data(), t, mb + half, me);
-      }
-    }
-  }
+  pass_tiles([&](auto mt, int64_t t, int64_t m0) {
+    pass<decltype(mt)::value>(a, off.data(), t, m0);
+  }, a.M, t0, t1);
 }
 
 }  // namespace localchat_cpu

@@ -1,7 +1,9 @@
-// The row layout -> panel layout conversions of int4 weights (panel4.h) and int6 weights
-// (panel6.h), in place of the PyTorch references (localchat.engine.quant.int4_panel.to_panel,
-// int6_panel.to_panel6, equal to them bit for bit): a first load converts every Q4_K and Q6_K
-// layer once, before the cache write. Threads over tiles.
+// The row layout -> panel layout conversions of int4 (panel4.h), int6 (panel6.h) and int8
+// (panel8.h) weights, in place of the PyTorch references (localchat.engine.quant.int4_panel.
+// to_panel, int6_panel.to_panel6, int8_panel.to_panel8, equal to them bit for bit): a first
+// load converts every panel layer
+// once, before the cache write. Threads over tiles. And the way back for a prompt's GEMM:
+// int4_panel_dequantize / int8_panel_dequantize, panel tiles back into float rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -10,8 +12,12 @@
 #include <cstring>
 #include <vector>
 
+#include "dequant.h"
+#include "isa.h"
 #include "panel4.h"
 #include "panel6.h"
+#include "panel8.h"
+#include "quant.h"
 
 namespace localchat_cpu {
 namespace {
@@ -29,6 +35,13 @@ inline void interleave(const uint8_t* src, uint8_t* dst, int64_t t, int64_t C, i
   for (int j = 0; j < 16; ++j)
     for (int64_t c = 0; c < C; ++c)
       std::memcpy(dst + ((t * C + c) * 16 + j) * es, src + ((t * 16 + j) * C + c) * es, es);
+}
+
+// The inverse for one tile: panel tile t of [N/16, C, 16] -> its 16 rows [16, C] at dst.
+inline void deinterleave(const uint8_t* src, uint8_t* dst, int64_t t, int64_t C, int es) {
+  for (int j = 0; j < 16; ++j)
+    for (int64_t c = 0; c < C; ++c)
+      std::memcpy(dst + (j * C + c) * es, src + ((t * C + c) * 16 + j) * es, es);
 }
 
 // qweight uint8 [N, K/2] -> qpanel [N/16, K/8, 64]; scales / mins [N, K/32] (uint8 with
@@ -142,6 +155,128 @@ void int6_to_panel(const at::Tensor& qlow, const at::Tensor& qhigh, const at::Te
   });
 }
 
+// qweight int8 [N, K] -> qpanel int8 [N/16, K/4, 64]; scales fp16 [N, K/32] -> pscales
+// [N/16, K/32, 16] (panel8.h; written in place).
+void int8_to_panel(const at::Tensor& qweight, const at::Tensor& scales, at::Tensor qpanel,
+                   at::Tensor pscales) {
+  TORCH_CHECK(qweight.dim() == 2, "int8_to_panel: qweight must be [N, K]");
+  const int64_t N = qweight.size(0), K = qweight.size(1);
+  TORCH_CHECK(N % kPanelRows == 0 && K % 32 == 0 && N > 0,
+              "int8_to_panel: needs N % 16 == 0 and K % 32 == 0, got N=", N, ", K=", K);
+  check_pair("int8_to_panel", "qweight / qpanel", qweight, qpanel, at::kChar, N * K);
+  check_pair("int8_to_panel", "scales / pscales", scales, pscales, at::kHalf, N * K / 32);
+  const auto* q = static_cast<const uint8_t*>(qweight.data_ptr());
+  auto* qp = static_cast<uint8_t*>(qpanel.data_ptr());
+  at::parallel_for(0, N / kPanelRows, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      interleave(q, qp, t, K / 4, 4);  // 4 columns (bytes) per lane
+      interleave(static_cast<const uint8_t*>(scales.data_ptr()),
+                 static_cast<uint8_t*>(pscales.data_ptr()), t, K / 32, 2);
+    }
+  });
+}
+
+// The way back, for a prompt's GEMM: rows [row0, row0 + R) of a panel weight of N rows and K
+// columns into out [R, K] fp32 or bf16 (row0 and R multiples of 16), each tile turned back
+// into its 16 rows (`unpermute(t, q, s, m)` fills per-thread row buffers) and dequantized by
+// the row layout's kernels (`dequantize(q, s, m, rows_out, bf16)`), so a prompt's bf16 GEMM
+// over a panel weight multiplies the very numbers it would over the row layout.
+template <class Unpermute, class Dequantize>
+void panel_rows(const char* op, int64_t N, int64_t K, size_t qbytes, int64_t row0,
+                at::Tensor& out, const Unpermute& unpermute, const Dequantize& dequantize) {
+  TORCH_CHECK((out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16) &&
+                  out.dim() == 2 && out.size(1) == K && out.is_contiguous(),
+              op, ": out must be contiguous fp32 or bf16 [R, ", K, "]");
+  const int64_t R = out.size(0), ng = K / 32;
+  TORCH_CHECK(row0 >= 0 && row0 % kPanelRows == 0 && R % kPanelRows == 0 && row0 + R <= N,
+              op, ": rows [", row0, ", ", row0 + R, ") of ", N, " must be whole 16-row tiles");
+  const bool bf16 = out.scalar_type() == at::kBFloat16;
+  const size_t osz = bf16 ? 2 : 4;
+  at::parallel_for(row0 / kPanelRows, (row0 + R) / kPanelRows, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<uint8_t> q(kPanelRows * qbytes);
+    std::vector<uint16_t> s(kPanelRows * ng), m(kPanelRows * ng);
+    for (int64_t t = t0; t < t1; ++t) {
+      unpermute(t, q.data(), s.data(), m.data());
+      dequantize(q.data(), s.data(), m.data(),
+                 static_cast<char*>(out.data_ptr()) + (t * kPanelRows - row0) * K * osz, bf16);
+    }
+  });
+}
+
+// Rows [row0, row0 + R) of a one-level int4 panel weight (qpanel uint8 [N/16, K/8, 64],
+// pscales / pmins fp16 [N/16, K/32, 16]) -> out [R, K]: int4_dequantize's values of the row
+// layout, bit for bit (panel_rows).
+void int4_panel_dequantize(const at::Tensor& qpanel, const at::Tensor& pscales,
+                           const at::Tensor& pmins, int64_t row0, at::Tensor out, int64_t isa) {
+  TORCH_CHECK(qpanel.dim() == 3 && qpanel.size(2) == 64 && qpanel.scalar_type() == at::kByte &&
+                  qpanel.is_contiguous(),
+              "int4_panel_dequantize: qpanel must be contiguous uint8 [N/16, K/8, 64]");
+  const int64_t N = qpanel.size(0) * kPanelRows, K = qpanel.size(1) * 8, ng = K / 32;
+  check_pair("int4_panel_dequantize", "pscales / pmins", pscales, pmins, at::kHalf, N * ng);
+  const uint8_t* qp = qpanel.data_ptr<uint8_t>();
+  const auto* ps = static_cast<const uint16_t*>(pscales.data_ptr());
+  const auto* pm = static_cast<const uint16_t*>(pmins.data_ptr());
+  const int64_t use = cpu_clamp_isa(isa), oct = K / 8;
+  panel_rows("int4_panel_dequantize", N, K, K / 2, row0, out,
+      [&](int64_t t, uint8_t* q, uint16_t* s, uint16_t* m) {
+        for (int j = 0; j < 16; ++j) {
+          for (int64_t o = 0; o < oct; ++o) {  // int4_to_panel's byte order, inverted
+            const uint8_t* p = qp + (t * oct + o) * 64 + 4 * j;
+            uint8_t* b = q + j * (K / 2) + 4 * o;
+            b[0] = static_cast<uint8_t>((p[0] & 0x0F) | ((p[1] & 0x0F) << 4));
+            b[1] = static_cast<uint8_t>((p[2] & 0x0F) | ((p[3] & 0x0F) << 4));
+            b[2] = static_cast<uint8_t>((p[0] >> 4) | (p[1] & 0xF0));
+            b[3] = static_cast<uint8_t>((p[2] >> 4) | (p[3] & 0xF0));
+          }
+          for (int64_t g = 0; g < ng; ++g) {
+            s[j * ng + g] = ps[(t * ng + g) * 16 + j];
+            m[j * ng + g] = pm[(t * ng + g) * 16 + j];
+          }
+        }
+      },
+      [&](const uint8_t* q, const uint16_t* s, const uint16_t* m, void* o, bool bf16) {
+        if (use != kScalar) {
+          const Int4DequantArgs a{q, s, m, true, o, bf16, K, 32, ng};
+          (use == kAvx512 ? int4_dequant_rows_avx512 : int4_dequant_rows_avx2)(a, 0, 16);
+          return;
+        }
+        const auto* sh = reinterpret_cast<const at::Half*>(s);
+        const auto* mh = reinterpret_cast<const at::Half*>(m);
+        if (bf16) dequant4_rows(q, sh, mh, static_cast<at::BFloat16*>(o), 0, 16, K, 32);
+        else dequant4_rows(q, sh, mh, static_cast<float*>(o), 0, 16, K, 32);
+      });
+}
+
+// Rows [row0, row0 + R) of an int8 panel weight (qpanel int8 [N/16, K/4, 64], pscales fp16
+// [N/16, K/32, 16]) -> out [R, K]: int8_dequantize's values of the row layout, bit for bit
+// (panel_rows).
+void int8_panel_dequantize(const at::Tensor& qpanel, const at::Tensor& pscales, int64_t row0,
+                           at::Tensor out, int64_t isa) {
+  TORCH_CHECK(qpanel.dim() == 3 && qpanel.size(2) == 64 && qpanel.scalar_type() == at::kChar &&
+                  qpanel.is_contiguous(),
+              "int8_panel_dequantize: qpanel must be contiguous int8 [N/16, K/4, 64]");
+  const int64_t N = qpanel.size(0) * kPanelRows, K = qpanel.size(1) * 4, ng = K / 32;
+  TORCH_CHECK(pscales.scalar_type() == at::kHalf && pscales.is_contiguous() &&
+                  pscales.numel() == N * ng,
+              "int8_panel_dequantize: pscales must be contiguous fp16 [N/16, K/32, 16]");
+  const auto* qp = static_cast<const uint8_t*>(qpanel.data_ptr());
+  const auto* ps = static_cast<const uint8_t*>(pscales.data_ptr());
+  const int64_t use = cpu_clamp_isa(isa);
+  const auto rows = use == kAvx512 ? int8_dequant_rows_avx512
+                  : use == kAvx2   ? int8_dequant_rows_avx2
+                                   : int8_dequant_rows_portable;
+  panel_rows("int8_panel_dequantize", N, K, K, row0, out,
+      [&](int64_t t, uint8_t* q, uint16_t* s, uint16_t*) {
+        deinterleave(qp, q, t, K / 4, 4);
+        deinterleave(ps, reinterpret_cast<uint8_t*>(s), t, ng, 2);
+      },
+      [&](const uint8_t* q, const uint16_t* s, const uint16_t*, void* o, bool bf16) {
+        const Int8DequantArgs a{reinterpret_cast<const int8_t*>(q), s, nullptr, true, o, bf16,
+                                K, 32, ng};
+        rows(a, 0, 16);
+      });
+}
+
 }  // namespace
 }  // namespace localchat_cpu
 
@@ -150,9 +285,18 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "Tensor(a!) qpanel, Tensor(b!) pscales, Tensor(c!) pmins, Tensor(d!)? psuper) -> ()");
   m.def("int6_to_panel(Tensor qlow, Tensor qhigh, Tensor scales, Tensor super_scales, "
         "Tensor(a!) plow, Tensor(b!) phigh, Tensor(c!) pscales, Tensor(d!) psuper) -> ()");
+  m.def("int8_to_panel(Tensor qweight, Tensor scales, Tensor(a!) qpanel, Tensor(b!) pscales) "
+        "-> ()");
+  m.def("int4_panel_dequantize(Tensor qpanel, Tensor pscales, Tensor pmins, int row0, "
+        "Tensor(a!) out, int isa) -> ()");
+  m.def("int8_panel_dequantize(Tensor qpanel, Tensor pscales, int row0, Tensor(a!) out, "
+        "int isa) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_to_panel", &localchat_cpu::int4_to_panel);
   m.impl("int6_to_panel", &localchat_cpu::int6_to_panel);
+  m.impl("int8_to_panel", &localchat_cpu::int8_to_panel);
+  m.impl("int4_panel_dequantize", &localchat_cpu::int4_panel_dequantize);
+  m.impl("int8_panel_dequantize", &localchat_cpu::int8_panel_dequantize);
 }

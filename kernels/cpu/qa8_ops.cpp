@@ -14,6 +14,7 @@
 #include "kscales.h"
 #include "panel4.h"
 #include "panel6.h"
+#include "panel8.h"
 #include "qa8.h"
 #include "quant.h"  // enum Isa
 
@@ -222,6 +223,35 @@ at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::
                 vnni ? a8_quantize_avx512 : a8_quantize_scalar, kPanelRows);
 }
 
+// W8A8 over the int8 panel layout (panel8.h): x [M, K] fp32 / bf16 / fp16, qpanel int8
+// [N/16, K/4, 64], pscales fp16 [N/16, K/32, 16].
+at::Tensor int8_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at::Tensor& pscales,
+                         int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && qpanel.dim() == 3,
+              "int8_panel_a8: x [M, K], qpanel [N/16, K/4, 64], got ", x.sizes(), " and ",
+              qpanel.sizes());
+  const int64_t M = x.size(0), K = x.size(1), T = qpanel.size(0), N = T * kPanelRows;
+  TORCH_CHECK(K > 0 && K % 32 == 0, "int8_panel_a8: K=", K, " must be a multiple of 32");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int8_panel_a8: x must be fp32/bf16/fp16");
+  TORCH_CHECK(qpanel.scalar_type() == at::kChar && qpanel.is_contiguous() &&
+                  qpanel.sizes() == at::IntArrayRef({T, K / 4, 64}),
+              "int8_panel_a8: qpanel must be contiguous int8 [", T, ", ", K / 4, ", 64], got ",
+              qpanel.sizes(), " ", qpanel.scalar_type());
+  TORCH_CHECK(pscales.scalar_type() == at::kHalf && pscales.is_contiguous() &&
+                  pscales.sizes() == at::IntArrayRef({T, K / 32, 16}),
+              "int8_panel_a8: pscales must be contiguous fp16 [", T, ", ", K / 32, ", 16], got ",
+              pscales.sizes(), " ", pscales.scalar_type());
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qpanel.data_ptr(),
+           pscales.data_ptr(), nullptr, true, nullptr, false,
+           M, N, K, (K + 127) / 128 * 128, 32, K / 32};
+  // the kernels read ncorr: the VNNI and portable quantizers write it (int6_panel_a8)
+  static const bool vnni_ok = cpu_has_vnni();
+  const bool vnni = cpu_clamp_isa(isa) == kAvx512 && vnni_ok;
+  return run_a8(x, a, false, vnni ? int8_panel_a8_vnni : int8_panel_a8_scalar,
+                vnni ? a8_quantize_avx512 : a8_quantize_scalar, kPanelRows);
+}
+
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,
                           const at::Tensor& scales, const c10::optional<at::Tensor>& mins,
                           int64_t group_size, int64_t isa) {
@@ -284,6 +314,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "int isa) -> Tensor");
   m.def("int6_panel_a8(Tensor x, Tensor plow, Tensor phigh, Tensor pscales, Tensor psuper, "
         "int isa) -> Tensor");
+  m.def("int8_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, int isa) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
@@ -291,4 +322,5 @@ TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
   m.impl("int4_panel_a8", &localchat_cpu::int4_panel_a8);
   m.impl("int6_panel_a8", &localchat_cpu::int6_panel_a8);
+  m.impl("int8_panel_a8", &localchat_cpu::int8_panel_a8);
 }

@@ -10,6 +10,9 @@ Q4_K) and fp16 ones (Q4_0 / Q4_1, K a multiple of 32 only).
   past the kernel's 16-row blocks, on the VNNI path and the portable one.
 - The portable kernel equals the VNNI one bit for bit (the same operations in the same
   order); batch and thread invariance on both; the launcher's checks.
+- ``int4_panel_dequantize`` (a one-level panel's tiles back to float rows, for a prompt's
+  GEMM) writes ``int4_dequantize``'s values of the row layout bit for bit, fp32 and bf16, on
+  every ISA path, for whole weights and 16-row blocks; it refuses a block off the tiles.
 """
 
 from __future__ import annotations
@@ -110,6 +113,29 @@ def test_batch_invariant(built, level):  # noqa: F811
     panel = to_panel(*kscale_weights(80, 512, seed=9))
     x = activations(20, 512, seed=2).bfloat16()  # past one 16-row block
     assert_batch_invariant(lambda xs: cpu.int4_panel_a8(xs, *panel, isa=LEVELS[level]), x)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+@pytest.mark.parametrize("n,k", ONE_LEVEL_SHAPES)
+def test_panel_dequantize_equals_row_dequantize(built, level, n, k):  # noqa: F811
+    q, s, m = one_level_weights(n, k, seed=n * k)
+    qp, ps, pm, _ = to_panel(q, s, m)
+    for dtype, bits in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16)):
+        want = torch.empty(n, k, dtype=dtype)
+        cpu.int4_dequantize(q, s, m, 32, want, isa=0)
+        for a, b in [(0, n), (0, 16), (n - 16, 16)]:
+            got = torch.empty(b, k, dtype=dtype)
+            cpu.int4_panel_dequantize(qp, ps, pm, a, got, isa=level)
+            assert torch.equal(got.view(bits), want[a:a + b].view(bits)), (dtype, a, b)
+
+
+def test_panel_dequantize_rejects_blocks_off_the_tiles(built):  # noqa: F811
+    qp, ps, pm, _ = to_panel(*one_level_weights(48, 64, seed=2))
+    for a, b in ((8, 16), (0, 20), (32, 32)):
+        with pytest.raises(RuntimeError, match="whole 16-row tiles"):
+            cpu.int4_panel_dequantize(qp, ps, pm, a, torch.empty(b, 64))
+    with pytest.raises(RuntimeError, match="pscales / pmins"):
+        cpu.int4_panel_dequantize(qp, ps.float(), pm, 0, torch.empty(48, 64))
 
 
 def test_rejects_bad_layouts(built):  # noqa: F811

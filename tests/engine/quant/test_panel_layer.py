@@ -6,11 +6,12 @@ layer in the row layout, built from random Q4_K blocks through the loader's row 
   stays within the integer-dot reference's summation bound of the row layer's reference
   (``tests/kernels/test_cpu_quant_a8.py``); it is batch invariant through the layer.
 - ``decode_plan`` (the C++ decoder stack's call) gives the same bits as ``apply``.
-- A Q4_1 layer (fp16 scales, one level; SmolLM2's K = 576) in the panel computes its op.
-- ``adopt_panel`` takes native Q4_K linear layers (Q4_0 / Q4_1 too with
-  ``LOCALCHAT_CPU_PANEL=1``) only: not the embedding, not the output
-  layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or fp32
-  activations; ``=1`` forces it wherever the kernels are built.
+- A Q4_1 layer (fp16 scales, one level; SmolLM2's K = 576) in the panel computes its op up to
+  16 rows, and a longer prompt equals the same layer in the row layout bit for bit (both
+  dequantize the same values for the bf16 or fp32 GEMM of bf16 or fp16 activations).
+- ``adopt_panel`` takes native Q4_K, Q4_0 and Q4_1 linear layers only: not the embedding, not
+  the output layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or
+  fp32 activations; ``=1`` forces it wherever the kernels are built.
 - Each choice names its own cache entry (``panel_scheme``).
 - The quantized cache restores a panel layer by buffer name into empty panel tensors, and
   ``to_rows`` gives back fillable row buffers.
@@ -83,6 +84,8 @@ def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
 
 def test_q4_1_layer_in_panel_equals_its_op():
     layer = _layer(PanelInt4LinearMethod("cpu", torch.float16), n=32, k=576, ggml_type=Q4_1)
+    row_layer = _layer(NativeInt4LinearMethod("cpu", scale_dtype=torch.float16), n=32, k=576,
+                       ggml_type=Q4_1)
     rows = [layer._buffers[name].clone() for name in ("qweight", "scales", "mins")]
     layer.quant_method.to_panel(layer)
     assert "psuper" not in layer._buffers and "pscales" in layer._buffers
@@ -94,6 +97,9 @@ def test_q4_1_layer_in_panel_equals_its_op():
     assert torch.equal(y, cpu.int4_panel_a8(x, *panel))
     assert_summation_close(y, x, reference.unpack_int4(rows[0]), rows[1].float(),
                            rows[2].float(), 32)
+    for dtype in (torch.bfloat16, torch.float16):  # a prompt: the row layout's GEMM, bit for bit
+        x = activations(40, 576, seed=2).to(dtype)
+        assert torch.equal(layer(x), row_layer(x))
 
 
 def test_decode_plan_is_apply():
@@ -126,17 +132,16 @@ def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, take
         taken = cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
     model = _model()
     adopted = adopt_panel(model, "cpu", dtype, head=model.head)
-    one_level = env in ("1", "yes")  # Q4_0 / Q4_1 layers only when asked for
-    want = [model.q4k, model.q41] if one_level else [model.q4k]
+    want = [model.q4k, model.q41]
     assert adopted == (want if taken else [])
     for layer in want:
         assert isinstance(layer.quant_method, PanelInt4LinearMethod) == bool(taken)
-    for other in (model.embed, model.odd, model.head) + (() if one_level else (model.q41,)):
+    for other in (model.embed, model.odd, model.head):
         assert type(other.quant_method) is NativeInt4LinearMethod
     assert adopt_panel(model, "meta", dtype) == []
     # each choice has its own cache entry: switching the setting never rebuilds another's
-    assert panel_scheme(adopted) == ("native" if not taken else
-                                     "native-panel-all" if one_level else "native-panel")
+    assert panel_scheme(adopted) == ("native-panel-all" if taken else "native")
+    assert panel_scheme(adopted[:1]) == ("native-panel" if taken else "native")
 
 
 def check_cache_round_trip(tmp_path, model, fresh, ggml_type, rows, panel, x):
