@@ -18,8 +18,10 @@ the request without and with the draft and reports decode tokens/s
 (``(tokens - 1) / (last token time - first token time)``, from ``RequestOutput.metrics``), the
 ratio, the acceptance rate (accepted / drafted tokens) and the mean accepted length (tokens
 emitted per verification step). ``--fixed-k`` turns the adaptive draft length off, to show the
-raw cost of always drafting k tokens; ``--rounds N`` runs each prompt N times in each mode,
-alternating, and keeps the best of each (a shared machine's bandwidth moves between runs).
+raw cost of always drafting k tokens; ``--draft-vocab N`` sets the draft's vocabulary
+(``SpeculativeConfig.draft_vocab_size``; 0: the whole vocabulary); ``--rounds N`` runs each
+prompt N times in each mode, alternating, and keeps the best of each (a shared machine's
+bandwidth moves between runs).
 Targets (the issue): >= 1.5x on code prompts at temperature 0, >= 0.97x on every prompt
 class.
 """
@@ -37,6 +39,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decode import cpu_model
+
+from localchat.engine.config import SpeculativeConfig
+
+SPEC_DEFAULTS = SpeculativeConfig()
 
 CODE = [
     "Write a Python function that checks whether a string is a palindrome.",
@@ -89,7 +95,8 @@ def load(args):
                           speculative=SpeculativeConfig(
                               draft_model=None if ngram else str(draft.path),
                               method="ngram" if ngram else "draft_model",
-                              num_speculative_tokens=args.k, adaptive=not args.fixed_k))
+                              num_speculative_tokens=args.k, adaptive=not args.fixed_k,
+                              draft_vocab_size=args.draft_vocab or None))
     plain = LLMEngine.from_source(target, dataclasses.replace(
         config, speculative=SpeculativeConfig()), cache_dir=cache_dir())
     # the weight format the plain engine resolved (``auto`` -> native for a GGUF on CPU), so
@@ -129,6 +136,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=5, help="prompts per class (max 5)")
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     ap.add_argument("--fixed-k", action="store_true", help="always draft k (no adaptation)")
+    ap.add_argument("--draft-vocab", type=int,
+                    default=SPEC_DEFAULTS.draft_vocab_size or 0,
+                    help="the draft's vocabulary, its first N token ids (0: all)")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
@@ -148,7 +158,8 @@ def main() -> None:
     run(spec, warm, 0.0, 8)
     print(f"# {cpu_model()}, {args.threads} threads, {str(plain.dtype).removeprefix('torch.')}, "
           f"weights {plain.get_info().weight_format}, {args.target} + draft {args.draft}, "
-          f"k={args.k}{' fixed' if args.fixed_k else ' adaptive'}, {args.max_tokens} tokens")
+          f"k={args.k}{' fixed' if args.fixed_k else ' adaptive'}, draft vocabulary "
+          f"{args.draft_vocab or 'all'}, {args.max_tokens} tokens")
     print("| class | T | prompt | plain tok/s | draft tok/s | speedup | acceptance | "
           "mean accepted length |")
     print("|---|---|---|---|---|---|---|---|")

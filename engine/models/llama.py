@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from localchat import kernels
@@ -207,31 +208,45 @@ class LlamaForCausalLM(nn.Module):
         time, each weight dequantized once."""
         return self.model.forward_groups(batches, kv_caches)
 
-    def compute_logits(self, hidden_states: torch.Tensor, draft: bool = False) -> torch.Tensor:
+    def compute_logits(self, hidden_states: torch.Tensor, draft: bool = False,
+                       vocab_size: int | None = None) -> torch.Tensor:
         """Logits ``[n, vocab_size]`` fp32 of ``hidden_states [n, hidden_size]`` (the model's
         dtype). ``draft=True`` (a speculative decoder's draft model, whose logits only choose
         which tokens the target verifies): where the quantized CPU output layer would take
         :func:`localchat.kernels.a8_two_pass` it takes one integer-dot pass, logits within
         ~1.0 instead of ~0.005 of the exact kernel's, for a 1-row call instead of a 2-row
-        one."""
+        one. ``vocab_size`` (a draft's vocabulary, ``spec_decode.proposer``): only the output
+        layer's first ``vocab_size`` rows are computed (``LinearMethod.apply_prefix``), the
+        other logits are -inf."""
         # tied: the embedding matrix doubles as the output layer
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        method = head.quant_method
+        n = head.out_features
+        if vocab_size is not None and vocab_size < n:
+            n = vocab_size
+
+            def apply(layer, x):
+                return method.apply_prefix(layer, x, vocab_size)
+        else:
+            apply = method.apply
         if head.weight is None and hidden_states.is_cpu \
                 and hidden_states.dtype != torch.float32:
             # a quantized CPU output layer: fp32 logits straight from its integer-dot kernel,
             # never rounded to bf16 (kernels.a8_fp32)
             with kernels.a8_fp32():
-                logits = head.quant_method.apply(head, hidden_states.float())
+                logits = apply(head, hidden_states.float())
         elif not draft and _two_pass_head(head, hidden_states):
             # fp32 hidden states where the engine decodes through the integer-dot kernels
             # (LLMEngine.a8_fp32): logits within ~0.005 of the exact kernel's. One int8
             # rounding of the activations here moves them by 0.1-1.0 and flips near-ties
             # (SmolLM2's first answer token); the exact kernel costs ~2.5x a 1-row call
-            logits = kernels.a8_two_pass(
-                lambda x: head.quant_method.apply(head, x), hidden_states)
+            logits = kernels.a8_two_pass(lambda x: apply(head, x), hidden_states)
         else:
-            logits = head.quant_method.apply(head, hidden_states)
-        return logits if logits.dtype == torch.float32 else logits.float()
+            logits = apply(head, hidden_states)
+        logits = logits if logits.dtype == torch.float32 else logits.float()
+        if n < head.out_features:
+            logits = F.pad(logits, (0, head.out_features - n), value=float("-inf"))
+        return logits
 
     def greedy_token_ids(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """``[n]`` int64: the argmax of each row's logits (``hidden_states [n, hidden_size]``),

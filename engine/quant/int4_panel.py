@@ -168,13 +168,13 @@ class PanelMixin:
     """What the panel layouts' linear methods share once :meth:`to_panel` has run
     (``self.panel``; before that the row-layout base class answers): rows through the
     layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for the
-    C++ decoder stack (``decode_plan``), prompts of more than ``kernels.CPU_MAX_ROWS`` rows
-    through the row layout's prefill GEMM where :meth:`_rows_op` names the C++ op that
-    dequantizes panel tiles to its values (:meth:`_prompt`; else through ``_OP`` too), rows
-    read back (the greedy head, a tied embedding) from :meth:`_dequantize_tiles`, no exact
-    fp32 row kernels, and :meth:`to_rows` (a cache entry that could not be mapped). Put
-    before the row-layout method in the bases; a subclass gives ``_OP``,
-    :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
+    C++ decoder stack (``decode_plan``), the first tiles alone for ``apply_prefix``, prompts
+    of more than ``kernels.CPU_MAX_ROWS`` rows through the row layout's prefill GEMM where
+    :meth:`_rows_op` names the C++ op that dequantizes panel tiles to its values
+    (:meth:`_prompt`; else through ``_OP`` too), rows read back (the greedy head, a tied
+    embedding) from :meth:`_dequantize_tiles`, no exact fp32 row kernels, and :meth:`to_rows`
+    (a cache entry that could not be mapped). Put before the row-layout method in the bases;
+    a subclass gives ``_OP``, :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
 
     _OP = ""
 
@@ -201,6 +201,16 @@ class PanelMixin:
 
         return ([(self._OP, (kernels.INPUT, *self._panel(layer),
                              kernels.cpu.active_isa()))], layer.bias)
+
+    def apply_prefix(self, layer, x, n):
+        if not self.panel or n % ROWS:
+            return super().apply_prefix(layer, x, n)
+        from localchat.kernels import cpu
+
+        tiles = [None if t is None else t[: n // ROWS] for t in self._panel(layer)]
+        y = getattr(cpu, self._OP)(x.reshape(-1, x.shape[-1]), *tiles)
+        bias = None if layer.bias is None else layer.bias[:n]
+        return _add_bias(y, bias).reshape(*x.shape[:-1], -1)
 
     def _rows_op(self, layer) -> tuple[str, tuple[torch.Tensor, ...]] | None:
         """``(name, tensors)``: the ``kernels.cpu`` op that writes rows ``[a, a + b)`` of the

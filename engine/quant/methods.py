@@ -138,6 +138,15 @@ class LinearMethod:
             return _add_bias(y, layer.bias)
         return F.linear(x, layer.weight, layer.bias)
 
+    def apply_prefix(self, layer: nn.Module, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The first ``n`` outputs of :meth:`apply` (``x [..., K]`` -> ``[..., n]``, a draft
+        model's vocabulary prefix, ``spec_decode.proposer``): a float ``[N, K]`` weight reads
+        only its first ``n`` rows, the panel layouts only their first ``n / 16`` tiles
+        (``int4_panel.PanelMixin``); other layouts compute all ``N`` and cut."""
+        if layer.weight is not None:
+            return F.linear(x, layer.weight[:n], None if layer.bias is None else layer.bias[:n])
+        return self.apply(layer, x)[..., :n]
+
     def weight_bytes(self, out_features: int, in_features: int, dtype: torch.dtype) -> int:
         """Bytes the layer's weight occupies once loaded (bias not included)."""
         return out_features * in_features * dtype.itemsize

@@ -36,12 +36,16 @@ class DraftModelProposer:
         num_blocks, block_size: the draft's KV pool geometry.
         device: where the draft runs.
         enable_prefix_caching: reuse the draft's cached blocks across requests.
+        vocab_size: the draft's vocabulary (tokens): only the first ``vocab_size`` token ids
+            are drafted, their logits alone computed (``compute_logits(vocab_size=...)``;
+            ``SpeculativeConfig.draft_vocab_size``); None: all of them.
     """
 
     def __init__(self, model: nn.Module, kv_caches: list[torch.Tensor], num_blocks: int,
-                 block_size: int, device: torch.device, enable_prefix_caching: bool = True
-                 ) -> None:
+                 block_size: int, device: torch.device, enable_prefix_caching: bool = True,
+                 vocab_size: int | None = None) -> None:
         self.model = model
+        self.vocab_size = vocab_size
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.device = device
@@ -116,9 +120,10 @@ class DraftModelProposer:
                 input_ids = torch.stack([drafts[req.request_id][-1] for req, _, _ in round_])
             hidden = self.model(input_ids, positions, self.kv_caches, meta)
             picked = hidden[index] if first else hidden[: len(round_)]
-            # one integer-dot pass where the target's output layer takes two: a draft's logits
-            # only pick the proposals, and the target verifies each of them
-            logits = self.model.compute_logits(picked, draft=True).float()
+            # one integer-dot pass where the target's output layer takes two, over the draft's
+            # vocabulary: a draft's logits only pick the proposals, the target verifies each
+            logits = self.model.compute_logits(picked, draft=True,
+                                               vocab_size=self.vocab_size).float()
             for i, (req, shadow, _) in enumerate(round_):
                 shadow.num_computed_tokens += len(entries[i].token_ids)
                 token, p = self._sample(logits[i], req, host_drafts[req.request_id],

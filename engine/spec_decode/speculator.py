@@ -136,7 +136,8 @@ class Speculator:
                                        draft_config.num_kv_heads, draft_config.head_dim,
                                        dtype, device)
         proposer = DraftModelProposer(model, kv_caches, num_blocks, block_size, device,
-                                      config.cache.enable_prefix_caching)
+                                      config.cache.enable_prefix_caching,
+                                      vocab_size=spec.draft_vocab_size)
         ratio = _param_count(draft_config) / max(_param_count(target_config), 1)
         controller = AdaptiveDraftLength(spec.num_speculative_tokens, ratio,
                                          adaptive=spec.adaptive)

@@ -6,7 +6,7 @@ same layer in the row layout, built from random Q8_0 blocks through the loader's
   the summation bound of the integer-dot reference on the row layout, and is batch invariant
   through the layer; ``decode_plan`` (the C++ decoder stack's call) gives the same bits; a
   longer prompt equals the row layout's layer bit for bit (the same dequantized values in the
-  same GEMM).
+  same GEMM); ``apply_prefix`` (a draft's vocabulary) equals the first outputs bit for bit.
 - Rows read back (``dequantize_rows`` for the greedy head, ``embed`` for a tied embedding)
   equal the row layout's bit for bit, for a slice and for unsorted, repeated ids.
 - ``adopt_panel`` takes Q8_0 layers the panel can tile, the output layer (and a tied
@@ -86,6 +86,10 @@ def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
     for dtype in (torch.bfloat16, torch.float16):  # a prompt: the row layout's GEMM, bit for bit
         x = activations(40, K, seed=2).to(dtype)
         assert torch.equal(layer(x), row_layer(x))
+    x = activations(3, K, seed=5).bfloat16()  # a draft's vocabulary: the first tiles alone
+    method = layer.quant_method
+    assert torch.equal(method.apply_prefix(layer, x, 32), layer(x)[:, :32])
+    assert torch.equal(method.apply_prefix(layer, x, 40), layer(x)[:, :40])  # not whole tiles
 
 
 def test_rows_read_back_equal_the_row_layout():
