@@ -174,15 +174,29 @@ class PanelMixin:
     (:meth:`_prompt`; else through ``_OP`` too), rows read back (the greedy head, a tied
     embedding) from :meth:`_dequantize_tiles`, no exact fp32 row kernels, and :meth:`to_rows`
     (a cache entry that could not be mapped). Put before the row-layout method in the bases;
-    a subclass gives ``_OP``, :meth:`_panel_names`, :meth:`_panel` and ``to_panel``."""
+    a subclass gives ``_OP``, ``_PANEL_NAMES`` (or :meth:`_panel_names` and :meth:`_panel`)
+    and ``to_panel`` (through :meth:`_install`)."""
 
     _OP = ""
+    _PANEL_NAMES: tuple[str, ...] = ()  # the panel buffers, in ``_OP``'s argument order
 
     def _panel_names(self) -> tuple[str, ...]:
-        raise NotImplementedError
+        return self._PANEL_NAMES
 
     def _panel(self, layer) -> tuple[torch.Tensor | None, ...]:
-        raise NotImplementedError
+        return tuple(layer._buffers[name] for name in self._panel_names())
+
+    def _install(self, layer, rows: tuple[str, ...], tensors: list[torch.Tensor],
+                 convert=None) -> None:
+        """Replace the row-layout buffers ``rows`` by ``tensors`` (named
+        :meth:`_panel_names`) once ``convert()`` (the C++ conversion writing them from the
+        rows) has run; without it they stay empty, for a cache entry's to be mapped over."""
+        if convert is not None:
+            convert()
+        _drop(layer, *rows)
+        for name, tensor in zip(self._panel_names(), tensors):
+            _set_buffer(layer, name, tensor)
+        self.panel = True
 
     def to_rows(self, layer, device) -> None:
         """Back to empty row-layout buffers (a cache entry that could not be mapped: the rows
@@ -310,16 +324,11 @@ class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
                    torch.empty(t, k // 32, ROWS, dtype=sdt)]
         if two:
             tensors.append(torch.empty(t, k // 256, 2, ROWS, dtype=torch.float16))
-        rows, panel = self._names()
-        if convert:  # the C++ op (chosen only where the kernels are built)
-            from localchat.kernels import cpu
+        from localchat.kernels import cpu  # (converting only where the kernels are built)
 
-            src = [layer._buffers.get(name) for name in _ROW_NAMES]  # super None: one level
-            cpu.int4_to_panel(*src, *tensors, *[None] * (4 - len(tensors)))
-        _drop(layer, *rows)
-        for name, tensor in zip(panel, tensors):
-            _set_buffer(layer, name, tensor)
-        self.panel = True
+        src = [layer._buffers.get(name) for name in _ROW_NAMES]  # super None: one level
+        self._install(layer, self._names()[0], tensors, (lambda: cpu.int4_to_panel(
+            *src, *tensors, *[None] * (4 - len(tensors)))) if convert else None)
 
     def _rows_op(self, layer):
         if self.scale_dtype == torch.uint8:  # Q4_K: the integer-dot kernel, as llama.cpp's

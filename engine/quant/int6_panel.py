@@ -31,7 +31,6 @@ from localchat.kernels import reference
 
 from .int4_panel import ROWS, PanelMixin, nibbles_from_panel, nibbles_to_panel
 from .int6_layout import pack_int6
-from .methods import _drop, _set_buffer
 from .native_int6 import Int6LinearMethod
 
 _ROW_NAMES = ("qlow", "qhigh", "scales", "super_scales")
@@ -117,13 +116,11 @@ class PanelInt6LinearMethod(PanelMixin, Int6LinearMethod):
     ``kernels.cpu.int6_panel_a8`` for any number of rows."""
 
     _OP = "int6_panel_a8"
+    _PANEL_NAMES = _PANEL_NAMES
 
     def __init__(self, device) -> None:
         super().__init__(device)
         self.panel = False
-
-    def _panel_names(self) -> tuple[str, ...]:
-        return _PANEL_NAMES
 
     def to_panel(self, layer, convert: bool = True) -> None:
         """Replace the row-layout buffers by panel ones: converted (``convert``) or empty (to
@@ -135,17 +132,10 @@ class PanelInt6LinearMethod(PanelMixin, Int6LinearMethod):
                    torch.empty(t, k // 16, 64, dtype=torch.uint8),
                    torch.empty(t, k // 16, ROWS, dtype=torch.int8),
                    torch.empty(t, k // 256, ROWS, dtype=torch.float16)]
-        if convert:  # the C++ op (chosen only where the kernels are built)
-            from localchat.kernels import cpu
+        from localchat.kernels import cpu  # (converting only where the kernels are built)
 
-            cpu.int6_to_panel(*(layer._buffers[name] for name in _ROW_NAMES), *tensors)
-        _drop(layer, *_ROW_NAMES)
-        for name, tensor in zip(_PANEL_NAMES, tensors):
-            _set_buffer(layer, name, tensor)
-        self.panel = True
-
-    def _panel(self, layer) -> tuple[torch.Tensor, ...]:
-        return tuple(layer._buffers[name] for name in _PANEL_NAMES)
+        self._install(layer, _ROW_NAMES, tensors, (lambda: cpu.int6_to_panel(
+            *(layer._buffers[name] for name in _ROW_NAMES), *tensors)) if convert else None)
 
     def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
         return dequantize_panel6(*tiles)

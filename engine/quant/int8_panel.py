@@ -28,7 +28,6 @@ import torch
 
 from .int4_panel import ROWS, PanelMixin
 from .int6_panel import _tiles, _untiles
-from .methods import _drop, _set_buffer
 from .native import Int8GroupLinearMethod
 
 _ROW_NAMES = ("qweight", "scales")
@@ -83,13 +82,11 @@ class PanelInt8LinearMethod(PanelMixin, Int8GroupLinearMethod):
     layout's prefill GEMM beyond (``PanelMixin._prompt``)."""
 
     _OP = "int8_panel_a8"
+    _PANEL_NAMES = _PANEL_NAMES
 
     def __init__(self, device) -> None:
         super().__init__(device, 32, False, "packed", torch.float16)
         self.panel = False
-
-    def _panel_names(self) -> tuple[str, ...]:
-        return _PANEL_NAMES
 
     def to_panel(self, layer, convert: bool = True) -> None:
         """Replace the row-layout buffers by panel ones: converted (``convert``) or empty (to
@@ -98,17 +95,10 @@ class PanelInt8LinearMethod(PanelMixin, Int8GroupLinearMethod):
         _check(n, k)
         tensors = [torch.empty(n // ROWS, k // 4, 64, dtype=torch.int8),
                    torch.empty(n // ROWS, k // 32, ROWS, dtype=torch.float16)]
-        if convert:  # the C++ op (chosen only where the kernels are built)
-            from localchat.kernels import cpu
+        from localchat.kernels import cpu  # (converting only where the kernels are built)
 
-            cpu.int8_to_panel(*(layer._buffers[name] for name in _ROW_NAMES), *tensors)
-        _drop(layer, *_ROW_NAMES)
-        for name, tensor in zip(_PANEL_NAMES, tensors):
-            _set_buffer(layer, name, tensor)
-        self.panel = True
-
-    def _panel(self, layer) -> tuple[torch.Tensor, ...]:
-        return tuple(layer._buffers[name] for name in _PANEL_NAMES)
+        self._install(layer, _ROW_NAMES, tensors, (lambda: cpu.int8_to_panel(
+            *(layer._buffers[name] for name in _ROW_NAMES), *tensors)) if convert else None)
 
     def _rows_op(self, layer):
         return "int8_panel_dequantize", self._panel(layer)

@@ -23,7 +23,7 @@ import torch
 
 from localchat.engine.quant.int8 import dequantize_int8_grouped
 from localchat.engine.quant.int8_panel import dequantize_panel8, from_panel8, to_panel8
-from localchat.kernels import cpu, reference
+from localchat.kernels import cpu
 
 from .batch_invariance import assert_batch_invariant
 from .test_cpu_quant_a8 import activations, assert_summation_close, built  # noqa: F401

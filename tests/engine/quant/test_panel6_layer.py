@@ -20,15 +20,13 @@ import torch
 from torch import nn
 
 from localchat import kernels
-from localchat.engine.layers.linear import Linear
 from localchat.engine.quant import int6_panel
 from localchat.engine.quant.int4_panel import PANEL_ENV, adopt_panel, panel_scheme
 from localchat.engine.quant.int6_panel import PanelInt6LinearMethod, from_panel6
-from localchat.engine.quant.native import NativeInt4LinearMethod, repack_into_rows
+from localchat.engine.quant.native import NativeInt4LinearMethod
 from localchat.engine.quant.native_int6 import Int6LinearMethod
 from localchat.kernels import cpu, reference
-from tests.engine.quant.test_gguf_repack import _random_blocks
-from tests.engine.quant.test_panel_layer import check_cache_round_trip
+from tests.engine.quant.test_panel_layer import check_cache_round_trip, native_layer, panel_layer
 from tests.kernels.batch_invariance import assert_batch_invariant
 from tests.kernels.test_int6 import activations, assert_a8_close
 
@@ -43,19 +41,12 @@ def _kernels():
 
 
 def _layer(method, n=N, k=K, seed=3, ggml_type=Q6_K):
-    layer = Linear(k, n)
-    layer.quant_method = method
-    method.create_weights(layer, "cpu")
-    assert repack_into_rows(layer, _random_blocks(ggml_type, n, k, seed=seed), ggml_type,
-                            (n, k), 0, n)
-    return layer
+    return native_layer(method, n, k, ggml_type, seed)
 
 
 def _panel_layer(seed=3):
-    layer = _layer(PanelInt6LinearMethod("cpu"), seed=seed)
-    rows = tuple(layer._buffers[name].clone() for name in int6_panel._ROW_NAMES)
-    layer.quant_method.to_panel(layer)
-    return layer, rows
+    layer, rows = panel_layer(PanelInt6LinearMethod("cpu"), int6_panel._ROW_NAMES, N, K, Q6_K, seed)
+    return layer, tuple(rows.values())
 
 
 def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():

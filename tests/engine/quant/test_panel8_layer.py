@@ -26,10 +26,9 @@ from localchat.engine.layers.linear import Linear
 from localchat.engine.quant import int8_panel
 from localchat.engine.quant.int4_panel import PANEL_ENV, adopt_panel, panel_scheme
 from localchat.engine.quant.int8_panel import PanelInt8LinearMethod, from_panel8
-from localchat.engine.quant.native import Int8GroupLinearMethod, repack_into_rows
+from localchat.engine.quant.native import Int8GroupLinearMethod
 from localchat.kernels import cpu
-from tests.engine.quant.test_gguf_repack import _random_blocks
-from tests.engine.quant.test_panel_layer import check_cache_round_trip
+from tests.engine.quant.test_panel_layer import check_cache_round_trip, native_layer, panel_layer
 from tests.kernels.batch_invariance import assert_batch_invariant
 from tests.kernels.test_cpu_quant_a8 import activations, assert_summation_close
 
@@ -48,19 +47,12 @@ def _row_method():
 
 
 def _layer(method, n=N, k=K, seed=3, ggml_type=Q8_0):
-    layer = Linear(k, n)
-    layer.quant_method = method
-    method.create_weights(layer, "cpu")
-    assert repack_into_rows(layer, _random_blocks(ggml_type, n, k, seed=seed), ggml_type,
-                            (n, k), 0, n)
-    return layer
+    return native_layer(method, n, k, ggml_type, seed)
 
 
 def _panel_layer(seed=3):
-    layer = _layer(PanelInt8LinearMethod("cpu"), seed=seed)
-    rows = tuple(layer._buffers[name].clone() for name in int8_panel._ROW_NAMES)
-    layer.quant_method.to_panel(layer)
-    return layer, rows
+    layer, rows = panel_layer(PanelInt8LinearMethod("cpu"), int8_panel._ROW_NAMES, N, K, Q8_0, seed)
+    return layer, tuple(rows.values())
 
 
 def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():

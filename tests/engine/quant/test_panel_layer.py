@@ -48,7 +48,10 @@ def _kernels():
         pytest.skip("no C++ compiler: the panel layout is chosen only where its kernel is built")
 
 
-def _layer(method, n=N, k=K, seed=3, ggml_type=Q4_K):
+def native_layer(method, n: int, k: int, ggml_type: int, seed: int = 3) -> Linear:
+    """A ``Linear(k, n)`` under ``method`` (row layout), its rows filled from random GGUF
+    blocks of ``ggml_type`` through the loader's row placement. Shared by the int6 and int8
+    panel layers' tests."""
     layer = Linear(k, n)
     layer.quant_method = method
     method.create_weights(layer, "cpu")
@@ -57,11 +60,21 @@ def _layer(method, n=N, k=K, seed=3, ggml_type=Q4_K):
     return layer
 
 
-def _panel_layer(seed=3):
-    layer = _layer(PanelInt4LinearMethod("cpu"), seed=seed)
-    rows = {name: layer._buffers[name].clone() for name in int4_panel._ROW_NAMES}
+def panel_layer(method, row_names, n: int, k: int, ggml_type: int, seed: int = 3):
+    """:func:`native_layer` converted to ``method``'s panel layout, and a copy of its row
+    buffers ``row_names`` taken before: ``(layer, {name: tensor})``."""
+    layer = native_layer(method, n, k, ggml_type, seed)
+    rows = {name: layer._buffers[name].clone() for name in row_names}
     layer.quant_method.to_panel(layer)
     return layer, rows
+
+
+def _layer(method, n=N, k=K, seed=3, ggml_type=Q4_K):
+    return native_layer(method, n, k, ggml_type, seed)
+
+
+def _panel_layer(seed=3):
+    return panel_layer(PanelInt4LinearMethod("cpu"), int4_panel._ROW_NAMES, N, K, Q4_K, seed)
 
 
 def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
