@@ -209,7 +209,10 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
             header_len = int.from_bytes(f.read(8), "little")
             if size < 8 or header_len > size - 8:  # a damaged length read no further
                 raise ValueError(f"a header of {header_len} bytes in a file of {size}")
-            header = json.loads(f.read(header_len))
+            try:
+                header = json.loads(f.read(header_len))
+            except (json.JSONDecodeError, UnicodeDecodeError):  # (zeroed or overwritten)
+                raise ValueError(f"its {header_len}-byte header is not JSON") from None
             if not isinstance(header, dict):
                 raise ValueError("the header is not a JSON object")
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)

@@ -1,8 +1,8 @@
 """A damaged memory-mapped weight cache entry (``engine/quant/cache.py``,
 ``load_quantized_mmap``) is reported in one warning and rebuilt, never raised: a header length
 past the file (a fresh-clone trial's ``\\xff...\\x7f`` made ``ask`` fail with an internal
-OverflowError on every later run), a header that is not a JSON object or whose entries lack
-their fields, a truncated file. An intact entry maps, the values equal to the saved ones."""
+OverflowError on every later run), a header that is not JSON (said so, not in the parser's
+words), not a JSON object, or whose entries lack their fields, a truncated file. An intact entry maps, the values equal to the saved ones."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def _damage(kind: str, raw: bytes) -> bytes:
         return b"\xff" * 7 + b"\x7f" + raw[8:]
     if kind == "length_past_end":
         return (len(raw)).to_bytes(8, "little") + raw[8:]
+    if kind == "zeroed_header":  # (a fresh-clone trial's: the JSON parser's message alone)
+        return raw[:8] + b"\x00" * n + raw[8 + n:]
     if kind == "not_an_object":
         return _with_header(raw, [1, 2, 3])
     if kind == "entry_without_offsets":
@@ -58,7 +60,8 @@ def _damage(kind: str, raw: bytes) -> bytes:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["huge_length", "length_past_end", "not_an_object",
+@pytest.mark.parametrize("kind", ["huge_length", "length_past_end", "zeroed_header",
+                                  "not_an_object",
                                   "entry_without_offsets", "entry_not_a_dict", "truncated",
                                   "empty"])
 def test_damaged_entry_is_one_warning(tmp_path, caplog, kind):
@@ -71,6 +74,8 @@ def test_damaged_entry_is_one_warning(tmp_path, caplog, kind):
         assert load_quantized_mmap(target, path, fmt=FORMAT) is False
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and str(path) in lines[0] and "rebuilding" in lines[0]
+    if kind == "zeroed_header":
+        assert "header is not JSON" in lines[0]
     for k, v in target.state_dict().items():  # nothing replaced
         assert torch.equal(v, before[k])
 
