@@ -29,9 +29,10 @@ import torch
 
 from localchat.kernels import reference
 
-from .int4_panel import ROWS, PanelMixin, nibbles_from_panel, nibbles_to_panel
+from .int4_panel import nibbles_from_panel, nibbles_to_panel
 from .int6_layout import pack_int6
 from .native_int6 import Int6LinearMethod
+from .panel_method import ROWS, PanelMixin, from_tiles, to_tiles
 
 _ROW_NAMES = ("qlow", "qhigh", "scales", "super_scales")
 _PANEL_NAMES = ("plow", "phigh", "pscales", "psuper")
@@ -42,21 +43,6 @@ def _check(n: int, k: int) -> None:
     if n % ROWS or k % 256 or n <= 0 or k <= 0:
         raise ValueError(f"the int6 panel layout needs N % 16 == 0 and K % 256 == 0, got "
                          f"N={n}, K={k}")
-
-
-def _tiles(t: torch.Tensor, n: int, per_row: int) -> torch.Tensor:
-    """``[N, C * per_row]`` -> ``[N / 16, C, 16 * per_row]``: the 16 outputs of each tile
-    interleaved per column unit."""
-    c = t.shape[1] // per_row
-    return t.reshape(n // ROWS, ROWS, c, per_row).transpose(1, 2) \
-        .reshape(n // ROWS, c, ROWS * per_row).contiguous()
-
-
-def _untiles(t: torch.Tensor, per_row: int) -> torch.Tensor:
-    """The inverse of :func:`_tiles`: ``[N / 16, C, 16 * per_row]`` -> ``[N, C * per_row]``."""
-    nt, c = t.shape[0], t.shape[1]
-    return t.reshape(nt, c, ROWS, per_row).transpose(1, 2).reshape(nt * ROWS, c * per_row) \
-        .contiguous()
 
 
 def to_panel6(qlow: torch.Tensor, qhigh: torch.Tensor, scales: torch.Tensor,
@@ -70,8 +56,8 @@ def to_panel6(qlow: torch.Tensor, qhigh: torch.Tensor, scales: torch.Tensor,
     _check(n, k)
     top = (reference.unpack_int6(qlow, qhigh) >> 4).reshape(n, k // 16, 4, 4)  # [.., q, b]
     phigh = (top << _SHIFTS.view(4, 1)).sum(-2, dtype=torch.uint8)  # [N, K / 16, 4]
-    return (nibbles_to_panel(qlow), _tiles(phigh.reshape(n, k // 4), n, 4),
-            _tiles(scales, n, 1), _tiles(super_scales, n, 1))
+    return (nibbles_to_panel(qlow), to_tiles(phigh.reshape(n, k // 4), n, 4),
+            to_tiles(scales, n, 1), to_tiles(super_scales, n, 1))
 
 
 def panel6_values(plow: torch.Tensor, phigh: torch.Tensor) -> torch.Tensor:
@@ -80,7 +66,7 @@ def panel6_values(plow: torch.Tensor, phigh: torch.Tensor) -> torch.Tensor:
     low = nibbles_from_panel(plow)  # row-layout nibbles [N, K / 2]
     n, k = low.shape[0], low.shape[1] * 2
     low = torch.stack((low & 0x0F, low >> 4), -1).reshape(n, k)
-    h = _untiles(phigh, 4).reshape(n, k // 16, 1, 4)
+    h = from_tiles(phigh, 4).reshape(n, k // 16, 1, 4)
     top = (h >> _SHIFTS.view(4, 1)) & 3  # [N, K / 16, q, b]
     return low | (top.reshape(n, k) << 4)
 
@@ -91,7 +77,7 @@ def from_panel6(plow: torch.Tensor, phigh: torch.Tensor, pscales: torch.Tensor,
     layout, bit for bit."""
     u = panel6_values(plow, phigh)
     qlow, qhigh = (torch.from_numpy(a) for a in pack_int6(u.numpy()))
-    return qlow, qhigh, _untiles(pscales, 1), _untiles(psuper, 1)
+    return qlow, qhigh, from_tiles(pscales, 1), from_tiles(psuper, 1)
 
 
 def dequantize_panel6(plow, phigh, pscales, psuper) -> torch.Tensor:
@@ -99,7 +85,7 @@ def dequantize_panel6(plow, phigh, pscales, psuper) -> torch.Tensor:
     ``reference.dequantize_int6`` values bit for bit (``gguf.quants.dequantize``'s)."""
     q = panel6_values(plow, phigh).float() - 32.0
     n, k = q.shape
-    sd = reference.int6_scales(_untiles(pscales, 1), _untiles(psuper, 1))
+    sd = reference.int6_scales(from_tiles(pscales, 1), from_tiles(psuper, 1))
     return (q.view(n, k // 16, 16) * sd[..., None]).view(n, k)
 
 

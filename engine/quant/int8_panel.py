@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .int4_panel import ROWS, PanelMixin
-from .int6_panel import _tiles, _untiles
 from .native import Int8GroupLinearMethod
+from .panel_method import ROWS, PanelMixin, from_tiles, to_tiles
 
 _ROW_NAMES = ("qweight", "scales")
 _PANEL_NAMES = ("qpanel", "pscales")
@@ -47,13 +46,13 @@ def to_panel8(qweight: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor
     ``N % 16 == 0`` and ``K % 32 == 0``."""
     n, k = qweight.shape
     _check(n, k)
-    return _tiles(qweight, n, 4), _tiles(scales, n, 1)
+    return to_tiles(qweight, n, 4), to_tiles(scales, n, 1)
 
 
 def from_panel8(qpanel: torch.Tensor, pscales: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The inverse of :func:`to_panel8`: ``(qweight, scales)`` of the row layout, bit for
     bit."""
-    return _untiles(qpanel, 4), _untiles(pscales, 1)
+    return from_tiles(qpanel, 4), from_tiles(pscales, 1)
 
 
 def dequantize_panel8(qpanel: torch.Tensor, pscales: torch.Tensor) -> torch.Tensor:

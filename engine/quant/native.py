@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .int4 import dequantize_int4, int4_weight_bytes, kscale_weight_bytes
+from .int4_method import Int4LinearMethod
 from .int8 import dequantize_int8_grouped, int8_grouped_weight_bytes
-from .methods import Int4LinearMethod, LinearMethod, _add_bias, _flat, _kernel, _set_buffer
+from .methods import LinearMethod, _add_bias, _flat, _kernel, _set_buffer
 from .schemes import QuantScheme
 
 

@@ -17,7 +17,7 @@ import torch
 from localchat import kernels
 from localchat.engine.layers.linear import Linear
 from localchat.engine.quant import cpu_int4
-from localchat.engine.quant.methods import Int4LinearMethod
+from localchat.engine.quant.int4_method import Int4LinearMethod
 from localchat.kernels import cpu, reference
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="the row kernels are C++")

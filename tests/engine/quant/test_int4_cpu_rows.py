@@ -16,7 +16,7 @@ import torch
 
 from localchat import kernels
 from localchat.engine.layers.linear import Linear
-from localchat.engine.quant.methods import Int4LinearMethod
+from localchat.engine.quant.int4_method import Int4LinearMethod
 from localchat.kernels import cpu, reference
 
 

@@ -16,8 +16,9 @@ from localchat.engine.loader import load_model, load_model_config
 from localchat.engine.memory.footprint import weight_bytes
 from localchat.engine.quant.evaluate import teacher_forced_logits
 from localchat.engine.quant.int4 import dequantize_int4, pick_group_size, quantize_int4
+from localchat.engine.quant.int4_method import Int4LinearMethod
 from localchat.engine.quant.int8 import dequantize_int8, quantize_int8
-from localchat.engine.quant.methods import Int4LinearMethod, Int8LinearMethod
+from localchat.engine.quant.methods import Int8LinearMethod
 
 from ..tiny_models import save_tiny_model
 
