@@ -125,11 +125,16 @@ class LinearMethod:
 
     def apply_prefix(self, layer: nn.Module, x: torch.Tensor, n: int) -> torch.Tensor:
         """The first ``n`` outputs of :meth:`apply` (``x [..., K]`` -> ``[..., n]``, a draft
-        model's vocabulary prefix, ``spec_decode.proposer``): a float ``[N, K]`` weight reads
-        only its first ``n`` rows, the panel layouts only their first ``n / 16`` tiles
-        (``panel_method.PanelMixin``); other layouts compute all ``N`` and cut."""
+        model's vocabulary prefix, ``spec_decode.proposer``): a float weight reads only its
+        first ``n`` rows (``[N, K]``, or the first ``n`` columns of the CPU's fp32 ``[K, N]``),
+        the panel layouts only their first ``n / 16`` tiles (``panel_method.PanelMixin``);
+        other layouts compute all ``N`` and cut."""
+        bias = None if layer.bias is None else layer.bias[:n]
         if layer.weight is not None:
-            return F.linear(x, layer.weight[:n], None if layer.bias is None else layer.bias[:n])
+            return F.linear(x, layer.weight[:n], bias)
+        if layer.weight_t is not None:
+            y = torch.mm(_flat(x), layer.weight_t[:, :n]).reshape(*x.shape[:-1], -1)
+            return _add_bias(y, bias)
         return self.apply(layer, x)[..., :n]
 
     def weight_bytes(self, out_features: int, in_features: int, dtype: torch.dtype) -> int:

@@ -1,9 +1,9 @@
 // The row layout -> panel layout conversions of int4 (panel4.h), int6 (panel6.h) and int8
 // (panel8.h) weights, in place of the PyTorch references (localchat.engine.quant.int4_panel.
 // to_panel, int6_panel.to_panel6, int8_panel.to_panel8, equal to them bit for bit): a first
-// load converts every panel layer
-// once, before the cache write. Threads over tiles. And the way back for a prompt's GEMM:
-// int4_panel_dequantize / int8_panel_dequantize, panel tiles back into float rows.
+// load converts every panel layer once, before the cache write. Threads over tiles. And the
+// way back, for a prompt's GEMM and rows read back: int4_panel_dequantize /
+// int8_panel_dequantize, panel tiles back into float rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>

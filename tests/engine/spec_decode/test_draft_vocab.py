@@ -61,3 +61,25 @@ def test_compute_logits_over_a_vocabulary_prefix(tiny):  # noqa: F811
 def test_speculative_config_rejects_bad_values(field, value, match):
     with pytest.raises(ValueError, match=match):
         SpeculativeConfig(draft_model="d", **{field: value})
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_apply_prefix_of_a_float_layer_is_its_first_outputs(transposed):
+    """``LinearMethod.apply_prefix``: a float ``[N, K]`` weight, and the CPU's fp32 ``[K, N]``
+    copy (``weight_t``, what a float32 draft's output layer holds), read only their first n
+    outputs; against the whole layer's outputs, cut."""
+    from localchat.engine.layers.linear import Linear
+
+    gen = torch.Generator().manual_seed(0)
+    layer = Linear(48, 80, bias=True)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(80, 48, generator=gen))
+        layer.bias.copy_(torch.randn(80, generator=gen))
+    if transposed:
+        layer.quant_method.process_weights_after_loading(layer)
+        assert layer.weight is None and layer.weight_t is not None
+    x = torch.randn(20, 48, generator=gen)  # past the C++ decode rows: torch.mm either way
+    want = layer.quant_method.apply(layer, x)[:, :24]
+    got = layer.quant_method.apply_prefix(layer, x, 24)
+    assert got.shape == (20, 24)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
