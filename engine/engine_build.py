@@ -21,6 +21,7 @@ from .config import EngineConfig, ModelConfig
 from .loader import is_gguf, load_model, load_model_config
 from .memory.footprint import kv_bytes
 from .outputs import float_format
+from .quant.schemes import auto_fp32_takes_a8
 from .tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ def build_engine(cls: type[_E], path: Path, config: EngineConfig | None = None, 
     tokenizer = Tokenizer.from_pretrained(Path(path), cache_dir=cache_dir)
     model = load_model(path, model_config, dtype=dtype, device=device,
                        max_position=max_model_len, cache_dir=cache_dir,
-                       quant=config.quant, progress=config.quant.progress)
+                       quant=config.quant, progress=config.quant.progress,
+                       a8_fp32=auto_fp32_takes_a8(device, config.dtype, dtype))
     draft = config.speculative.draft_model
     draft_model = draft_config = None
     if draft is not None and config.speculative.method == "draft_model":

@@ -142,6 +142,7 @@ def load_model(
     quant: QuantConfig | None = None,
     quant_kernel: str = "packed",
     progress: bool = False,
+    a8_fp32: bool = False,
 ) -> nn.Module:
     """Build the model for ``model_config`` and load its weights from ``path``.
 
@@ -154,7 +155,7 @@ def load_model(
     cache (``engine/loader/quantized.py``); ``quant_kernel`` ("packed" or "dequant") picks the
     linear method's kernel (benchmarks and tests). ``native`` on a GGUF keeps each tensor in its
     own type, repacked exactly (``loader/native.py``; ``progress`` prints a progress line on
-    a first load); on a float checkpoint it means unquantized. The model's ``quant_scheme`` attribute
+    a first load; ``a8_fp32`` as there); on a float checkpoint it means unquantized. The model's ``quant_scheme`` attribute
     records the format used. Raises ``UnsupportedArchitectureError``, ``ModelLoadError``
     (unreadable, truncated, or missing tensors: the message names up to three missing ones),
     or ``ValueError`` for a scheme the device does not offer.
@@ -184,7 +185,7 @@ def load_model(
             model, path, dtype=dtype, device=device, cache_dir=cache_dir,
             use_cache=quant.use_cache, kernel=quant_kernel,
             init_buffers=lambda m: _init_buffers(m, model_config, max_position),
-            progress=progress, background_write=quant.background_write,
+            progress=progress, background_write=quant.background_write, a8_fp32=a8_fp32,
         )
     if scheme.is_quantized:
         quant = dataclasses.replace(quant, group_size=default_group_size(path, quant.group_size))

@@ -103,14 +103,16 @@ def native_layouts(path: Path, model: nn.Module, cache_dir: Path | None = None
 def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
                      device: torch.device, cache_dir: Path | None, use_cache: bool,
                      init_buffers, kernel: str = "packed", progress: bool = False,
-                     background_write: bool = False) -> nn.Module:
+                     background_write: bool = False, a8_fp32: bool = False) -> nn.Module:
     """Fill meta-constructed ``model`` with the GGUF's own weights (see the module doc).
 
     Float tensors (norms, biases, F32/F16 weights) are converted to ``dtype``. With
     ``cache_dir`` and ``use_cache`` the repacked state is cached and read back on later loads
     (``model.quant_cache_hit``). ``progress`` prints a one-line progress counter on stderr
     during a first (uncached) load; ``background_write`` writes that load's cache entry from a
-    thread (``save_quantized``). Returns the model after ``process_weights_after_loading``.
+    thread (``save_quantized``). ``a8_fp32``: fp32 activations that take the integer-dot
+    kernels (``LLMEngine.a8_fp32``), so panel layouts apply as for 16-bit ones
+    (``int4_panel.panel_kinds``). Returns the model after ``process_weights_after_loading``.
 
     Raises ``ModelLoadError`` for a truncated/corrupt file, an unsupported tensor type, a shape
     mismatch, or missing tensors (naming up to three).
@@ -138,9 +140,9 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     head = _output_layer(model, quantized)
     if head is not None:  # the output layer's error bound, cached with the weights
         greedy_head.add_bound_buffer(head, device)
-    # native Q4_K / Q4_0 / Q4_1 / Q6_K / Q8_0 layers in the VNNI kernels' panel layouts
-    # (int4_panel.py, int6_panel.py, int8_panel.py), cached as such
-    panel = adopt_panel(model, device, dtype, head)
+    # native Q4_K / Q4_0 / Q4_1 / Q6_K / Q8_0 layers in the panel layouts whose kernels run
+    # here (int4_panel.py, int6_panel.py, int8_panel.py), cached as such
+    panel = adopt_panel(model, device, dtype, head, a8_fp32)
     cached = None
     if cache_dir is not None and use_cache:
         cached = cache_path(cache_dir, path, panel_scheme(panel), 32, dtype, NATIVE_FORMAT)

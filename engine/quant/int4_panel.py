@@ -1,5 +1,5 @@
-"""The panel layout of int4 weights (GGUF Q4_K; Q4_0 / Q4_1 when asked for) on CPUs with
-AVX-512 VNNI.
+"""The panel layout of int4 weights (GGUF Q4_K, Q4_0, Q4_1) on CPUs with AVX-512 VNNI or
+AVX2.
 
 The row layout (``int4.py``'s k-scales: ``qweight [N, K // 2]``, ``scales`` / ``mins``
 ``[N, K // 32]`` uint8, ``super_scales [N, K // 256, 2]`` fp16) keeps each output's bytes
@@ -25,11 +25,14 @@ weights dequantized from the panel tiles to the row layout's values
 question turns on a 0.085-logit near-tie that int8 activations in its prompt would flip.
 
 :class:`PanelInt4LinearMethod` holds a native Q4_K layer so (``load_native_gguf`` converts
-the layers :func:`panel_usable` allows once their rows are filled, before the cache write, so
+the layers :func:`panel_kinds` allows once their rows are filled, before the cache write, so
 cached loads map the panel tensors directly) and computes every row count with
 ``kernels.cpu.int4_panel_a8`` (batch invariant: a row's bits do not depend on the others).
 ``LOCALCHAT_CPU_PANEL=0`` keeps the row layout, ``=1`` takes the panel wherever the C++ kernels
-are built (CPUs without VNNI then run its portable kernel: for tests).
+are built (CPUs below AVX2 then run its portable kernel: for tests). On an AVX2 CPU
+(``kernels/cpu/panel4_avx2.cpp``) the panel is taken by the fp32 engine that decodes through
+the integer-dot kernels too (``LLMEngine.a8_fp32``), its Q4_K prompts then through them as
+well (the same kernel for every row count: a prompt's KV does not depend on its chunking).
 :func:`adopt_panel` also picks the Q6_K layers for the int6 panel layout (``int6_panel.py``)
 under the same conditions, and :func:`panel_scheme` names the cache entry of the set.
 """
@@ -123,10 +126,27 @@ def _vnni_kernels() -> bool:
     return cpu.active_isa() >= 2 and cpu.has_vnni()
 
 
-def _vnni() -> bool:
+KINDS = frozenset({"int4", "int6", "int8"})  # the panel layouts, by weight width
+
+
+def vector_kinds() -> frozenset[str]:
+    """The panel layouts whose own vector kernels run at the active ISA level (the others run
+    portable code, many times slower than the row layouts): all three with AVX-512 VNNI, the
+    int4 one at the AVX2 level (``panel4_avx2.cpp``: 1.6x the row layout's kernel at one row,
+    1.7-1.9x at 5-128 rows, Zen 3, 2 threads), none below."""
     from localchat.kernels import cpu
 
-    return _vnni_kernels() and not cpu.amx_enabled()
+    if cpu.active_isa() < 1:
+        return frozenset()
+    return KINDS if _vnni_kernels() else frozenset({"int4"})
+
+
+def fast_kinds() -> frozenset[str]:
+    """The panel layouts taken by default: :func:`vector_kinds`, none on a CPU whose AMX the
+    kernels use (its prefill GEMM reads the row layout)."""
+    from localchat.kernels import cpu
+
+    return frozenset() if cpu.amx_enabled() else vector_kinds()
 
 
 def _mode() -> str:
@@ -137,23 +157,27 @@ def _mode() -> str:
         "1" if value in ("1", "true", "yes", "on") else ""
 
 
-def panel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether a native Q4_K layer on ``device`` with activations of ``dtype`` takes the panel
-    layout: CPU, localchat's C++ kernels built, 16-bit activations (they take the integer-dot
-    kernels, ``kernels.cpu_a8_enabled``; an fp32 engine keeps the row layout's exact
-    kernels), and, by default, AVX-512 VNNI at the active ISA level without AMX (whose prefill
-    GEMM reads the row layout). ``LOCALCHAT_CPU_PANEL``: ``0`` never, ``1`` wherever the
-    kernels are built."""
+def panel_kinds(device: torch.device | str, dtype: torch.dtype,
+                a8_fp32: bool = False) -> frozenset[str]:
+    """The panel layouts (:data:`KINDS`) that native layers on ``device`` with activations of
+    ``dtype`` take: none unless on the CPU with localchat's C++ kernels built and activations
+    that take the integer-dot kernels (16-bit ones, ``kernels.cpu_a8_enabled``, or fp32 in an
+    engine that decodes through them, ``a8_fp32``: ``LLMEngine.a8_fp32``; an fp32 engine asked
+    for keeps the row layout's exact kernels); then, by default, :func:`fast_kinds`.
+    ``LOCALCHAT_CPU_PANEL``: ``0`` none, ``1`` all wherever the kernels are built."""
     from localchat import kernels
 
     from .cpu_int4 import own_kernels
 
     mode = _mode()
     if mode == "0" or torch.device(device).type != "cpu" or not own_kernels():
-        return False
-    if dtype not in (torch.bfloat16, torch.float16) or not kernels.cpu_a8_enabled(dtype):
-        return False
-    return mode == "1" or _vnni()
+        return frozenset()
+    if dtype == torch.float32 and a8_fp32:
+        if kernels._a8_mode() == "never":
+            return frozenset()
+    elif dtype not in (torch.bfloat16, torch.float16) or not kernels.cpu_a8_enabled(dtype):
+        return frozenset()
+    return KINDS if mode == "1" else fast_kinds()
 
 
 def panel_fits(layer) -> bool:
@@ -220,44 +244,59 @@ class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
         raise NotImplementedError("a panel-layout layer is never an embedding")
 
 
-def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None) -> list:
+def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None,
+                a8_fp32: bool = False) -> list:
     """Swap a panel method in for every native linear layer of ``model`` (after
     ``create_weights``; shard modules of a sharded layer included) that may hold a panel
-    layout (:func:`panel_usable`, :func:`panel_fits`): :class:`PanelInt4LinearMethod` for
-    Q4_K, Q4_0 and Q4_1 layers, not the embedding
-    (its rows are gathered) nor ``head`` (the greedy head reads the output layer's rows);
-    ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers and ``int8_panel.
+    layout of a kind :func:`panel_kinds` allows (``a8_fp32`` as there) and fits
+    (:func:`panel_fits`): :class:`PanelInt4LinearMethod` for Q4_K, Q4_0 and Q4_1 layers, not
+    the embedding (its rows are gathered) nor ``head`` (the greedy head reads the output
+    layer's rows); ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers and ``int8_panel.
     PanelInt8LinearMethod`` for Q8_0 ones, ``head`` included (they read rows back from the
     panel), a pure embedding not. Returns those modules, still in the row layout for their
     rows to be filled."""
-    if not panel_usable(device, dtype):
+    kinds = panel_kinds(device, dtype, a8_fp32)
+    if not kinds:
         return []
     from .int6_panel import PanelInt6LinearMethod, panel6_fits
     from .int8_panel import PanelInt8LinearMethod, panel8_fits
     from .native_int6 import Int6LinearMethod
 
-    kinds = (torch.uint8, torch.float16)  # Q4_K's two levels, Q4_0 / Q4_1's fp16 scales
+    scale_kinds = (torch.uint8, torch.float16)  # Q4_K's two levels, Q4_0 / Q4_1's fp16 scales
     embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
     adopted = []
     for module in model.modules():
         method = getattr(module, "quant_method", None)
-        if (type(method) is NativeInt4LinearMethod and method.scale_dtype in kinds
-                and method.kernel == "packed" and module is not head and panel_fits(module)):
-            module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
-            adopted.append(module)
+        if type(method) is NativeInt4LinearMethod:
+            if ("int4" in kinds and method.scale_dtype in scale_kinds
+                    and method.kernel == "packed" and module is not head
+                    and panel_fits(module)):
+                module.quant_method = PanelInt4LinearMethod(device, method.scale_dtype)
+                adopted.append(module)
         elif method is None or not (module is head or module is not embedding):
             continue
-        elif type(method) is Int6LinearMethod and panel6_fits(module):
-            module.quant_method = PanelInt6LinearMethod(device)
-            adopted.append(module)
-        elif panel8_fits(module):
+        elif type(method) is Int6LinearMethod:
+            if "int6" in kinds and panel6_fits(module):
+                module.quant_method = PanelInt6LinearMethod(device)
+                adopted.append(module)
+        elif "int8" in kinds and panel8_fits(module):
             module.quant_method = PanelInt8LinearMethod(device)
             adopted.append(module)
-    if adopted and not _vnni_kernels():  # LOCALCHAT_CPU_PANEL=1 where they are portable
-        logger.warning("%s=1 without AVX-512 VNNI at the active ISA level: the panel layouts "
-                       "run their portable kernels, many times slower than the row layouts "
-                       "(a testing switch; unset it)", PANEL_ENV)
+    slow = {_kind(m.quant_method) for m in adopted} - vector_kinds()
+    if slow:  # LOCALCHAT_CPU_PANEL=1 where they are portable
+        logger.warning("%s=1 without the %s panel kernels at the active ISA level: they run "
+                       "portable code, many times slower than the row layouts (a testing "
+                       "switch; unset it)", PANEL_ENV, " / ".join(sorted(slow)))
     return adopted
+
+
+def _kind(method) -> str:
+    """``"int4"``, ``"int6"`` or ``"int8"``: the panel layout of a panel method."""
+    from .int6_panel import PanelInt6LinearMethod
+
+    if isinstance(method, PanelInt4LinearMethod):
+        return "int4"
+    return "int6" if isinstance(method, PanelInt6LinearMethod) else "int8"
 
 
 def panel_scheme(adopted: list) -> str:

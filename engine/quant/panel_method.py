@@ -29,12 +29,22 @@ def from_tiles(t: torch.Tensor, per_row: int) -> torch.Tensor:
         .contiguous()
 
 
+def _exact_fp32(x: torch.Tensor) -> bool:
+    """Whether fp32 rows ``x`` are outside the integer-dot kernels' reach
+    (``kernels.cpu_a8_enabled``): an ``a8_fp32`` engine's prompt step, whose every row count
+    then takes the exact GEMM (its KV does not depend on how the prompt is chunked)."""
+    from localchat import kernels
+
+    return x.dtype == torch.float32 and not kernels.cpu_a8_enabled(torch.float32)
+
+
 class PanelMixin:
     """What the panel layouts' linear methods share once :meth:`to_panel` has run
     (``self.panel``; before that the row-layout base class answers): rows through the
     layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for the
     C++ decoder stack (``decode_plan``), the first tiles alone for ``apply_prefix``, prompts
-    of more than ``kernels.CPU_MAX_ROWS`` rows through the row layout's prefill GEMM where
+    of more than ``kernels.CPU_MAX_ROWS`` rows (and fp32 rows the integer-dot kernels do not
+    take, :func:`_exact_fp32`) through the row layout's prefill GEMM where
     :meth:`_rows_op` names the C++ op that dequantizes panel tiles to its values
     (:meth:`_prompt`; else through ``_OP`` too), rows read back (the greedy head, a tied
     embedding) from :meth:`_dequantize_tiles`, no exact fp32 row kernels, and :meth:`to_rows`
@@ -106,7 +116,7 @@ class PanelMixin:
 
         x2 = x.reshape(-1, x.shape[-1])
         rows_op = self._rows_op(layer)
-        if rows_op is not None and cpp_prefill(x2.shape[0]):
+        if rows_op is not None and (cpp_prefill(x2.shape[0]) or _exact_fp32(x2)):
             y = self._prompt(layer, x2, *rows_op)
         else:
             y = getattr(cpu, self._OP)(x2, *self._panel(layer))

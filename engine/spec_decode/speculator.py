@@ -103,13 +103,15 @@ class Speculator:
         """``(model, draft ModelConfig)``: the draft's weights only (no KV pool yet, so that
         the engine can plan both pools from the memory left). Raises ``ModelLoadError``."""
         from ..loader import load_model, load_model_config
+        from ..quant.schemes import auto_fp32_takes_a8
 
         device, dtype = config.resolved_device(), config.resolved_dtype()
         draft_config = load_model_config(draft_path, cache_dir)
         check_vocab(target_config, draft_config, "the target", str(draft_path))
         model = load_model(draft_path, draft_config, dtype=dtype, device=device,
                            max_position=max_model_len, cache_dir=cache_dir, quant=config.quant,
-                           progress=config.quant.progress)
+                           progress=config.quant.progress,
+                           a8_fp32=auto_fp32_takes_a8(device, config.dtype, dtype))
         return model, draft_config
 
     @classmethod

@@ -45,6 +45,7 @@ constexpr int64_t kPanelRows = 16;
 // Tiles [t0, t1) of `a` (A8Args with qweight / scales / mins / super pointing at the panel
 // tensors, super null for one level, xq / d / xs the int8-layout activations, group_size 32) for all a.M rows.
 void int4_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1);
+void int4_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1);  // panel4_avx2.cpp
 void int4_panel_a8_scalar(const A8Args& a, int64_t t0, int64_t t1);
 
 }  // namespace localchat_cpu

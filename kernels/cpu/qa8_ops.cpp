@@ -179,8 +179,7 @@ at::Tensor int4_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at
            M, N, K, (K + 127) / 128 * 128, 32, K / 32};
   if (two_level) a.super = reinterpret_cast<const uint16_t*>(psuper->data_ptr<at::Half>());
   static const bool vnni_ok = cpu_has_vnni();
-  const A8Fn fn = cpu_clamp_isa(isa) == kAvx512 && vnni_ok ? int4_panel_a8_vnni
-                                                           : int4_panel_a8_scalar;
+  const A8Fn fn = pick_a8(isa, int4_panel_a8_vnni, int4_panel_a8_avx2, int4_panel_a8_scalar);
   return run_a8(x, a, false, fn, pick_a8_quant(isa), kPanelRows);
 }
 

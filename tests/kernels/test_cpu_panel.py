@@ -7,9 +7,9 @@ Q4_K) and fp16 ones (Q4_0 / Q4_1, K a multiple of 32 only).
 - Kernel vs ``reference.int4_matmul_a8`` on the row layout (the same activation integers and
   exact int32 dots per 32-column group, another fp32 summation order): within
   ``test_cpu_quant_a8``'s summation bound (``4 * gamma_(T+4) * A``, Higham 3.1), for M from 1
-  past the kernel's 16-row blocks, on the VNNI path and the portable one.
-- The portable kernel equals the VNNI one bit for bit (the same operations in the same
-  order); batch and thread invariance on both; the launcher's checks.
+  past the kernel's 16-row blocks, on the VNNI, AVX2 and portable paths.
+- The portable kernel equals the VNNI and AVX2 ones bit for bit (the same operations in the
+  same order); batch and thread invariance on each; the launcher's checks.
 - ``int4_panel_dequantize`` (a one-level panel's tiles back to float rows, for a prompt's
   GEMM) writes ``int4_dequantize``'s values of the row layout bit for bit, fp32 and bf16, on
   every ISA path, for whole weights and 16-row blocks; it refuses a block off the tiles.
@@ -27,8 +27,8 @@ from .batch_invariance import assert_batch_invariant
 from .test_cpu_kscales import kscale_weights
 from .test_cpu_quant_a8 import activations, assert_summation_close, built  # noqa: F401
 
-# 2: VNNI where the CPU has it (else the portable kernel), 0: the portable kernel
-LEVELS = {"avx512": 2, "scalar": 0}
+# 2: VNNI where the CPU has it (else AVX2), 1: AVX2 (panel4_avx2.cpp), 0: the portable kernel
+LEVELS = {"avx512": 2, "avx2": 1, "scalar": 0}
 SHAPES = [(16, 256), (48, 512), (80, 1536), (32, 2304)]  # (N, K): 1, 3, 5 and 2 tiles
 ONE_LEVEL_SHAPES = [(16, 32), (48, 576), (32, 160)]  # SmolLM2's K, K % 128 != 0
 
@@ -97,15 +97,21 @@ def test_one_level_matches_reference(built, level, n, k):  # noqa: F811
     assert_batch_invariant(lambda xs: cpu.int4_panel_a8(xs, *panel, isa=LEVELS[level]), x)
 
 
-def test_portable_equals_vnni(built):  # noqa: F811
+@pytest.mark.parametrize("isa", [2, 1])
+def test_portable_equals_vnni_and_avx2(built, isa):  # noqa: F811
+    """The VNNI (2) and AVX2 (1) kernels equal the portable one bit for bit: row counts
+    across the AVX2 kernel's passes of up to 6 rows and the VNNI one's 16-row blocks, fp32
+    and bf16 outputs."""
     panel = to_panel(*kscale_weights(48, 768, seed=5))
     one = to_panel(*one_level_weights(48, 576, seed=5))
-    for rows in (1, 4, 7, 19):
-        x = activations(rows, 768, seed=rows).bfloat16()
-        assert torch.equal(cpu.int4_panel_a8(x, *panel, isa=2),
-                           cpu.int4_panel_a8(x, *panel, isa=0))
-        x = activations(rows, 576, seed=rows).bfloat16()
-        assert torch.equal(cpu.int4_panel_a8(x, *one, isa=2), cpu.int4_panel_a8(x, *one, isa=0))
+    for rows in (1, 4, 6, 7, 13, 19):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = activations(rows, 768, seed=rows).to(dtype)
+            assert torch.equal(cpu.int4_panel_a8(x, *panel, isa=isa),
+                               cpu.int4_panel_a8(x, *panel, isa=0))
+            x = activations(rows, 576, seed=rows).to(dtype)
+            assert torch.equal(cpu.int4_panel_a8(x, *one, isa=isa),
+                               cpu.int4_panel_a8(x, *one, isa=0))
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from localchat import kernels
-from localchat.engine.quant import int6_panel
+from localchat.engine.quant import int4_panel, int6_panel
 from localchat.engine.quant.int4_panel import PANEL_ENV, adopt_panel, panel_scheme
 from localchat.engine.quant.int6_panel import PanelInt6LinearMethod, from_panel6
 from localchat.engine.quant.native import NativeInt4LinearMethod
@@ -95,15 +95,18 @@ def _model():
 @pytest.mark.parametrize("env", ["", "0"])
 def test_adopt_panel_takes_q6k_linears_and_the_head(monkeypatch, env):
     monkeypatch.setenv(PANEL_ENV, env)
-    taken = env == "" and cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+    kinds = int4_panel.fast_kinds() if env == "" else frozenset()
+    taken = "int6" in kinds
     model = _model()
     adopted = adopt_panel(model, "cpu", torch.bfloat16, head=model.head)
-    assert adopted == ([model.q4k, model.q6k, model.head] if taken else [])
+    assert adopted == ([model.q4k] if "int4" in kinds else []) + (
+        [model.q6k, model.head] if taken else [])
     for layer in (model.q6k, model.head):
         assert isinstance(layer.quant_method, PanelInt6LinearMethod) == taken
     assert type(model.model.embed_tokens.quant_method) is Int6LinearMethod
     assert type(model.odd.quant_method) is Int6LinearMethod
-    assert panel_scheme(adopted) == ("native-panel-q6" if taken else "native")
+    assert panel_scheme(adopted) == ("native-panel-q6" if taken else
+                                     "native-panel" if adopted else "native")
     if taken:  # a model without Q6_K layers keeps the Q4_K panel's entry
         assert panel_scheme([model.q4k]) == "native-panel"
 

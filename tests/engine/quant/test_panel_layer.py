@@ -106,10 +106,17 @@ def test_q4_1_layer_in_panel_equals_its_op():
     for got, want in zip(from_panel(*panel), rows):
         assert torch.equal(got, want)
     x = activations(5, 576, seed=1)
-    y = layer(x)
+    with kernels.a8_fp32():  # an fp32 engine's decode step: the integer-dot op
+        y = layer(x)
     assert torch.equal(y, cpu.int4_panel_a8(x, *panel))
     assert_summation_close(y, x, reference.unpack_int4(rows[0]), rows[1].float(),
                            rows[2].float(), 32)
+    # its prompt step (fp32 rows outside a8_fp32): every row count takes the exact GEMM over
+    # the dequantized weight, so a prompt's KV does not depend on its chunking
+    exact = x @ reference.dequantize_int4(rows[0], rows[1], rows[2], 32).T
+    y = layer(x)
+    assert not torch.equal(y, cpu.int4_panel_a8(x, *panel))
+    torch.testing.assert_close(y, exact, rtol=1e-5, atol=1e-5 * exact.abs().max().item())
     for dtype in (torch.bfloat16, torch.float16):  # a prompt: the row layout's GEMM, bit for bit
         x = activations(40, 576, seed=2).to(dtype)
         assert torch.equal(layer(x), row_layer(x))
@@ -141,8 +148,8 @@ def _model(head_n=N, odd_n=40):
     ("yes", torch.bfloat16, True)])
 def test_adopt_panel_takes_native_q4k_linears_only(monkeypatch, env, dtype, taken):
     monkeypatch.setenv(int4_panel.PANEL_ENV, env)
-    if taken == "vnni":
-        taken = cpu.active_isa() >= 2 and cpu.has_vnni() and not cpu.amx_enabled()
+    if taken == "vnni":  # the default: where the int4 panel's vector kernel runs
+        taken = "int4" in int4_panel.fast_kinds()
     model = _model()
     adopted = adopt_panel(model, "cpu", dtype, head=model.head)
     want = [model.q4k, model.q41]
@@ -194,16 +201,33 @@ def test_cache_round_trip_and_back_to_rows(tmp_path):
                            activations(3, K, seed=4).bfloat16())
 
 
-@pytest.mark.parametrize("isa", ["", "avx2"])
+@pytest.mark.parametrize("isa", ["", "avx2", "scalar"])
 def test_forced_panel_without_vnni_says_it_is_slow(monkeypatch, caplog, isa):
-    """``LOCALCHAT_CPU_PANEL=1`` where the VNNI kernels do not run (an AVX2 CPU, or the ISA
-    capped) takes the portable kernels, over 10x slower in a trial: one warning line."""
+    """``LOCALCHAT_CPU_PANEL=1`` where the int4 panel's vector kernels do not run (the ISA
+    capped below AVX2) takes the portable kernels, over 10x slower in a trial: one warning
+    line; at the AVX2 level its AVX2 kernel runs, at AVX-512 with VNNI its VNNI one."""
     import logging
 
     monkeypatch.setenv(int4_panel.PANEL_ENV, "1")
     monkeypatch.setenv("LOCALCHAT_CPU_ISA", isa)  # re-read at once (tests/conftest.py)
-    vnni = cpu.active_isa() >= 2 and cpu.has_vnni()
+    vector = cpu.active_isa() >= 1
     with caplog.at_level(logging.WARNING, logger="localchat.engine.quant.int4_panel"):
         assert adopt_panel(_model(), "cpu", torch.bfloat16)
-    said = [r.getMessage() for r in caplog.records if "portable kernels" in r.getMessage()]
-    assert len(said) == (0 if vnni else 1)
+    said = [r.getMessage() for r in caplog.records if "portable code" in r.getMessage()]
+    assert len(said) == (0 if vector else 1)
+
+
+@pytest.mark.parametrize("a8_fp32", [False, True])
+def test_fp32_engine_takes_the_panel_only_when_it_decodes_with_integer_dots(monkeypatch,
+                                                                            a8_fp32):
+    """fp32 activations take the panel (by default where its kernels run) only for an engine
+    that decodes through the integer-dot kernels (``LLMEngine.a8_fp32``, an fp32 picked for a
+    CPU without native bf16); an fp32 engine asked for keeps the row layout's exact kernels,
+    as does ``LOCALCHAT_CPU_A8=0``."""
+    monkeypatch.setenv(int4_panel.PANEL_ENV, "")
+    model = _model()
+    taken = a8_fp32 and "int4" in int4_panel.fast_kinds()
+    assert adopt_panel(model, "cpu", torch.float32, head=model.head, a8_fp32=a8_fp32) == (
+        [model.q4k, model.q41] if taken else [])
+    monkeypatch.setenv("LOCALCHAT_CPU_A8", "0")  # re-read at once (tests/conftest.py)
+    assert adopt_panel(_model(), "cpu", torch.float32, a8_fp32=True) == []

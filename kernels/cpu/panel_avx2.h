@@ -1,0 +1,75 @@
+// Helpers of the panel layouts' AVX2 kernels (panel4_avx2.cpp): loads of a tile's 8-lane
+// scale vectors, activation broadcasts, the store of 16 outputs and the tile/row driver.
+// Included after immintrin.h and qa8.h by TUs compiled for AVX2 + FMA + F16C; everything here
+// sits in an anonymous namespace (no symbol shared with a TU compiled for another ISA).
+#pragma once
+#include <cstring>
+#include <type_traits>
+
+namespace localchat_cpu {
+namespace {
+
+constexpr int64_t kPrefetch2 = 1024;  // bytes ahead in a tile's weight stream
+// Activation rows per pass: their int16 sums (2 registers a row) and the tile's unpacked
+// weights (4) nearly fill the 16 registers; the fp32 accumulators live in L1 (once a group).
+// Zen 3, one thread, Q4_K 8960 x 1536, 128 rows: 6 rows a pass 80 GMAC/s, 8 rows 79, 4 rows
+// 62, 3 rows 61 (interleaved runs; about one `maddubs` a cycle).
+constexpr int kRowsAvx2 = 6;
+
+// 8 uint8 -> 8 fp32 lanes.
+inline __m256 u8x8_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// 8 fp16 -> 8 fp32 lanes.
+inline __m256 f16x8_ps(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Four activation bytes broadcast to every 32-bit lane.
+inline __m256i bcast4_256(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Outputs n .. n + 15 of row m (v[0]: n .. n + 7), fp32 or bf16 as a8_store rounds.
+inline void store16_avx2(const A8Args& a, int64_t m, int64_t n, const __m256* v) {
+  if (!a.out_bf16) {
+    float* o = static_cast<float*>(a.out) + m * a.N + n;
+    _mm256_storeu_ps(o, v[0]);
+    _mm256_storeu_ps(o + 8, v[1]);
+    return;
+  }
+  alignas(32) float t[16];
+  _mm256_store_ps(t, v[0]);
+  _mm256_store_ps(t + 8, v[1]);
+  for (int j = 0; j < 16; ++j) a8_store(a, m, n + j, t[j]);
+}
+
+// Tiles [t0, t1), each over all M rows in passes of at most kRowsAvx2 rows split evenly (a
+// tile's weights stay in L1 / L2 across the passes): run(std::integral_constant<int, MT>{},
+// t, m0). Every output takes the same operations whatever the split.
+template <class Pass>
+inline void tiles_avx2(const Pass& run, int64_t M, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t m = 0; m < M;) {
+      const int64_t passes = (M - m + kRowsAvx2 - 1) / kRowsAvx2;
+      const int64_t mt = (M - m + passes - 1) / passes;
+      switch (mt) {
+        case 1: run(std::integral_constant<int, 1>{}, t, m); break;
+        case 2: run(std::integral_constant<int, 2>{}, t, m); break;
+        case 3: run(std::integral_constant<int, 3>{}, t, m); break;
+        case 4: run(std::integral_constant<int, 4>{}, t, m); break;
+        case 5: run(std::integral_constant<int, 5>{}, t, m); break;
+        case 6: run(std::integral_constant<int, 6>{}, t, m); break;
+        default: break;
+      }
+      m += mt;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace localchat_cpu
