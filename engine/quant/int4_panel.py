@@ -127,18 +127,19 @@ def _vnni_kernels() -> bool:
 
 
 KINDS = frozenset({"int4", "int6", "int8"})  # the panel layouts, by weight width
+AVX2_KINDS = frozenset({"int4", "int6"})  # those with an AVX2 kernel
 
 
 def vector_kinds() -> frozenset[str]:
     """The panel layouts whose own vector kernels run at the active ISA level (the others run
     portable code, many times slower than the row layouts): all three with AVX-512 VNNI, the
-    int4 one at the AVX2 level (``panel4_avx2.cpp``: 1.6x the row layout's kernel at one row,
-    1.7-1.9x at 5-128 rows, Zen 3, 2 threads), none below."""
+    int4 and int6 ones at the AVX2 level (``panel4_avx2.cpp``: 1.6x the row layout's kernel
+    at one row, 1.7-1.9x at 5-128 rows, Zen 3, 2 threads; ``panel6_avx2.cpp``), none below."""
     from localchat.kernels import cpu
 
     if cpu.active_isa() < 1:
         return frozenset()
-    return KINDS if _vnni_kernels() else frozenset({"int4"})
+    return KINDS if _vnni_kernels() else AVX2_KINDS
 
 
 def fast_kinds() -> frozenset[str]:

@@ -105,11 +105,11 @@ void int4_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
   if (a.super)
     tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
       pass<true, decltype(mt)::value>(a, t, m0);
-    }, a.M, t0, t1);
+    }, a.M, a.Kp, t0, t1);
   else
     tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
       pass<false, decltype(mt)::value>(a, t, m0);
-    }, a.M, t0, t1);
+    }, a.M, a.Kp, t0, t1);
 }
 
 }  // namespace localchat_cpu

@@ -41,6 +41,7 @@ namespace localchat_cpu {
 // Tiles [t0, t1) of `a` (A8Args with qweight = plow, qhigh = phigh, scales = pscales, super =
 // psuper; xq / ncorr / d the int8-layout activations; group_size 32; no mins) for all a.M rows.
 void int6_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1);
+void int6_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1);  // panel6_avx2.cpp
 void int6_panel_a8_scalar(const A8Args& a, int64_t t0, int64_t t1);
 
 // -32 * sum of xq over 16-column sub-block s of row m, from the int8 layout's ncorr (-128 *

@@ -214,12 +214,12 @@ at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::
            M, N, K, K, 32, K / 32};
   a.super = reinterpret_cast<const uint16_t*>(psuper.data_ptr<at::Half>());
   a.qhigh = phigh.data_ptr();
-  // the kernels read ncorr (the sub-blocks' activation sums): the VNNI and portable
-  // quantizers write it (the AVX2 one, the same integers, does not)
-  static const bool vnni_ok = cpu_has_vnni();
-  const bool vnni = cpu_clamp_isa(isa) == kAvx512 && vnni_ok;
-  return run_a8(x, a, false, vnni ? int6_panel_a8_vnni : int6_panel_a8_scalar,
-                vnni ? a8_quantize_avx512 : a8_quantize_scalar, kPanelRows);
+  // the VNNI and portable kernels read ncorr (the sub-blocks' activation sums), which their
+  // quantizers write; the AVX2 kernel sums the int8 activations itself (the AVX2 quantizer,
+  // the same integers, writes no ncorr)
+  return run_a8(x, a, false,
+                pick_a8(isa, int6_panel_a8_vnni, int6_panel_a8_avx2, int6_panel_a8_scalar),
+                pick_a8_quant(isa), kPanelRows);
 }
 
 // W8A8 over the int8 panel layout (panel8.h): x [M, K] fp32 / bf16 / fp16, qpanel int8

@@ -9,10 +9,10 @@ Q6_K weights with 16 outputs interleaved, for the VNNI W6A8 kernel.
   exact int32 dots, another fp32 summation order): within ``test_int6``'s bound
   (``4 * gamma_(K/8 + 20) * A``; the panel sums ``K / 32`` terms of exact group sums, fewer
   than the bound allows), for M from 1 past the kernel's 8-row passes and 16-row blocks, on
-  the VNNI path and the portable one, random and extreme weights (every u = 0 / 63, scales
+  the VNNI, AVX2 and portable paths, random and extreme weights (every u = 0 / 63, scales
   -128 / 127).
-- The portable kernel equals the VNNI one bit for bit (the same operations in the same
-  order); batch and thread invariance; the launcher's checks.
+- The portable kernel equals the VNNI and AVX2 ones bit for bit (the same integers, the same
+  fp32 operations in the same order); batch and thread invariance; the launcher's checks.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from .batch_invariance import assert_batch_invariant
 from .test_cpu_quant_a8 import built  # noqa: F401
 from .test_int6 import activations, assert_a8_close, cpp_int6, q6_blocks
 
-# 2: VNNI where the CPU has it (else the portable kernel), 0: the portable kernel
-LEVELS = {"avx512": 2, "scalar": 0}
+# 2: VNNI where the CPU has it (else AVX2), 1: AVX2 (panel6_avx2.cpp), 0: the portable kernel
+LEVELS = {"avx512": 2, "avx2": 1, "scalar": 0}
 SHAPES = [(16, 256), (48, 512), (80, 1536), (32, 2304)]  # (N, K): 1, 3, 5 and 2 tiles
 
 
@@ -90,12 +90,20 @@ def test_extreme_weights(built, level, extreme):  # noqa: F811
     assert torch.allclose(out, x @ reference.dequantize_int6(*w).t(), rtol=1e-5, atol=0)
 
 
-def test_portable_equals_vnni(built):  # noqa: F811
-    panel = to_panel6(*_weights(48, 768, seed=5))
-    for rows in (1, 4, 7, 11, 19):
-        x = activations(rows, 768, seed=rows).bfloat16()
-        assert torch.equal(cpu.int6_panel_a8(x, *panel, isa=2),
-                           cpu.int6_panel_a8(x, *panel, isa=0))
+@pytest.mark.parametrize("isa", [2, 1])
+@pytest.mark.parametrize("extreme", [None, "low", "high"])
+def test_portable_equals_vnni_and_avx2(built, isa, extreme):  # noqa: F811
+    """The VNNI (2) and AVX2 (1) kernels equal the portable one bit for bit, random and
+    extreme weights (the AVX2 kernel's int16 sums at their largest), fp32 and bf16 outputs,
+    row counts across the AVX2 kernel's 6-row passes and the VNNI one's 8-row passes."""
+    panel = to_panel6(*_weights(48, 768, seed=5, extreme=extreme))
+    for rows in (1, 4, 6, 7, 11, 13, 19):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = activations(rows, 768, seed=rows).to(dtype)
+            if extreme:
+                x = torch.where(x >= 0, 127.0, -127.0).to(dtype)
+            assert torch.equal(cpu.int6_panel_a8(x, *panel, isa=isa),
+                               cpu.int6_panel_a8(x, *panel, isa=0))
 
 
 @pytest.mark.parametrize("level", LEVELS)
