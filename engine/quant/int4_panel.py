@@ -119,27 +119,17 @@ def nibbles_from_panel(qpanel: torch.Tensor) -> torch.Tensor:
     return b.reshape(n, o * 4).contiguous()
 
 
-def _vnni_kernels() -> bool:
-    """Whether the panel kernels' VNNI paths run here (else their portable ones)."""
-    from localchat.kernels import cpu
-
-    return cpu.active_isa() >= 2 and cpu.has_vnni()
-
-
 KINDS = frozenset({"int4", "int6", "int8"})  # the panel layouts, by weight width
-AVX2_KINDS = frozenset({"int4", "int6"})  # those with an AVX2 kernel
 
 
 def vector_kinds() -> frozenset[str]:
     """The panel layouts whose own vector kernels run at the active ISA level (the others run
-    portable code, many times slower than the row layouts): all three with AVX-512 VNNI, the
-    int4 and int6 ones at the AVX2 level (``panel4_avx2.cpp``: 1.6x the row layout's kernel
-    at one row, 1.7-1.9x at 5-128 rows, Zen 3, 2 threads; ``panel6_avx2.cpp``), none below."""
+    portable code, many times slower than the row layouts): all three at the AVX2 level
+    (``panel{4,6,8}_avx2.cpp``; the int4 one 1.6x the row layout's kernel at one row, 1.7-1.9x
+    at 5-128 rows, Zen 3, 2 threads) and with AVX-512 VNNI, none below."""
     from localchat.kernels import cpu
 
-    if cpu.active_isa() < 1:
-        return frozenset()
-    return KINDS if _vnni_kernels() else AVX2_KINDS
+    return KINDS if cpu.active_isa() >= 1 else frozenset()
 
 
 def fast_kinds() -> frozenset[str]:

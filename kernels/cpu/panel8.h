@@ -30,6 +30,7 @@ namespace localchat_cpu {
 // Tiles [t0, t1) of `a` (A8Args with qweight = qpanel, scales = pscales (half); xq / ncorr /
 // d the int8-layout activations; group_size 32; no mins) for all a.M rows.
 void int8_panel_a8_vnni(const A8Args& a, int64_t t0, int64_t t1);
+void int8_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1);  // panel8_avx2.cpp
 void int8_panel_a8_scalar(const A8Args& a, int64_t t0, int64_t t1);
 
 // -128 * sum of xq over 32-column group g of row m, from the int8 layout's ncorr: exact.

@@ -1,6 +1,6 @@
 // Checking launchers and torch.library registration of the integer-dot (W4A8 / W8A8) CPU
-// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the int4 and int6 panel
-// layouts, panel{4,6}_{scalar,vnni}.cpp; activation quantizers in
+// matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the panel layouts,
+// panel{4,6,8}_{scalar,avx2,vnni}.cpp; activation quantizers in
 // qa8_prep.cpp and the vector TUs). The ISA is an argument, clamped to what the CPU has.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -244,11 +244,11 @@ at::Tensor int8_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, qpanel.data_ptr(),
            pscales.data_ptr(), nullptr, true, nullptr, false,
            M, N, K, (K + 127) / 128 * 128, 32, K / 32};
-  // the kernels read ncorr: the VNNI and portable quantizers write it (int6_panel_a8)
-  static const bool vnni_ok = cpu_has_vnni();
-  const bool vnni = cpu_clamp_isa(isa) == kAvx512 && vnni_ok;
-  return run_a8(x, a, false, vnni ? int8_panel_a8_vnni : int8_panel_a8_scalar,
-                vnni ? a8_quantize_avx512 : a8_quantize_scalar, kPanelRows);
+  // the VNNI and portable kernels read ncorr, which their quantizers write; the AVX2 kernel
+  // (the sign trick) needs no activation sum
+  return run_a8(x, a, false,
+                pick_a8(isa, int8_panel_a8_vnni, int8_panel_a8_avx2, int8_panel_a8_scalar),
+                pick_a8_quant(isa), kPanelRows);
 }
 
 at::Tensor int8_matmul_a8(const at::Tensor& x, const at::Tensor& qweight,

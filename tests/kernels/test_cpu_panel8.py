@@ -1,6 +1,6 @@
 """The int8 panel layout (``kernels/cpu/panel8*.cpp``, ``engine/quant/int8_panel.py``): GGUF
 Q8_0 weights (int8 with an fp16 scale per 32 columns) with 16 outputs interleaved, for the
-VNNI W8A8 kernel.
+VNNI and AVX2 W8A8 kernels.
 
 - Layout: ``to_panel8`` / ``from_panel8`` are exact inverses, the C++ conversion writes
   ``to_panel8``'s bytes, one weight is checked by hand, and the panel's own dequantization
@@ -8,10 +8,10 @@ VNNI W8A8 kernel.
 - Kernel vs ``reference.int8_matmul_a8`` on the row layout (the same activation integers and
   exact int32 dots per group, another fp32 summation order): within ``test_cpu_quant_a8``'s
   summation bound, for M from 1 past the kernel's 8-row passes and 16-row blocks, K not a
-  multiple of 128 (the activations' padding), on the VNNI path and the portable one; extreme
+  multiple of 128 (the activations' padding), on the VNNI, AVX2 and portable paths; extreme
   weights (every q = -128 or 127) against activations at +-127 are exact.
-- The portable kernel equals the VNNI one bit for bit; batch and thread invariance; the
-  launcher's checks.
+- The portable kernel equals the VNNI and AVX2 ones bit for bit; batch and thread
+  invariance; the launcher's checks.
 - ``int8_panel_dequantize`` (tiles back to float rows, for a prompt's GEMM) writes
   ``int8_dequantize``'s values of the row layout bit for bit, fp32 and bf16, every ISA path.
 """
@@ -28,8 +28,8 @@ from localchat.kernels import cpu
 from .batch_invariance import assert_batch_invariant
 from .test_cpu_quant_a8 import activations, assert_summation_close, built  # noqa: F401
 
-# 2: VNNI where the CPU has it (else the portable kernel), 0: the portable kernel
-LEVELS = {"avx512": 2, "scalar": 0}
+# 2: VNNI where the CPU has it (else AVX2), 1: AVX2 (panel8_avx2.cpp), 0: the portable kernel
+LEVELS = {"avx512": 2, "avx2": 1, "scalar": 0}
 SHAPES = [(16, 32), (48, 576), (80, 1536), (32, 160)]  # (N, K): SmolLM2's K; K % 128 != 0
 
 
@@ -97,12 +97,20 @@ def test_extreme_weights(built, level, extreme):  # noqa: F811
     assert torch.allclose(out, x @ dequantize_int8_grouped(*w).t(), rtol=1e-5, atol=0)
 
 
-def test_portable_equals_vnni(built):  # noqa: F811
-    panel = to_panel8(*q8_weights(48, 576, seed=5))
-    for rows in (1, 4, 7, 11, 19):
-        x = activations(rows, 576, seed=rows).bfloat16()
-        assert torch.equal(cpu.int8_panel_a8(x, *panel, isa=2),
-                           cpu.int8_panel_a8(x, *panel, isa=0))
+@pytest.mark.parametrize("isa", [2, 1])
+@pytest.mark.parametrize("extreme", [None, -128, 127])
+def test_portable_equals_vnni_and_avx2(built, isa, extreme):  # noqa: F811
+    """The VNNI (2) and AVX2 (1, the sign trick: |q| = 128 read unsigned) kernels equal the
+    portable one bit for bit, random and extreme weights, fp32 and bf16 outputs, row counts
+    across the AVX2 kernel's 6-row passes and the VNNI one's 8-row passes."""
+    panel = to_panel8(*q8_weights(48, 576, seed=5, extreme=extreme))
+    for rows in (1, 4, 6, 7, 11, 13, 19):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = activations(rows, 576, seed=rows).to(dtype)
+            if extreme is not None:
+                x = torch.where(x >= 0, 127.0, -127.0).to(dtype)
+            assert torch.equal(cpu.int8_panel_a8(x, *panel, isa=isa),
+                               cpu.int8_panel_a8(x, *panel, isa=0))
 
 
 @pytest.mark.parametrize("level", LEVELS)

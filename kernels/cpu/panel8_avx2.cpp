@@ -1,0 +1,68 @@
+// AVX2 kernel of the int8 panel layout (panel8.h), for CPUs without AVX-512 VNNI. Per 32-column
+// group and half tile (8 outputs): each of the group's 8 quads is one 32-byte load, its bytes'
+// magnitudes taken once for all rows; per activation row the sign trick (`maddubs` of |q|
+// against the row's 4-byte broadcast with q's signs moved onto it: at most 2 * 128 * 127 per
+// int16 pair, no saturation) and one `madd` with ones give each output's 4-column dot in
+// int32, summed over the quads into the group's exact dot of q and xq (panel8.h's integer, which
+// the VNNI kernel forms as (q + 128) * xq less 128 * sum(xq)); then one convert and one FMA per
+// group, so the result equals the scalar and VNNI kernels' bit for bit. Tiles outer, all rows
+// in passes of up to kRowsAvx2 (panel_avx2.h). Design after llama.cpp's AVX2 Q8_0 x Q8_0 dot
+// product (own code).
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "panel8.h"
+#include "panel_avx2.h"
+
+namespace localchat_cpu {
+namespace {
+
+template <int MT>
+inline void pass(const A8Args& a, int64_t t, int64_t m0) {
+  const int64_t K = a.K, Kp = a.Kp, ng = K / 32;
+  const int8_t* pq = static_cast<const int8_t*>(a.qweight) + t * (K / 4) * 64;
+  const uint16_t* ps = static_cast<const uint16_t*>(a.scales) + t * ng * 16;
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float acc[MT][16] = {};
+  for (int64_t g = 0; g < ng; ++g) {
+    const int8_t* wg = pq + g * 512;
+    for (int h = 0; h < 2; ++h) {
+      __m256i dot[MT];
+      for (int r = 0; r < MT; ++r) dot[r] = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const int8_t* w = wg + 64 * c + 32 * h;
+        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+        const __m256i aq = _mm256_sign_epi8(q, q);  // |q| (-128 -> 0x80, read unsigned)
+        for (int r = 0; r < MT; ++r) {
+          const __m256i xs = _mm256_sign_epi8(bcast4_256(a.xq + (m0 + r) * Kp + 32 * g + 4 * c), q);
+          dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xs), ones));
+        }
+      }
+      const __m256 sv = f16x8_ps(ps + g * 16 + 8 * h);
+      for (int r = 0; r < MT; ++r) {
+        const __m256 da = _mm256_set1_ps(a.d[(m0 + r) * (Kp / 32) + g]);
+        float* p = acc[r] + 8 * h;
+        _mm256_store_ps(p, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(sv, da),
+                                           _mm256_load_ps(p)));
+      }
+    }
+  }
+  for (int r = 0; r < MT; ++r) {
+    const __m256 v[2] = {_mm256_load_ps(acc[r]), _mm256_load_ps(acc[r] + 8)};
+    store16_avx2(a, m0 + r, t * 16, v);
+  }
+}
+
+}  // namespace
+
+void int8_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
+  tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
+    pass<decltype(mt)::value>(a, t, m0);
+  }, a.M, a.Kp, t0, t1);
+}
+
+}  // namespace localchat_cpu
