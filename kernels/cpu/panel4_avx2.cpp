@@ -93,10 +93,7 @@ inline void pass(const A8Args& a, int64_t t, int64_t m0) {
       }
     }
   }
-  for (int r = 0; r < MT; ++r) {
-    const __m256 v[2] = {_mm256_load_ps(acc[r]), _mm256_load_ps(acc[r] + 8)};
-    store16_avx2(a, m0 + r, t * 16, v);
-  }
+  store_tile<MT>(a, m0, t, acc);
 }
 
 }  // namespace

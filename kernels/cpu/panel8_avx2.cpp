@@ -42,19 +42,10 @@ inline void pass(const A8Args& a, int64_t t, int64_t m0) {
           dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xs), ones));
         }
       }
-      const __m256 sv = f16x8_ps(ps + g * 16 + 8 * h);
-      for (int r = 0; r < MT; ++r) {
-        const __m256 da = _mm256_set1_ps(a.d[(m0 + r) * (Kp / 32) + g]);
-        float* p = acc[r] + 8 * h;
-        _mm256_store_ps(p, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(sv, da),
-                                           _mm256_load_ps(p)));
-      }
+      fold_group<MT>(a, m0, g, h, dot, f16x8_ps(ps + g * 16 + 8 * h), acc);
     }
   }
-  for (int r = 0; r < MT; ++r) {
-    const __m256 v[2] = {_mm256_load_ps(acc[r]), _mm256_load_ps(acc[r] + 8)};
-    store16_avx2(a, m0 + r, t * 16, v);
-  }
+  store_tile<MT>(a, m0, t, acc);
 }
 
 }  // namespace

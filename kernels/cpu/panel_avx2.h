@@ -1,5 +1,6 @@
-// Helpers of the panel layouts' AVX2 kernels (panel4_avx2.cpp): loads of a tile's 8-lane
-// scale vectors, activation broadcasts, the store of 16 outputs and the tile/row driver.
+// Helpers of the panel layouts' AVX2 kernels (panel{4,6,8}_avx2.cpp): loads of a tile's
+// 8-lane scale vectors, activation broadcasts, a group's fp32 fold, the stores of 16 outputs
+// and the tile/row driver.
 // Included after immintrin.h and qa8.h by TUs compiled for AVX2 + FMA + F16C; everything here
 // sits in an anonymous namespace (no symbol shared with a TU compiled for another ISA).
 #pragma once
@@ -47,6 +48,28 @@ inline void store16_avx2(const A8Args& a, int64_t m, int64_t n, const __m256* v)
   _mm256_store_ps(t, v[0]);
   _mm256_store_ps(t + 8, v[1]);
   for (int j = 0; j < 16; ++j) a8_store(a, m, n + j, t[j]);
+}
+
+// One group's term of 8 outputs of MT rows: acc[r][8h ..] = fma(float(isum[r]), sv * d_act[m0
+// + r, g], acc[r][8h ..]) (the kernels keep their fp32 accumulators in L1, acc [MT][16]).
+template <int MT>
+inline void fold_group(const A8Args& a, int64_t m0, int64_t g, int h, const __m256i* isum,
+                       __m256 sv, float (*acc)[16]) {
+  for (int r = 0; r < MT; ++r) {
+    const __m256 da = _mm256_set1_ps(a.d[(m0 + r) * (a.Kp / 32) + g]);
+    float* p = acc[r] + 8 * h;
+    _mm256_store_ps(p, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(sv, da),
+                                       _mm256_load_ps(p)));
+  }
+}
+
+// The 16 outputs of tile t for rows m0 .. m0 + MT - 1 from their accumulators.
+template <int MT>
+inline void store_tile(const A8Args& a, int64_t m0, int64_t t, const float (*acc)[16]) {
+  for (int r = 0; r < MT; ++r) {
+    const __m256 v[2] = {_mm256_load_ps(acc[r]), _mm256_load_ps(acc[r] + 8)};
+    store16_avx2(a, m0 + r, t * 16, v);
+  }
 }
 
 // Activation bytes of one block of rows, kept in L2 while every tile passes over it.
