@@ -5,9 +5,9 @@
 // in int16 (16 products of at most 15 * 127 each: at most 30480, no saturation). Per group one
 // `madd` with ones turns each output's two int16 halves into the exact int32 dot, then the
 // scale and min terms as panel4.h orders them, so the result equals the scalar and VNNI
-// kernels' bit for bit. Tiles are the outer loop and all rows pass over a tile's weights
-// while they are in L1/L2 (a prompt streams each weight once). Design after llama.cpp's AVX2
-// interleaved Q4_0 / Q4_K GEMMs (own code).
+// kernels' bit for bit. Within a block of rows the tiles are the outer loop, and the block's
+// rows pass over a tile's weights while they are in L1 / L2 (panel_avx2.h's tiles_avx2).
+// Design after llama.cpp's AVX2 interleaved Q4_0 / Q4_K GEMMs (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
@@ -88,8 +88,9 @@ inline void pass(const A8Args& a, int64_t t, int64_t m0) {
       const __m256 xs = _mm256_set1_ps(a.xs[m * ng + g]);
       for (int h = 0; h < 2; ++h) {
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][h], ones));
-        __m256 v = _mm256_fmadd_ps(dot, _mm256_mul_ps(sv[h], da), _mm256_load_ps(acc[r] + 8 * h));
-        _mm256_store_ps(acc[r] + 8 * h, _mm256_fmadd_ps(mv[h], xs, v));
+        float* p = acc[r] + 8 * h;
+        const __m256 v = _mm256_fmadd_ps(dot, _mm256_mul_ps(sv[h], da), _mm256_load_ps(p));
+        _mm256_store_ps(p, _mm256_fmadd_ps(mv[h], xs, v));
       }
     }
   }

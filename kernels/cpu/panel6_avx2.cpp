@@ -6,8 +6,8 @@
 // scale in both int16 halves of each lane gives sc * sum(u * xq) in int32, and a third `madd`
 // adds sc * (-32 * sum(xq)) (the sub-block's activation sum, at most 16 * 127, in the low half
 // of each lane against -32 * sc): the exact integer of panel6.h, then one convert and one FMA
-// per group, so the result equals the scalar and VNNI kernels' bit for bit. Tiles outer, all
-// rows in passes of up to kRowsAvx2 (panel_avx2.h). Design after llama.cpp's AVX2 Q6_K dot
+// per group, so the result equals the scalar and VNNI kernels' bit for bit. Tiles and rows are
+// walked by panel_avx2.h's tiles_avx2. Design after llama.cpp's AVX2 Q6_K dot
 // product (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -41,7 +41,8 @@ inline void pass(const A8Args& a, const int32_t* s16, int64_t t, int64_t m0) {
         _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2 + 64), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(ph + s * 64 + kPrefetch2 / 2), _MM_HINT_T0);
-        const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph + s * 64 + 32 * h));
+        const __m256i H =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph + s * 64 + 32 * h));
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64));
         const __m256i u0 = _mm256_or_si256(_mm256_and_si256(w0, nib),

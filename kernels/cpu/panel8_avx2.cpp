@@ -5,8 +5,8 @@
 // int16 pair, no saturation) and one `madd` with ones give each output's 4-column dot in
 // int32, summed over the quads into the group's exact dot of q and xq (panel8.h's integer, which
 // the VNNI kernel forms as (q + 128) * xq less 128 * sum(xq)); then one convert and one FMA per
-// group, so the result equals the scalar and VNNI kernels' bit for bit. Tiles outer, all rows
-// in passes of up to kRowsAvx2 (panel_avx2.h). Design after llama.cpp's AVX2 Q8_0 x Q8_0 dot
+// group, so the result equals the scalar and VNNI kernels' bit for bit. Tiles and rows are
+// walked by panel_avx2.h's tiles_avx2. Design after llama.cpp's AVX2 Q8_0 x Q8_0 dot
 // product (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
