@@ -124,7 +124,8 @@ def amx_rows(x: torch.Tensor, k: int) -> bool:
 def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
                  dtype: torch.dtype | None = None,
                  amx: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 key: object = None, align: int = 1) -> torch.Tensor:
+                 key: object = None, align: int = 1,
+                 invariant: bool = False) -> torch.Tensor:
     """``x [M, K] @ w.T`` for a weight ``w [n, k]`` that ``fill`` dequantizes a block of rows
     at a time into the shared scratch, in ``dtype`` (default :func:`gemm_dtype`: bf16 for
     bf16 ``x``, else fp32; the GEMM runs in that dtype with torch's accumulation, fp32 for
@@ -132,23 +133,30 @@ def blockwise_mm(x: torch.Tensor, n: int, k: int, fill: Fill,
     its weight (``x [M, K]`` bf16 contiguous -> ``[M, n]`` bf16), replaces both where
     :func:`amx_rows` says so (same dequantized bf16 weights, fp32 accumulation). ``key``
     names the weight (its packed tensor's address) for :func:`shared_dequantization`;
-    blocks start at multiples of ``align`` rows (a panel layout's 16-row tiles)."""
-    if amx is not None and dtype is None and amx_rows(x, k):
+    blocks start at multiples of ``align`` rows (a panel layout's 16-row tiles).
+    ``invariant``: each block through ``kernels.cpu.float_matmul`` instead (batch invariant:
+    a row's bits do not depend on the other rows, where BLAS takes another path for one row;
+    for a few rows)."""
+    if amx is not None and dtype is None and amx_rows(x, k) and not invariant:
         return amx(x.contiguous())
     dt = gemm_dtype(x) if dtype is None else dtype
     xd = x.to(dt)
     rows = block_rows(n, k, dt)
-    if rows == n:
+    if rows == n and not invariant:
         return torch.mm(xd, _weight_block(key, 0, n, k, dt, fill).t()).to(x.dtype)
     out = torch.empty(x.shape[0], n, dtype=dt)
     blocks = -(-n // rows)
     rows = -(-n // blocks)  # even blocks: no thin last GEMM
     rows = max(align, rows // align * align)
+    if invariant:
+        from localchat.kernels import cpu
     for a in range(0, n, rows):
         b = min(rows, n - a)
         w = _weight_block(key, a, b, k, dt, fill)
-        # straight into the result's columns (BLAS writes with ldc = n): no temporary, no copy
-        torch.mm(xd, w.t(), out=out[:, a:a + b])
+        if invariant:
+            out[:, a:a + b] = cpu.float_matmul(xd, w)
+        else:  # straight into the result's columns (BLAS writes with ldc = n): no temporary
+            torch.mm(xd, w.t(), out=out[:, a:a + b])
     return out.to(x.dtype)
 
 

@@ -88,6 +88,10 @@ class PanelMixin:
             return super().decode_plan(layer, dtype)
         from localchat import kernels
 
+        if dtype == torch.float32 and self._rows_op(layer) is not None \
+                and not kernels.cpu_a8_enabled(torch.float32):
+            return None  # an exact fp32 prompt step: apply's GEMM over dequantized tiles
+
         return ([(self._OP, (kernels.INPUT, *self._panel(layer),
                              kernels.cpu.active_isa()))], layer.bias)
 
@@ -129,7 +133,10 @@ class PanelMixin:
         blocks written from the panel tiles by the op :meth:`_rows_op` names, the row
         layout's values bit for bit. So a prompt's logits do not change with the layout:
         SmolLM2's (Q4_1) first answer token to "What is the capital of France?" is a
-        0.085-logit near-tie that the integer-dot kernel's int8 activations flip."""
+        0.085-logit near-tie that the integer-dot kernel's int8 activations flip. Up to
+        ``kernels.CPU_MAX_ROWS`` rows (an fp32 engine's short prompt step, its logits rows)
+        take the batch-invariant float matmul over the blocks: a request's first token then
+        does not depend on the requests beside it (``tests/engine/test_step_groups.py``)."""
         from localchat.kernels import cpu
 
         from .cpu_prefill import blockwise_mm
@@ -139,8 +146,11 @@ class PanelMixin:
         def fill(a: int, b: int, w: torch.Tensor) -> None:
             op(*tensors, a, w)
 
+        from localchat import kernels
+
         return blockwise_mm(x, layer.out_features, layer.in_features, fill,
-                            key=tensors[0].data_ptr(), align=ROWS)
+                            key=tensors[0].data_ptr(), align=ROWS,
+                            invariant=x.shape[0] <= kernels.CPU_MAX_ROWS)
 
     def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
         """Panel tiles (the :meth:`_panel` tensors indexed by tile) -> fp32 ``[16 T, K]``,
