@@ -29,13 +29,13 @@ def from_tiles(t: torch.Tensor, per_row: int) -> torch.Tensor:
         .contiguous()
 
 
-def _exact_fp32(x: torch.Tensor) -> bool:
-    """Whether fp32 rows ``x`` are outside the integer-dot kernels' reach
+def _exact_fp32(dtype: torch.dtype) -> bool:
+    """Whether activations of ``dtype`` are fp32 outside the integer-dot kernels' reach
     (``kernels.cpu_a8_enabled``): an ``a8_fp32`` engine's prompt step, whose every row count
     then takes the exact GEMM (its KV does not depend on how the prompt is chunked)."""
     from localchat import kernels
 
-    return x.dtype == torch.float32 and not kernels.cpu_a8_enabled(torch.float32)
+    return dtype == torch.float32 and not kernels.cpu_a8_enabled(torch.float32)
 
 
 class PanelMixin:
@@ -88,8 +88,7 @@ class PanelMixin:
             return super().decode_plan(layer, dtype)
         from localchat import kernels
 
-        if dtype == torch.float32 and self._rows_op(layer) is not None \
-                and not kernels.cpu_a8_enabled(torch.float32):
+        if self._rows_op(layer) is not None and _exact_fp32(dtype):
             return None  # an exact fp32 prompt step: apply's GEMM over dequantized tiles
 
         return ([(self._OP, (kernels.INPUT, *self._panel(layer),
@@ -120,7 +119,7 @@ class PanelMixin:
 
         x2 = x.reshape(-1, x.shape[-1])
         rows_op = self._rows_op(layer)
-        if rows_op is not None and (cpp_prefill(x2.shape[0]) or _exact_fp32(x2)):
+        if rows_op is not None and (cpp_prefill(x2.shape[0]) or _exact_fp32(x2.dtype)):
             y = self._prompt(layer, x2, *rows_op)
         else:
             y = getattr(cpu, self._OP)(x2, *self._panel(layer))

@@ -5,8 +5,8 @@
 // in int16 (16 products of at most 15 * 127 each: at most 30480, no saturation). Per group one
 // `madd` with ones turns each output's two int16 halves into the exact int32 dot, then the
 // scale and min terms as panel4.h orders them, so the result equals the scalar and VNNI
-// kernels' bit for bit. Within a block of rows the tiles are the outer loop, and the block's
-// rows pass over a tile's weights while they are in L1 / L2 (panel_avx2.h's tiles_avx2).
+// kernels' bit for bit. Tiles are the outer loop and all rows pass over a tile's weights while
+// they are in L1 / L2 (panel_avx2.h's tiles_avx2).
 // Design after llama.cpp's AVX2 interleaved Q4_0 / Q4_K GEMMs (own code).
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -103,11 +103,11 @@ void int4_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
   if (a.super)
     tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
       pass<true, decltype(mt)::value>(a, t, m0);
-    }, a.M, a.Kp, t0, t1);
+    }, a.M, t0, t1);
   else
     tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
       pass<false, decltype(mt)::value>(a, t, m0);
-    }, a.M, a.Kp, t0, t1);
+    }, a.M, t0, t1);
 }
 
 }  // namespace localchat_cpu

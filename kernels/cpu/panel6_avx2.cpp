@@ -92,7 +92,7 @@ void int6_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
     }
   tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
     pass<decltype(mt)::value>(a, s16.data(), t, m0);
-  }, a.M, a.Kp, t0, t1);
+  }, a.M, t0, t1);
 }
 
 }  // namespace localchat_cpu

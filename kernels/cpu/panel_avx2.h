@@ -4,7 +4,6 @@
 // Included after immintrin.h and qa8.h by TUs compiled for AVX2 + FMA + F16C; everything here
 // sits in an anonymous namespace (no symbol shared with a TU compiled for another ISA).
 #pragma once
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -72,35 +71,27 @@ inline void store_tile(const A8Args& a, int64_t m0, int64_t t, const float (*acc
   }
 }
 
-// Activation bytes of one block of rows, kept in L2 while every tile passes over it.
-constexpr int64_t kRowBlockBytes = 192 * 1024;
-
-// Tiles [t0, t1) over all M rows: blocks of rows whose int8 activations (row_bytes each) fit
-// kRowBlockBytes, each over the whole tile range; per tile, passes of at most kRowsAvx2 rows
-// split evenly (the tile's weights stay in L1 / L2 across them): run(std::integral_constant<
-// int, MT>{}, t, m0). Every output takes the same operations whatever the split.
-// (Qwen2.5-1.5B's 1536 x 8960 Q6_K down layer, 64 rows: 28 GMAC/s with the rows in one block,
-// the activations then streamed from L3 for every tile.)
+// Tiles [t0, t1), each over all M rows in passes of at most kRowsAvx2 rows split evenly (a
+// tile's weights stay in L1 / L2 across the passes): run(std::integral_constant<int, MT>{}, t,
+// m0). Every output takes the same operations whatever the split. (Blocking the rows to 192 KiB
+// of activations, each block over all tiles, measured no faster: the 1536 x 8960 Q6_K layer,
+// 64 and 256 rows, one thread, 54-56 GMAC/s either way.)
 template <class Pass>
-inline void tiles_avx2(const Pass& run, int64_t M, int64_t row_bytes, int64_t t0, int64_t t1) {
-  const int64_t block = std::max<int64_t>(kRowsAvx2, kRowBlockBytes / row_bytes);
-  for (int64_t mb = 0; mb < M; mb += block) {
-    const int64_t me = std::min(M, mb + block);
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t m = mb; m < me;) {
-        const int64_t passes = (me - m + kRowsAvx2 - 1) / kRowsAvx2;
-        const int64_t mt = (me - m + passes - 1) / passes;
-        switch (mt) {
-          case 1: run(std::integral_constant<int, 1>{}, t, m); break;
-          case 2: run(std::integral_constant<int, 2>{}, t, m); break;
-          case 3: run(std::integral_constant<int, 3>{}, t, m); break;
-          case 4: run(std::integral_constant<int, 4>{}, t, m); break;
-          case 5: run(std::integral_constant<int, 5>{}, t, m); break;
-          case 6: run(std::integral_constant<int, 6>{}, t, m); break;
-          default: break;
-        }
-        m += mt;
+inline void tiles_avx2(const Pass& run, int64_t M, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t m = 0; m < M;) {
+      const int64_t passes = (M - m + kRowsAvx2 - 1) / kRowsAvx2;
+      const int64_t mt = (M - m + passes - 1) / passes;
+      switch (mt) {
+        case 1: run(std::integral_constant<int, 1>{}, t, m); break;
+        case 2: run(std::integral_constant<int, 2>{}, t, m); break;
+        case 3: run(std::integral_constant<int, 3>{}, t, m); break;
+        case 4: run(std::integral_constant<int, 4>{}, t, m); break;
+        case 5: run(std::integral_constant<int, 5>{}, t, m); break;
+        case 6: run(std::integral_constant<int, 6>{}, t, m); break;
+        default: break;
       }
+      m += mt;
     }
   }
 }
