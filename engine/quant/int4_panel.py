@@ -217,6 +217,8 @@ class PanelInt4LinearMethod(PanelMixin, NativeInt4LinearMethod):
         self._install(layer, self._names()[0], tensors, (lambda: cpu.int4_to_panel(
             *src, *tensors, *[None] * (4 - len(tensors)))) if convert else None)
 
+    _F32_OP = "int4_panel_f32"
+
     def _rows_op(self, layer):
         if self.scale_dtype == torch.uint8:  # Q4_K: the integer-dot kernel, as llama.cpp's
             return None

@@ -99,6 +99,8 @@ class PanelInt8LinearMethod(PanelMixin, Int8GroupLinearMethod):
         self._install(layer, _ROW_NAMES, tensors, (lambda: cpu.int8_to_panel(
             *(layer._buffers[name] for name in _ROW_NAMES), *tensors)) if convert else None)
 
+    _F32_OP = "int8_panel_f32"
+
     def _rows_op(self, layer):
         return "int8_panel_dequantize", self._panel(layer)
 

@@ -43,16 +43,20 @@ class PanelMixin:
     (``self.panel``; before that the row-layout base class answers): rows through the
     layout's ``kernels.cpu`` op ``_OP`` over :meth:`_panel`'s tensors, the same call for the
     C++ decoder stack (``decode_plan``), the first tiles alone for ``apply_prefix``, prompts
-    of more than ``kernels.CPU_MAX_ROWS`` rows (and fp32 rows the integer-dot kernels do not
-    take, :func:`_exact_fp32`) through the row layout's prefill GEMM where
-    :meth:`_rows_op` names the C++ op that dequantizes panel tiles to its values
-    (:meth:`_prompt`; else through ``_OP`` too), rows read back (the greedy head, a tied
-    embedding) from :meth:`_dequantize_tiles`, no exact fp32 row kernels, and :meth:`to_rows`
+    of more than ``kernels.CPU_MAX_ROWS`` rows through the row layout's prefill GEMM where
+    :meth:`_rows_op` names the C++ op that dequantizes panel tiles to its values, and fewer
+    fp32 rows the integer-dot kernels do not take (:func:`_exact_fp32`) through the exact
+    fp32 op ``_F32_OP`` over the same tensors (:meth:`_prompt`; without a rows op, through
+    ``_OP`` too), rows read back (the greedy head, a tied embedding) from
+    :meth:`_dequantize_tiles`, and :meth:`to_rows`
     (a cache entry that could not be mapped). Put before the row-layout method in the bases;
     a subclass gives ``_OP``, ``_PANEL_NAMES`` (or :meth:`_panel_names` and :meth:`_panel`)
     and ``to_panel`` (through :meth:`_install`)."""
 
     _OP = ""
+    # the exact fp32 op over :meth:`_rows_op`'s tensors (``op(x, *tensors, isa)``), for the
+    # rows whose activations stay fp32 (panelf.h); layouts with a rows op name one
+    _F32_OP = ""
     _PANEL_NAMES: tuple[str, ...] = ()  # the panel buffers, in ``_OP``'s argument order
 
     def _panel_names(self) -> tuple[str, ...]:
@@ -88,9 +92,10 @@ class PanelMixin:
             return super().decode_plan(layer, dtype)
         from localchat import kernels
 
-        if self._rows_op(layer) is not None and _exact_fp32(dtype):
-            return None  # an exact fp32 prompt step: apply's GEMM over dequantized tiles
-
+        rows_op = self._rows_op(layer)
+        if rows_op is not None and _exact_fp32(dtype):  # an exact fp32 prompt step
+            return ([(self._F32_OP, (kernels.INPUT, *rows_op[1], kernels.cpu.active_isa()))],
+                    layer.bias)
         return ([(self._OP, (kernels.INPUT, *self._panel(layer),
                              kernels.cpu.active_isa()))], layer.bias)
 
@@ -133,19 +138,24 @@ class PanelMixin:
         layout's values bit for bit. So a prompt's logits do not change with the layout:
         SmolLM2's (Q4_1) first answer token to "What is the capital of France?" is a
         0.085-logit near-tie that the integer-dot kernel's int8 activations flip. Up to
-        ``kernels.CPU_MAX_ROWS`` rows (an fp32 engine's short prompt step, its logits rows)
-        take the batch-invariant float matmul over the blocks: a request's first token then
-        does not depend on the requests beside it (``tests/engine/test_step_groups.py``)."""
+        ``kernels.CPU_MAX_ROWS`` fp32 rows (an fp32 engine's short prompt step, its logits
+        rows) take the layout's exact fp32 op (``_F32_OP``, ``kernels/cpu/panelf.h``: the same
+        values unpacked in registers, each output one fp32 sum in column order), batch
+        invariant: a request's first token then does not depend on the requests beside it
+        (``tests/engine/test_step_groups.py``). It replaced a batch-invariant float matmul over
+        every tile dequantized into a scratch (SmolLM2's 49152 x 576 Q8_0 head, one row, 2
+        threads on the AVX2 Zen 3: 10.5 -> 1.5 ms; a 1536 x 576 Q4_1 layer 0.29 -> 0.04 ms)."""
+        from localchat import kernels
         from localchat.kernels import cpu
 
         from .cpu_prefill import blockwise_mm
 
+        if x.dtype == torch.float32 and x.shape[0] <= kernels.CPU_MAX_ROWS:
+            return getattr(cpu, self._F32_OP)(x, *tensors)
         op = getattr(cpu, name)
 
         def fill(a: int, b: int, w: torch.Tensor) -> None:
             op(*tensors, a, w)
-
-        from localchat import kernels
 
         return blockwise_mm(x, layer.out_features, layer.in_features, fill,
                             key=tensors[0].data_ptr(), align=ROWS,

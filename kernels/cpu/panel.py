@@ -116,3 +116,30 @@ def int8_panel_dequantize(qpanel, pscales, row0: int, out, isa: int | None = Non
     turned back into rows and dequantized by that kernel; ``panel_repack.cpp``), for a
     prompt's GEMM. Raises ``RuntimeError`` on a bad shape, dtype or row range."""
     _ops().int8_panel_dequantize(qpanel, pscales, row0, out, _isa(isa))
+
+
+def int4_panel_f32(x, qpanel, pscales, pmins, isa: int | None = None):
+    """Exact fp32 matmul over a one-level (GGUF Q4_0 / Q4_1) int4 panel weight: ``x [M, K]``
+    fp32/bf16/fp16 (widened to fp32; any M, K % 32 == 0) -> ``[M, N]`` in ``x.dtype``, every
+    output ``acc = fma(w[n, k], x[m, k], acc)`` for ``k = 0 .. K - 1`` in order from 0, ``w``
+    the values :func:`int4_panel_dequantize` writes (``fma(q, scale, min)``, exact). Weights as
+    :func:`int4_panel_a8`'s one-level form (``qpanel`` uint8 ``[N/16, K/8, 64]``, fp16
+    ``pscales`` / ``pmins`` ``[N/16, K/32, 16]``, contiguous).
+
+    For the rows whose activations stay fp32 (an fp32 engine's short prompt steps and logits
+    rows): the weights are unpacked in registers, no float copy of the layer. Batch and thread
+    invariant; the AVX2 kernel (ISA level >= 1, ``panelf_avx2.cpp``) equals the portable one
+    (``panelf_scalar.cpp``) bit for bit (``panelf.h``). Raises ``RuntimeError`` on a bad shape,
+    dtype or layout."""
+    return _ops().int4_panel_f32(x, qpanel, pscales, pmins, _isa(isa))
+
+
+def int8_panel_f32(x, qpanel, pscales, isa: int | None = None):
+    """Exact fp32 matmul over an int8 (GGUF Q8_0) panel weight: ``x [M, K]`` fp32/bf16/fp16
+    (widened to fp32; any M, K % 32 == 0) -> ``[M, N]`` in ``x.dtype``, every output
+    ``acc = fma(w[n, k], x[m, k], acc)`` for ``k = 0 .. K - 1`` in order from 0, ``w = q *
+    scale`` (exact, :func:`int8_panel_dequantize`'s values). Weights as
+    :func:`int8_panel_a8`'s (``qpanel`` int8 ``[N/16, K/4, 64]``, ``pscales`` fp16
+    ``[N/16, K/32, 16]``). Batch and thread invariant, AVX2 and portable kernels bit-equal, as
+    :func:`int4_panel_f32`. Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int8_panel_f32(x, qpanel, pscales, _isa(isa))
