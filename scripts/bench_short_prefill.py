@@ -4,6 +4,7 @@ Usage::
 
     python scripts/bench_short_prefill.py                      # the three bundle models
     python scripts/bench_short_prefill.py --models qwen2.5-coder-1.5b --rounds 3 --json out.json
+    python scripts/bench_short_prefill.py --after-prefix --layouts panel rows
 
 A chat turn's prompt is usually tens of tokens: more than one decode chunk
 (``kernels.CPU_MAX_ROWS`` = 16 rows) and fewer than the prefill GEMM wants. For each model
@@ -26,6 +27,12 @@ With ``--llama-peer EXE`` (a binary built from ``scripts/llama_peer.cpp``), llam
 same GGUF and the same ids, in the same rounds: its prompt batch's decode time (``prefill_s``,
 the prompt alone; ours also counts sampling the token and the engine step around it).
 
+``--after-prefix``: a chat turn's case instead, 1, 4 and 16 new tokens after a 64-token prefix
+that the prefix cache holds (each round computes a fresh prefix first, then times the turn),
+on the default path. ``--layouts panel rows`` loads the model twice, once with the panel
+layouts (the default where they are taken) and once with ``LOCALCHAT_CPU_PANEL=0`` (the row
+layouts), and times both in the same rounds.
+
 The chunks row at 80 and 96 tokens (past the bound) is measured with the global bound raised
 to the prompt's length (bit-plane layers still stop at 24).
 To compare two builds of the kernels, run this script from each checkout in turn (each loads
@@ -46,6 +53,8 @@ import torch
 
 LENGTHS = (17, 32, 48, 64, 80, 96)
 PATHS = ("chunks", "gemm", "a8 chunks")
+TURN_LENGTHS = (1, 4, 16)  # --after-prefix: new tokens after a cached prefix
+PREFIX = 64
 
 
 @contextlib.contextmanager
@@ -76,36 +85,65 @@ def ttft(engine, ids: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def bench_model(name: str, rounds: int, rng: random.Random, threads: int,
-                peer_exe: Path | None) -> dict:
+def load(source, layout: str):
+    """The engine of ``source`` with the panel layouts (``panel``, the default) or without
+    (``rows``: ``LOCALCHAT_CPU_PANEL=0`` while it loads)."""
+    import os
+
     from localchat.app.settings import cache_dir
     from localchat.engine.config import EngineConfig, QuantConfig
-    from localchat.engine.hub.resolve import resolve_model
     from localchat.engine.llm_engine import LLMEngine
+    from localchat.engine.quant.int4_panel import PANEL_ENV
+
+    before = os.environ.get(PANEL_ENV)
+    if layout == "rows":
+        os.environ[PANEL_ENV] = "0"
+    try:
+        return LLMEngine.from_source(source, EngineConfig(quant=QuantConfig(scheme="native")),
+                                     cache_dir=cache_dir())
+    finally:
+        if before is None:
+            os.environ.pop(PANEL_ENV, None)
+        else:
+            os.environ[PANEL_ENV] = before
+
+
+def bench_model(name: str, rounds: int, rng: random.Random, threads: int,
+                peer_exe: Path | None, layouts: list[str], after_prefix: bool) -> dict:
+    from localchat.app.settings import cache_dir
+    from localchat.engine.hub.resolve import resolve_model
 
     source = resolve_model(name, cache_dir=cache_dir(), download=False)
-    engine = LLMEngine.from_source(source, EngineConfig(quant=QuantConfig(scheme="native")),
-                                   cache_dir=cache_dir())
+    engines = {layout: load(source, layout) for layout in layouts}
     peer = None
-    if peer_exe is not None:
+    if peer_exe is not None and not after_prefix:
         from llama_peers import LlamaPeer  # scripts/, beside this file
 
         peer = LlamaPeer(peer_exe, Path(source.path), threads)
         peer._run([rng.randrange(1000, 20000) for _ in range(24)], 1)
-    ttft(engine, [rng.randrange(1000, 20000) for _ in range(24)])  # first-call costs
-    paths = (*PATHS, "llama.cpp") if peer else PATHS
-    best: dict[str, dict[int, float]] = {p: {} for p in paths}
+    for engine in engines.values():
+        ttft(engine, [rng.randrange(1000, 20000) for _ in range(24)])  # first-call costs
+    paths = ("default",) if after_prefix else PATHS
+    rows = [(layout, path) for path in paths for layout in layouts]
+    if peer:
+        rows.append(("", "llama.cpp"))
+    best: dict[tuple[str, str], dict[int, float]] = {row: {} for row in rows}
     try:
         for _ in range(rounds):
-            for length in LENGTHS:
-                for path in paths:
+            for length in TURN_LENGTHS if after_prefix else LENGTHS:
+                for layout, path in rows:
                     ids = [rng.randrange(1000, 20000) for _ in range(length)]
                     if path == "llama.cpp":
                         seconds = peer._run(ids, 1)["prefill_s"]
+                    elif after_prefix:
+                        prefix = [rng.randrange(1000, 20000) for _ in range(PREFIX)]
+                        ttft(engines[layout], prefix)  # now in the prefix cache
+                        seconds = ttft(engines[layout], prefix + ids)
                     else:
                         with prefill_path(path, length):
-                            seconds = ttft(engine, ids)
-                    best[path][length] = min(best[path].get(length, seconds), seconds)
+                            seconds = ttft(engines[layout], ids)
+                    key = (layout, path)
+                    best[key][length] = min(best[key].get(length, seconds), seconds)
     finally:
         if peer is not None:
             peer.close()
@@ -121,18 +159,27 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--llama-peer", type=Path, default=None,
                         help="llama.cpp peer: a binary built from scripts/llama_peer.cpp")
+    parser.add_argument("--after-prefix", action="store_true",
+                        help="1, 4 and 16 new tokens after a cached 64-token prefix")
+    parser.add_argument("--layouts", nargs="+", choices=["panel", "rows"], default=["panel"],
+                        help="rows: the model loaded with LOCALCHAT_CPU_PANEL=0 too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = random.Random(0)
     results = {}
+    lengths = TURN_LENGTHS if args.after_prefix else LENGTHS
+    what = (f"new tokens after a cached {PREFIX}-token prefix" if args.after_prefix
+            else "prompt lengths")
     print(f"time to first token (s), best of {args.rounds}, {args.threads} threads; "
-          f"prompt lengths {', '.join(map(str, LENGTHS))}")
+          f"{what} {', '.join(map(str, lengths))}")
     for name in args.models:
-        best = bench_model(name, args.rounds, rng, args.threads, args.llama_peer)
-        results[name] = {p: {str(n): s for n, s in v.items()} for p, v in best.items()}
-        for path in best:
-            row = "  ".join(f"{best[path][n]:6.3f}" for n in LENGTHS)
-            print(f"{name:20s} {path:10s} {row}")
+        best = bench_model(name, args.rounds, rng, args.threads, args.llama_peer, args.layouts,
+                           args.after_prefix)
+        results[name] = {f"{layout} {path}".strip(): {str(n): s for n, s in v.items()}
+                         for (layout, path), v in best.items()}
+        for (layout, path), v in best.items():
+            row = "  ".join(f"{v[n]:6.3f}" for n in lengths)
+            print(f"{name:20s} {layout:6s} {path:10s} {row}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
