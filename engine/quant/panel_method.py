@@ -85,7 +85,9 @@ class PanelMixin:
         self.panel = False
 
     def exact_cpu_rows(self, layer) -> bool:
-        return False if self.panel else super().exact_cpu_rows(layer)
+        if not self.panel:
+            return super().exact_cpu_rows(layer)
+        return self._rows_op(layer) is not None  # ``_F32_OP`` runs a short prefill's chunks
 
     def decode_plan(self, layer, dtype):
         if not self.panel:

@@ -4,7 +4,9 @@ same layer in the row layout, built from random Q8_0 blocks through the loader's
 - After ``to_panel`` the layer holds the same bytes (``from_panel8`` gives the row layout back
   exactly) and ``weight_bytes``; up to 16 rows ``apply`` equals the panel op, stays within
   the summation bound of the integer-dot reference on the row layout, and is batch invariant
-  through the layer; ``decode_plan`` (the C++ decoder stack's call) gives the same bits; a
+  through the layer; fp32 rows of a prompt step take the exact fp32 op (``int8_panel_f32``,
+  each row its one-row call, within the fp32 summation bound of the float64 product);
+  ``decode_plan`` (the C++ decoder stack's call) gives the same bits; a
   longer prompt equals the row layout's layer bit for bit (the same dequantized values in the
   same GEMM); ``apply_prefix`` (a draft's vocabulary) equals the first outputs bit for bit.
 - Rows read back (``dequantize_rows`` for the greedy head, ``embed`` for a tied embedding)
@@ -67,11 +69,19 @@ def test_panel_layer_holds_the_row_bytes_and_computes_the_panel_op():
     assert held == layer.quant_method.weight_bytes(N, K, torch.bfloat16)
     for m_rows in (1, 5, 16):
         x = activations(m_rows, K, seed=m_rows)
-        with kernels.a8_fp32():  # fp32 rows outside it take the exact GEMM (test_panel_layer)
+        with kernels.a8_fp32():  # fp32 rows outside it take the exact fp32 op (below)
             y = layer(x)
         assert torch.equal(y, cpu.int8_panel_a8(x, *panel))
         assert_summation_close(y, x, rows[0], rows[1].float(), None, 32)
     assert_batch_invariant(layer, activations(16, K, seed=1).bfloat16())
+    # an fp32 engine's prompt step: the exact fp32 op, each row its one-row call (a 40-row
+    # short prefill as 16-row chunks), within the fp32 summation bound of the float64 product
+    x = activations(40, K, seed=6)
+    y = layer(x)
+    assert torch.equal(y, torch.cat([cpu.int8_panel_f32(r, *panel) for r in x.split(1)]))
+    w = rows[0].double() * rows[1].double().repeat_interleave(32, 1)
+    bound = (K + 1) * 2.0 ** -24 * (x.double().abs() @ w.abs().T)
+    assert bool(((y.double() - x.double() @ w.T).abs() <= bound).all())
     (name, args), = layer.quant_method.decode_plan(layer, torch.bfloat16)[0]
     x = activations(3, K, seed=2).bfloat16()
     call = getattr(torch.ops.localchat_cpu, name)

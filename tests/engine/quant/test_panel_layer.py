@@ -7,8 +7,10 @@ layer in the row layout, built from random Q4_K blocks through the loader's row 
   (``tests/kernels/test_cpu_quant_a8.py``); it is batch invariant through the layer.
 - ``decode_plan`` (the C++ decoder stack's call) gives the same bits as ``apply``.
 - A Q4_1 layer (fp16 scales, one level; SmolLM2's K = 576) in the panel computes its op up to
-  16 rows, and a longer prompt equals the same layer in the row layout bit for bit (both
-  dequantize the same values for the bf16 or fp32 GEMM of bf16 or fp16 activations).
+  16 rows inside an fp32 engine's decode step, its exact fp32 op (``int4_panel_f32``) in a
+  prompt step (a 40-row short prefill as 16-row chunks of it; the decoder stack's plan the
+  same call), and a bf16 / fp16 prompt equals the same layer in the row layout bit for bit
+  (both dequantize the same values for the GEMM).
 - ``adopt_panel`` takes native Q4_K, Q4_0 and Q4_1 linear layers only: not the embedding, not
   the output layer, not a shape the panel cannot tile, not with ``LOCALCHAT_CPU_PANEL=0`` or
   fp32 activations; ``=1`` forces it wherever the kernels are built.
@@ -111,12 +113,21 @@ def test_q4_1_layer_in_panel_equals_its_op():
     assert torch.equal(y, cpu.int4_panel_a8(x, *panel))
     assert_summation_close(y, x, reference.unpack_int4(rows[0]), rows[1].float(),
                            rows[2].float(), 32)
-    # its prompt step (fp32 rows outside a8_fp32): every row count takes the exact GEMM over
-    # the dequantized weight, so a prompt's KV does not depend on its chunking
+    # its prompt step (fp32 rows outside a8_fp32): the exact fp32 op over the dequantized
+    # values, so a prompt's KV does not depend on its chunking; a short prefill (40 rows) as
+    # 16-row chunks of it, each row equal to its one-row call; the decoder stack's plan too
     exact = x @ reference.dequantize_int4(rows[0], rows[1], rows[2], 32).T
     y = layer(x)
     assert not torch.equal(y, cpu.int4_panel_a8(x, *panel))
+    assert torch.equal(y, cpu.int4_panel_f32(x, *panel))
     torch.testing.assert_close(y, exact, rtol=1e-5, atol=1e-5 * exact.abs().max().item())
+    x40 = activations(40, 576, seed=3)
+    assert layer.quant_method.exact_cpu_rows(layer)
+    assert torch.equal(layer(x40), torch.cat([cpu.int4_panel_f32(r, *panel) for r in x40.split(1)]))
+    (name, args), = layer.quant_method.decode_plan(layer, torch.float32)[0]
+    assert name == "int4_panel_f32"
+    call = getattr(torch.ops.localchat_cpu, name)
+    assert torch.equal(call(*[x if a is kernels.INPUT else a for a in args]), y)
     for dtype in (torch.bfloat16, torch.float16):  # a prompt: the row layout's GEMM, bit for bit
         x = activations(40, 576, seed=2).to(dtype)
         assert torch.equal(layer(x), row_layer(x))
