@@ -96,7 +96,21 @@ at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor&
                seq_task0.data(), n_multi ? partials.data_ptr<float>() : nullptr};
   const AttnKernels& k = kernels_for(isa);
   const DecodeTaskFn decode = decode_for(isa, bf16_dot);
-  at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) { decode(a, t0, t1); });
+  // Rows that read one block-table row (a verification's or a short prompt chunk's query
+  // rows) run their tasks of one (kv head, partition) back to back on one thread, so the
+  // partition's K / V rows come from L1 / L2 for all but the first (each task computes the
+  // same bits in any order; partials stay indexed by task).
+  std::vector<int64_t> order(n_tasks);
+  for (int64_t t = 0; t < n_tasks; ++t) order[t] = t;
+  if (bt_row != nullptr)
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      const int64_t *u = &tasks[3 * x], *v = &tasks[3 * y];
+      return std::make_tuple(bt_row[u[0]], u[1], u[2]) <
+             std::make_tuple(bt_row[v[0]], v[1], v[2]);
+    });
+  at::parallel_for(0, n_tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) decode(a, order[t], order[t] + 1);
+  });
   if (n_multi)
     at::parallel_for(0, S * HKV, 4, [&](int64_t i0, int64_t i1) { k.decode_combine(a, i0, i1); });
   return out;
