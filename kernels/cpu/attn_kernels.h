@@ -276,6 +276,33 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
   }
 }
 
+// The end of a sweep task: the normalized outputs of a single-partition sequence, else the
+// partition's accumulators, max and denominator into `partials` (decode_combine_t).
+template <int T>
+inline void decode_task_finish(const DecodeArgs& a, int64_t task, int64_t seq, int64_t kvh,
+                               int64_t n_tok, int64_t G, int64_t D, int64_t nv,
+                               const float* accs, const float* mx, const float* den) {
+  typedef typename Elem<T>::type E;
+  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
+  if (nparts == 1) {
+    E* out = static_cast<E*>(a.out);
+    alignas(64) float row[kMaxHeadDim];
+    for (int64_t g = 0; g < G; ++g) {
+      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
+      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(vld_f32(accs + g * D + v * W), inv));
+      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
+    }
+    return;
+  }
+  float* pt = a.partials + task * G * (D + 2);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, vld_f32(accs + g * D + v * W));
+    pt[G * D + g] = mx[g];
+    pt[G * D + G + g] = den[g];
+  }
+}
+
 // Per chunk the K and V rows are widened to fp32 once (into L1-resident buffers) and then
 // swept per query head, so each head's query and accumulator stay in registers (with the
 // GQA group's heads all in registers at once the accumulators spilled: 6 heads x 128 dims
@@ -377,24 +404,7 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
     }
     cn = next_cn;
   }
-  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
-  if (nparts == 1) {
-    E* out = static_cast<E*>(a.out);
-    alignas(64) float row[kMaxHeadDim];
-    for (int64_t g = 0; g < G; ++g) {
-      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
-      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(vld_f32(accs + g * D + v * W), inv));
-      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
-    }
-    return;
-  }
-  float* pt = a.partials + task * G * (D + 2);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, vld_f32(accs + g * D + v * W));
-    pt[G * D + g] = mx[g];
-    pt[G * D + G + g] = den[g];
-  }
+  decode_task_finish<T>(a, task, seq, kvh, n_tok, G, D, nv, accs, mx, den);
 }
 
 // Vectors of queries and accumulators the register-resident task may hold (AVX-512: 32
@@ -402,10 +412,13 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
 // 6 heads x 128 dims: 96 vectors). The choice depends only on the model's shapes.
 constexpr int64_t kRegBudget = W == 16 ? 24 : W == 8 ? 10 : 0;
 
+#include "attn_blocked.h"
+
 template <int T, int NV>
 inline void decode_task_t(const DecodeArgs& a, int64_t task) {
   const int64_t nv = NV > 0 ? NV : a.head_dim / W;
   if (2 * (a.num_heads / a.num_kv_heads) * nv <= kRegBudget) decode_task_regs<T, NV>(a, task);
+  else if (W == 8 && nv % 4 == 0) decode_task_blocked<T, NV>(a, task);
   else decode_task_sweep<T, NV>(a, task);
 }
 
