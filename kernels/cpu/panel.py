@@ -3,7 +3,8 @@
 ``localchat.engine.quant.int4_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int6_panel``) and int8 (``panel8.h``, ``panel8_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int8_panel``), all converted (and dequantized back to rows for a
-prompt's GEMM) by ``panel_repack.cpp``. Re-exported by
+prompt's GEMM) by ``panel_repack.cpp``; the exact fp32 matmuls of the one-level int4 and the
+int8 panels in ``panelf.h``, ``panelf_{scalar,avx2}.cpp``. Re-exported by
 ``localchat.kernels.cpu``; call them through it."""
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ at::Tensor run(const char* op, const at::Tensor& x, const at::Tensor& qpanel, in
                        reinterpret_cast<const uint16_t*>(pscales.data_ptr()),
                        pmins ? reinterpret_cast<const uint16_t*>(pmins->data_ptr()) : nullptr,
                        out.data_ptr<float>(), M, N, K};
-  // a task holds at least ~64K weights x rows, in whole groups of 4 tiles (the one-row pass)
+  // a task holds at least ~64K weight x row products and 4 tiles (the one-row pass's group)
   const int64_t grain = std::max<int64_t>(4, (65536 / std::max<int64_t>(1, kTile * K * M)) / 4 * 4);
   at::parallel_for(0, T, grain, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
   return xt == at::kFloat ? out : out.to(xt);
