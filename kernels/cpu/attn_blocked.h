@@ -95,16 +95,7 @@ void decode_task_blocked(const DecodeArgs& a, int64_t task) {
   alignas(64) static const float zrow[kMaxHeadDim] = {};  // padding rows' keys
   alignas(64) float s[kMaxGroup][kChunk];
   float mx[kMaxGroup], den[kMaxGroup], alpha[kMaxGroup];
-  const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
-  const V vscale = vset1(a.scale);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) {
-      vst(qs + g * D + v * W, vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale));
-      vst(accs + g * D + v * W, vzero());
-    }
-    mx[g] = -__builtin_inff();
-    den[g] = 0.f;
-  }
+  sweep_init<T>(a, seq, kvh, G, D, nv, qs, accs, mx, den);
   ChunkRows<E> rows(a, bt, kc, vc, kvh, t1);
   int cur = 0;
   int64_t cn = t0 < t1 ? rows.fill(t0, 0) : 0;
@@ -133,20 +124,7 @@ void decode_task_blocked(const DecodeArgs& a, int64_t task) {
       for (int64_t t = 0; t < cn4; t += 4) scores_block<2, NV>(qs, D, nv, kr, s, g, t);
     for (; g < G; ++g)
       for (int64_t t = 0; t < cn4; t += 4) scores_block<1, NV>(qs, D, nv, kr, s, g, t);
-    for (g = 0; g < G; ++g) {  // online softmax over the chunk, as the sweep's
-      float m = mx[g];
-      for (int64_t t = 0; t < cn; ++t) m = s[g][t] > m ? s[g][t] : m;
-      alpha[g] = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
-      den[g] *= alpha[g];
-      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = m;
-      const V vm = vset1(m);
-      V sum = vzero();
-      for (int64_t t = 0; t < kChunk; t += W) vst(&s[g][t], vexp(vsub(vld_f32(&s[g][t]), vm)));
-      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = 0.f;
-      for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(&s[g][t]));
-      den[g] += vsum(sum);
-      mx[g] = m;
-    }
+    for (g = 0; g < G; ++g) alpha[g] = chunk_softmax(s[g], cn, &mx[g], &den[g]);
     for (int64_t o = 0; o < D; o += 4 * W) {
       for (g = 0; g + 2 <= G; g += 2) pv_block<2>(accs, D, vr, s, alpha, cn, g, o);
       for (; g < G; ++g) pv_block<1>(accs, D, vr, s, alpha, cn, g, o);

@@ -303,6 +303,44 @@ inline void decode_task_finish(const DecodeArgs& a, int64_t task, int64_t seq, i
   }
 }
 
+// A sweep task's start: qs[g] = scale * q_g (fp32), accs[g] = 0, mx[g] = -inf, den[g] = 0
+// for the G query heads of kv head kvh in query row seq.
+template <int T>
+inline void sweep_init(const DecodeArgs& a, int64_t seq, int64_t kvh, int64_t G, int64_t D,
+                       int64_t nv, float* qs, float* accs, float* mx, float* den) {
+  const auto* qbase = static_cast<const typename Elem<T>::type*>(a.query) + seq * a.q_s0 +
+                      kvh * G * a.q_s1;
+  const V vscale = vset1(a.scale);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) {
+      vst(qs + g * D + v * W, vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale));
+      vst(accs + g * D + v * W, vzero());
+    }
+    mx[g] = -__builtin_inff();
+    den[g] = 0.f;
+  }
+}
+
+// The online softmax of one head over a chunk: s[0 .. cn) scores -> s[0 .. kChunk) weights
+// exp(s - m) (0 past cn) with m the running max, mx and den updated; returns alpha =
+// exp(old max - m) (0 on the first chunk), by which the caller scales the accumulator (den
+// is scaled here; a multiply by 1 when the max did not move changes nothing).
+inline float chunk_softmax(float* s, int64_t cn, float* mx, float* den) {
+  float m = *mx;
+  for (int64_t t = 0; t < cn; ++t) m = s[t] > m ? s[t] : m;
+  const float alpha = *mx == -__builtin_inff() ? 0.f : __builtin_expf(*mx - m);
+  *den *= alpha;
+  for (int64_t t = cn; t < kChunk; ++t) s[t] = m;  // padding, zeroed below
+  const V vm = vset1(m);
+  V sum = vzero();
+  for (int64_t t = 0; t < kChunk; t += W) vst(s + t, vexp(vsub(vld_f32(s + t), vm)));
+  for (int64_t t = cn; t < kChunk; ++t) s[t] = 0.f;
+  for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(s + t));
+  *den += vsum(sum);
+  *mx = m;
+  return alpha;
+}
+
 // Per chunk the K and V rows are widened to fp32 once (into L1-resident buffers) and then
 // swept per query head, so each head's query and accumulator stay in registers (with the
 // GQA group's heads all in registers at once the accumulators spilled: 6 heads x 128 dims
@@ -329,15 +367,7 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
   alignas(64) float s[kMaxGroup][kChunk];
   float mx[kMaxGroup], den[kMaxGroup];
   const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
-  const V vscale = vset1(a.scale);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) {
-      vst(qs + g * D + v * W, vmul(vld<T>(qbase + g * a.q_s1 + v * W), vscale));
-      vst(accs + g * D + v * W, vzero());
-    }
-    mx[g] = -__builtin_inff();
-    den[g] = 0.f;
-  }
+  sweep_init<T>(a, seq, kvh, G, D, nv, qs, accs, mx, den);
   // The rows of a chunk through the block table, the next chunk's prefetched (ChunkRows).
   ChunkRows<E> rows(a, bt, kc, vc, kvh, t1);
   int cur = 0;
@@ -373,28 +403,13 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
         }
         vsum4(d0, d1, d2, d3, &s[g][t]);
       }
-      // online softmax over the chunk
-      float m = mx[g];
-      for (int64_t t = 0; t < cn; ++t) m = s[g][t] > m ? s[g][t] : m;
-      const float alpha = mx[g] == -__builtin_inff() ? 0.f : __builtin_expf(mx[g] - m);
+      const float alpha = chunk_softmax(s[g], cn, &mx[g], &den[g]);
       V acc[kMaxNv];
       for (int64_t v = 0; v < nv; ++v) acc[v] = vld_f32(accs + g * D + v * W);
       if (alpha != 1.f) {
-        den[g] *= alpha;
         const V va = vset1(alpha);
         for (int64_t v = 0; v < nv; ++v) acc[v] = vmul(acc[v], va);
       }
-      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = m;  // padding, zeroed below
-      const V vm = vset1(m);
-      V sum = vzero();
-      for (int64_t t = 0; t < kChunk; t += W) {
-        const V p = vexp(vsub(vld_f32(&s[g][t]), vm));
-        vst(&s[g][t], p);
-      }
-      for (int64_t t = cn; t < kChunk; ++t) s[g][t] = 0.f;
-      for (int64_t t = 0; t < kChunk; t += W) sum = vadd(sum, vld_f32(&s[g][t]));
-      den[g] += vsum(sum);
-      mx[g] = m;
       // acc[g] += p[g, t] * v_t
       for (int64_t t = 0; t < cn; ++t) {
         const V p = vset1(s[g][t]);
