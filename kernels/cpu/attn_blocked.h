@@ -80,12 +80,9 @@ void decode_task_blocked(const DecodeArgs& a, int64_t task) {
   typedef typename Elem<T>::type E;
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   const int64_t nv = NV > 0 ? NV : D / W;
-  const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
-  const int64_t part = a.tasks[3 * task + 2];
-  const int64_t n_tok = a.seq_lens[seq];
-  const int64_t t0 = part * kDecodePart;
-  const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
-  const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
+  const DecodeSpan span(a, task);
+  const int64_t seq = span.seq, kvh = span.kvh, n_tok = span.n_tok, t0 = span.t0, t1 = span.t1;
+  const int64_t* bt = span.bt;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
   alignas(64) float qs[kMaxGroup * kMaxHeadDim];   // scale * q, fp32

@@ -66,6 +66,18 @@ inline V vld(const typename Elem<T>::type* p) {
   else return vld_f16(p);
 }
 
+// What a decode task covers: query row seq, kv head kvh, tokens [t0, t1) of its n_tok (the
+// task's partition), through block-table row bt.
+struct DecodeSpan {
+  int64_t seq, kvh, n_tok, t0, t1;
+  const int64_t* bt;
+  DecodeSpan(const DecodeArgs& a, int64_t task)
+      : seq(a.tasks[3 * task]), kvh(a.tasks[3 * task + 1]), n_tok(a.seq_lens[seq]),
+        t0(a.tasks[3 * task + 2] * kDecodePart),
+        t1(n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart),
+        bt(a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0) {}
+};
+
 // The K / V rows of one task's chunks through the block table, double-buffered: fill(c0, b)
 // resolves chunk c0's rows into buffer b (one division per chunk) and returns their count;
 // prefetch(b, n) touches every cache line of buffer b's n rows, so the next chunk's rows
@@ -178,12 +190,9 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
   typedef typename Elem<T>::type E;
   const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
   const int64_t nv = NV > 0 ? NV : D / W;
-  const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
-  const int64_t part = a.tasks[3 * task + 2];
-  const int64_t n_tok = a.seq_lens[seq];
-  const int64_t t0 = part * kDecodePart;
-  const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
-  const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
+  const DecodeSpan span(a, task);
+  const int64_t seq = span.seq, kvh = span.kvh, n_tok = span.n_tok, t0 = span.t0, t1 = span.t1;
+  const int64_t* bt = span.bt;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
   V q[kMaxGroup * kMaxHeadDim / W];
@@ -352,12 +361,9 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   constexpr int64_t kMaxNv = kMaxHeadDim / W;
   const int64_t nv = NV > 0 ? NV : D / W;
-  const int64_t seq = a.tasks[3 * task], kvh = a.tasks[3 * task + 1];
-  const int64_t part = a.tasks[3 * task + 2];
-  const int64_t n_tok = a.seq_lens[seq];
-  const int64_t t0 = part * kDecodePart;
-  const int64_t t1 = n_tok < t0 + kDecodePart ? n_tok : t0 + kDecodePart;
-  const int64_t* bt = a.block_tables + (a.bt_row ? a.bt_row[seq] : seq) * a.bt_s0;
+  const DecodeSpan span(a, task);
+  const int64_t seq = span.seq, kvh = span.kvh, n_tok = span.n_tok, t0 = span.t0, t1 = span.t1;
+  const int64_t* bt = span.bt;
   const E* kc = static_cast<const E*>(a.key_cache);
   const E* vc = static_cast<const E*>(a.value_cache);
   alignas(64) float qs[kMaxGroup * kMaxHeadDim];   // scale * q, fp32
