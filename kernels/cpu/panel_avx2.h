@@ -71,17 +71,28 @@ inline void store_tile(const A8Args& a, int64_t m0, int64_t t, const float (*acc
   }
 }
 
-// Tiles [t0, t1), each over all M rows in passes of at most kRowsAvx2 rows split evenly (a
-// tile's weights stay in L1 / L2 across the passes): run(std::integral_constant<int, MT>{}, t,
-// m0). Every output takes the same operations whatever the split. (Blocking the rows to 192 KiB
-// of activations, each block over all tiles, measured no faster: the 1536 x 8960 Q6_K layer,
-// 64 and 256 rows, one thread, 54-56 GMAC/s either way.)
+// Rows of the next pass when `left` rows remain: passes of 5-6 rows run at about 86 GMAC/s and
+// passes of 2-4 at 60-66 (Zen 3, one thread, Q4_K 8960 x 1536, L3-resident), so 7 rows go as
+// 5 + 2, 8 as 6 + 2 and 13 as 6 + 6 + 1 rather than split evenly (4 + 3, 4 + 4, 5 + 4 + 4):
+// best of three runs, 7 rows 1.24 vs 1.45 ms, 8 rows 1.42 vs 1.63, 13 rows 2.23 vs 2.53; the
+// int8 panel (49152 x 576) at 8 rows 4.29 vs 4.64 ms, the int6 one (1536 x 8960) 2.04 vs
+// 2.12. 10 rows go as 5 + 5; otherwise 6 at a time.
+inline int64_t avx2_pass_rows(int64_t left) {
+  if (left <= kRowsAvx2) return left;
+  if (left == 7 || left == 10) return 5;
+  return kRowsAvx2;
+}
+
+// Tiles [t0, t1), each over all M rows in passes of avx2_pass_rows (a tile's weights stay in
+// L1 / L2 across the passes): run(std::integral_constant<int, MT>{}, t, m0). Every output
+// takes the same operations whatever the split. (Blocking the rows to 192 KiB of activations,
+// each block over all tiles, measured no faster: the 1536 x 8960 Q6_K layer, 64 and 256 rows,
+// one thread, 54-56 GMAC/s either way.)
 template <class Pass>
 inline void tiles_avx2(const Pass& run, int64_t M, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t m = 0; m < M;) {
-      const int64_t passes = (M - m + kRowsAvx2 - 1) / kRowsAvx2;
-      const int64_t mt = (M - m + passes - 1) / passes;
+      const int64_t mt = avx2_pass_rows(M - m);
       switch (mt) {
         case 1: run(std::integral_constant<int, 1>{}, t, m); break;
         case 2: run(std::integral_constant<int, 2>{}, t, m); break;
