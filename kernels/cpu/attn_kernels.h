@@ -181,6 +181,33 @@ inline bool chunk_scores_dot(const DecodeArgs& a, const typename Elem<T>::type* 
   return false;
 }
 
+// The end of a decode task: the normalized outputs of a single-partition sequence, else the
+// partition's accumulators, max and denominator into `partials` (decode_combine_t).
+template <int T>
+inline void decode_task_finish(const DecodeArgs& a, int64_t task, int64_t seq, int64_t kvh,
+                               int64_t n_tok, int64_t G, int64_t D, int64_t nv,
+                               const float* accs, const float* mx, const float* den) {
+  typedef typename Elem<T>::type E;
+  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
+  if (nparts == 1) {
+    E* out = static_cast<E*>(a.out);
+    alignas(64) float row[kMaxHeadDim];
+    for (int64_t g = 0; g < G; ++g) {
+      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
+      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(vld_f32(accs + g * D + v * W), inv));
+      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
+    }
+    return;
+  }
+  float* pt = a.partials + task * G * (D + 2);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, vld_f32(accs + g * D + v * W));
+    pt[G * D + g] = mx[g];
+    pt[G * D + G + g] = den[g];
+  }
+}
+
 // The GQA group's queries and accumulators all in registers (2 * G * head_dim / W vectors
 // within kRegBudget: SmolLM2's 3 heads x 64 dims are 24 AVX-512 vectors): each K / V row is
 // loaded and widened once and meets every head of the group.
@@ -265,52 +292,12 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
     }
     cn = next_cn;
   }
-  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
-  if (nparts == 1) {
-    E* out = static_cast<E*>(a.out);
-    alignas(64) float row[kMaxHeadDim];
-    for (int64_t g = 0; g < G; ++g) {
-      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
-      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(acc[g * nv + v], inv));
-      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
-    }
-    return;
-  }
-  float* pt = a.partials + task * G * (D + 2);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, acc[g * nv + v]);
-    pt[G * D + g] = mx[g];
-    pt[G * D + G + g] = den[g];
-  }
+  alignas(64) float accs[kMaxGroup * kMaxHeadDim];
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t v = 0; v < nv; ++v) vst(accs + g * D + v * W, acc[g * nv + v]);
+  decode_task_finish<T>(a, task, seq, kvh, n_tok, G, D, nv, accs, mx, den);
 }
 
-// The end of a sweep task: the normalized outputs of a single-partition sequence, else the
-// partition's accumulators, max and denominator into `partials` (decode_combine_t).
-template <int T>
-inline void decode_task_finish(const DecodeArgs& a, int64_t task, int64_t seq, int64_t kvh,
-                               int64_t n_tok, int64_t G, int64_t D, int64_t nv,
-                               const float* accs, const float* mx, const float* den) {
-  typedef typename Elem<T>::type E;
-  const int64_t nparts = n_tok <= kDecodePart ? 1 : (n_tok + kDecodePart - 1) / kDecodePart;
-  if (nparts == 1) {
-    E* out = static_cast<E*>(a.out);
-    alignas(64) float row[kMaxHeadDim];
-    for (int64_t g = 0; g < G; ++g) {
-      const V inv = vset1(den[g] > 0.f ? 1.f / den[g] : 0.f);
-      for (int64_t v = 0; v < nv; ++v) vst(row + v * W, vmul(vld_f32(accs + g * D + v * W), inv));
-      E* o = out + (seq * a.num_heads + kvh * G + g) * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = Elem<T>::store(row[d]);
-    }
-    return;
-  }
-  float* pt = a.partials + task * G * (D + 2);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t v = 0; v < nv; ++v) vst(pt + g * D + v * W, vld_f32(accs + g * D + v * W));
-    pt[G * D + g] = mx[g];
-    pt[G * D + G + g] = den[g];
-  }
-}
 
 // A sweep task's start: qs[g] = scale * q_g (fp32), accs[g] = 0, mx[g] = -inf, den[g] = 0
 // for the G query heads of kv head kvh in query row seq.

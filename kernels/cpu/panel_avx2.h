@@ -10,6 +10,8 @@
 namespace localchat_cpu {
 namespace {
 
+#include "panel_pass.h"
+
 constexpr int64_t kPrefetch2 = 1024;  // bytes ahead in a tile's weight stream
 // Activation rows per pass: their int16 sums (2 registers a row) and the tile's unpacked
 // weights (4) nearly fill the 16 registers; the fp32 accumulators live in L1 (once a group).
@@ -93,15 +95,7 @@ inline void tiles_avx2(const Pass& run, int64_t M, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t m = 0; m < M;) {
       const int64_t mt = avx2_pass_rows(M - m);
-      switch (mt) {
-        case 1: run(std::integral_constant<int, 1>{}, t, m); break;
-        case 2: run(std::integral_constant<int, 2>{}, t, m); break;
-        case 3: run(std::integral_constant<int, 3>{}, t, m); break;
-        case 4: run(std::integral_constant<int, 4>{}, t, m); break;
-        case 5: run(std::integral_constant<int, 5>{}, t, m); break;
-        case 6: run(std::integral_constant<int, 6>{}, t, m); break;
-        default: break;
-      }
+      run_pass<kRowsAvx2>(run, t, m, mt);
       m += mt;
     }
   }

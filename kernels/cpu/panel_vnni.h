@@ -21,21 +21,13 @@ inline void store16(const A8Args& a, int64_t m, int64_t n, __m512 v) {
     _mm512_storeu_ps(static_cast<float*>(a.out) + m * a.N + n, v);
 }
 
+#include "panel_pass.h"
+
 // Rows [m0, m1) (1 to 8) of tile t in one pass: run(std::integral_constant<int, MT>{}, t,
 // m0), the kernel's pass over MT rows.
 template <class Pass>
 inline void pass_rows(const Pass& run, int64_t t, int64_t m0, int64_t m1) {
-  switch (m1 - m0) {
-    case 1: run(std::integral_constant<int, 1>{}, t, m0); break;
-    case 2: run(std::integral_constant<int, 2>{}, t, m0); break;
-    case 3: run(std::integral_constant<int, 3>{}, t, m0); break;
-    case 4: run(std::integral_constant<int, 4>{}, t, m0); break;
-    case 5: run(std::integral_constant<int, 5>{}, t, m0); break;
-    case 6: run(std::integral_constant<int, 6>{}, t, m0); break;
-    case 7: run(std::integral_constant<int, 7>{}, t, m0); break;
-    case 8: run(std::integral_constant<int, 8>{}, t, m0); break;
-    default: break;
-  }
+  run_pass<8>(run, t, m0, m1 - m0);
 }
 
 // All M rows of tiles [t0, t1): blocks of 16 rows, each over the whole tile range (its
