@@ -9,7 +9,9 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
 
 * cold load s: ``LLMEngine.from_path`` with an empty quantized-weight cache (the GGUF's
   converted metadata already cached; the file in the page cache), so it includes repacking
-  (native) or quantizing (int8/int4) and writing the cache entry.
+  (native) or quantizing (int8/int4); the cache entry is written by a background thread, as
+  the CLI writes it (``QuantConfig.background_write``), and "written s" is when that write
+  had finished (from the same start; the process waits for it at exit).
 * cached load s: the same again, now reading the cache entry.
 * ask s: wall time of the whole ``localchat ask --quant F --max-tokens 16`` process
   (imports, tokenizer, load from cache, prefill, 16 tokens, exit), greedy.
@@ -26,8 +28,9 @@ For each weight format (``--quant`` values), each measurement in a fresh subproc
   starts a server, default weight format) and the median of three more, each a new question of
   the same shape, answered by that server; the server is stopped afterwards.
 * llama.cpp peer row (``--llama-cli EXE``: llama.cpp's ``llama-completion`` / ``llama-cli``,
-  run as ``-no-cnv -p PROMPT -n 16 --temp 0 -c 4096``; or ``--llama-peer EXE``: a binary built
-  from ``scripts/llama_peer.cpp``, whose ``ask`` mode applies the chat template): the same file,
+  run as ``--jinja --single-turn -p PROMPT -n 16 --temp 0 -c 4096``, the file's chat template
+  applied as ``ask`` applies it; or ``--llama-peer EXE``: a binary built from
+  ``scripts/llama_peer.cpp``, whose ``ask`` mode applies the chat template): the same file,
   threads and question, whole-process wall time, peak RSS (``ru_maxrss`` of the child) and its
   own load time, run twice (first and second run; llama.cpp keeps no cache of its own, the
   GGUF is in the page cache both times).
@@ -55,7 +58,7 @@ t0 = time.perf_counter()
 from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
 from localchat.engine.llm_engine import LLMEngine
 torch.set_num_threads(int(sys.argv[4]))
-cfg = EngineConfig(device="cpu", quant=QuantConfig(scheme=sys.argv[3]),
+cfg = EngineConfig(device="cpu", quant=QuantConfig(scheme=sys.argv[3], background_write=True),
                    scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=1))
 t1 = time.perf_counter()
 engine = LLMEngine.from_path(Path(sys.argv[1]), cfg, cache_dir=Path(sys.argv[2]))
@@ -70,7 +73,13 @@ ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
 for _ in engine.generate(ids, SamplingParams(temperature=0, max_tokens=1)):
     pass
 status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-print(json.dumps(dict(load_s=t2 - t1, held=held, scheme=engine.config.quant.scheme,
+import threading
+for th in threading.enumerate():
+    if th.name == "localchat-cache-write":
+        th.join()
+t3 = time.perf_counter()
+print(json.dumps(dict(load_s=t2 - t1, written_s=t3 - t1, held=held,
+                      scheme=engine.config.quant.scheme,
                       peak=int(status["VmHWM"].split()[0]) * 1024)))
 """
 
@@ -172,7 +181,7 @@ def _llama_row(args, gguf: Path, tensor_bytes: int) -> dict:
         cmd = [str(args.llama_peer), "ask", str(gguf), str(args.threads), "4096", "16", QUESTION]
     else:
         cmd = [str(args.llama_cli), "-m", str(gguf), "-t", str(args.threads), "-c", "4096",
-               "-n", "16", "--temp", "0", "-no-cnv", "-p", QUESTION]
+               "-n", "16", "--temp", "0", "--jinja", "--single-turn", "-p", QUESTION]
     first, second = _run_llama(cmd), _run_llama(cmd)
     return {"format": "llama.cpp", "loaded_as": "GGUF as stored", "cold_load_s": first["load"],
             "cached_load_s": second["load"], "ask_s": second["wall"], "ask_first_s": first["wall"],
@@ -265,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             cached = _run_load(gguf, Path(tmp), fmt, args.threads)
         _run_load(gguf, cache_dir(), fmt, args.threads)  # fill the user cache for ask
         rows.append({"format": fmt, "loaded_as": cached["scheme"], "cold_load_s": cold["load_s"],
-                     "cached_load_s": cached["load_s"], "ask_s": _run_ask(args.model, fmt, args.threads),
+                     "cold_written_s": cold["written_s"], "cached_load_s": cached["load_s"],
+                     "ask_s": _run_ask(args.model, fmt, args.threads),
                      "peak_rss": cached["peak"], "held": cached["held"],
                      "gguf_tensor_bytes": tensor_bytes})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
@@ -282,11 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(f"{args.model} ({gguf.name}), {args.threads} threads; GGUF tensor bytes "
           f"{tensor_bytes / 1e6:.1f} MB")
-    print("| --quant | loads as | cold load s | cached load s | ask s (16 tokens) | peak RSS "
-          "| held MB (x GGUF) | top-1 |")
+    print("| --quant | loads as | cold load s (written s) | cached load s | ask s (16 tokens) "
+          "| peak RSS | held MB (x GGUF) | top-1 |")
     print("|---|---|---|---|---|---|---|---|")
     def num(v):
         return "-" if v is None else f"{v:.2f}"
+
+    def written(r):
+        return f" ({r['cold_written_s']:.2f})" if r.get("cold_written_s") else ""
 
     def rss(v):
         return "-" if v is None else f"{v / 2**30:.2f} GiB"
@@ -295,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         top1 = f"{100 * r['top1']:.1f}%" if "top1" in r else "-"
         held = "-" if r["held"] is None else \
             f"{r['held'] / 1e6:.0f} ({r['held'] / tensor_bytes:.2f}x)"
-        print(f"| {r['format']} | {r['loaded_as']} | {num(r['cold_load_s'])} | "
+        print(f"| {r['format']} | {r['loaded_as']} | {num(r['cold_load_s'])}{written(r)} | "
               f"{num(r['cached_load_s'])} | {r['ask_s']:.2f} | {rss(r['peak_rss'])} | "
               f"{held} | {top1} |")
     if args.keep_alive:

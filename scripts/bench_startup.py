@@ -6,6 +6,8 @@ Usage::
     python scripts/bench_startup.py --repeats 5 --json startup.json
     python scripts/bench_startup.py --no-serve             # skip the warm-server figure
     python scripts/bench_startup.py --llama-cli PATH       # time llama.cpp's CLI as the peer
+    python scripts/bench_startup.py --model qwen2.5-coder-1.5b --no-serve \
+        --llama-cli /path/to/llama-completion               # the exact-GGUF issue's target
 
 Whole-process wall times (spawn to exit) and CPU times (user + system: the steadier figure on
 a shared machine), min and median over ``--repeats``, all in one run
@@ -16,7 +18,12 @@ the real model cache (so every load below is a *cached* load):
 - ``localchat --help`` and ``localchat ask --help`` (no torch import);
 - ``localchat ask --local --quant native --temperature 0 --max-tokens 16 "Hello"``;
 - the same ``ask`` through a warm ``localchat serve`` (target <= 0.5 s; no torch import);
-- optional peer: ``llama-cli -m FILE -p Hello -n 16 -no-cnv`` on the same GGUF.
+- optional peer: llama.cpp's one-shot CLI on the same GGUF, answering the same chat-formatted
+  prompt (``llama-completion -m FILE -p Hello -n 16 --jinja --single-turn -c 4096 --temp 0``;
+  ``llama-completion`` is the old ``llama-cli``, which became an interactive UI in late 2025),
+  so both processes print the same greedy reply (shown beside the table).
+
+Each process's peak RSS (``wait4``) is reported beside its times.
 
 Then a per-phase breakdown of one cached in-process answer (a subprocess timing each step
 of ``ask``'s path): imports (torch, the engine), config, tokenizer, weights (the rest of
@@ -29,12 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -77,28 +84,41 @@ print(json.dumps({"phases_s": {b: t[b] - t[a] for a, b in zip(names, names[1:])}
 """
 
 
-def timed(cmd: list[str], env: dict, timeout: float = 900) -> tuple[float, float]:
-    """(wall seconds from spawn to exit, CPU seconds user + system) of ``cmd``; raises
-    SystemExit when it fails. On an oversubscribed machine the CPU time is the steadier
-    figure: the wall time there mostly measures the other processes."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def timed(cmd: list[str], env: dict, timeout: float = 900) -> tuple[float, float, int, str]:
+    """(wall seconds from spawn to exit, CPU seconds user + system, peak RSS in bytes, the
+    last line of stdout) of ``cmd``; raises SystemExit when it fails. On an oversubscribed
+    machine the CPU time is the steadier figure: the wall time there mostly measures the
+    other processes."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, env=env,
-                          timeout=timeout, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            killer.cancel()
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): "
-                         f"{proc.stderr.decode()[-400:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr[-400:]}")
+    lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, \
+        (lines[-1] if lines else "")
 
 
 def repeat(cmd: list[str], env: dict, n: int) -> dict:
     runs = [timed(cmd, env) for _ in range(n)]
-    walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+    walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
     return {"min": min(walls), "median": statistics.median(walls), "all": walls,
-            "cpu_min": min(cpus), "cpu_median": statistics.median(cpus)}
+            "cpu_min": min(cpus), "cpu_median": statistics.median(cpus),
+            "peak_rss": max(r[2] for r in runs), "reply": runs[-1][3]}
 
 
 def start_server(cli: list[str], env: dict, model: str) -> subprocess.Popen:
@@ -122,8 +142,10 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-serve", action="store_true", help="skip the warm-server ask")
-    parser.add_argument("--llama-cli", default=shutil.which("llama-cli"),
-                        help="llama.cpp CLI to time on the same GGUF (default: on PATH)")
+    parser.add_argument("--llama-cli",
+                        default=shutil.which("llama-completion") or shutil.which("llama-cli"),
+                        help="llama.cpp's one-shot CLI (llama-completion, or an older "
+                             "llama-cli) to time on the same GGUF (default: on PATH)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -150,8 +172,9 @@ def main() -> None:
     }
     if args.llama_cli:
         rows["llama-cli (same GGUF)"] = repeat(
-            [args.llama_cli, "-m", str(source.path), "-p", PROMPT, "-n", "16", "-no-cnv",
-             "-t", str(os.cpu_count() or 1), "--temp", "0"], env, args.repeats)
+            [args.llama_cli, "-m", str(source.path), "-p", PROMPT, "-n", "16", "--jinja",
+             "--single-turn", "-c", "4096", "-t", str(os.cpu_count() or 1), "--temp", "0"],
+            env, args.repeats)
     if not args.no_serve:
         serve = start_server(cli, env, args.model)
         try:
@@ -173,10 +196,14 @@ def main() -> None:
     torch_floor = rows["import torch"]["min"]
     cpu_floor = rows["import torch"]["cpu_min"]
     print(f"\n{'command':28} {'wall min s':>10} {'median':>7} {'- torch':>8} "
-          f"{'cpu min s':>10} {'median':>7} {'- torch':>8}")
+          f"{'cpu min s':>10} {'median':>7} {'- torch':>8} {'peak RSS MiB':>13}")
     for name, r in rows.items():
         print(f"{name:28} {r['min']:10.2f} {r['median']:7.2f} {r['min'] - torch_floor:8.2f} "
-              f"{r['cpu_min']:10.2f} {r['cpu_median']:7.2f} {r['cpu_min'] - cpu_floor:8.2f}")
+              f"{r['cpu_min']:10.2f} {r['cpu_median']:7.2f} {r['cpu_min'] - cpu_floor:8.2f} "
+              f"{r['peak_rss'] / 2**20:13.0f}")
+    for name in ("ask (cached, in-process)", "llama-cli (same GGUF)"):
+        if name in rows:
+            print(f"  reply of {name}: {rows[name]['reply'][:70]!r}")
     print("\nphases of one cached in-process answer (s):")
     for name, secs in phases["phases_s"].items():
         print(f"  {name:14} {secs:6.2f}")
