@@ -10,6 +10,8 @@ the unquantized method by default, int8 / int4 / fp8 when the loader sets one.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -39,9 +41,10 @@ class Linear(nn.Module):
         if kernels.short_prefill_chunks(x) and \
                 x.shape[0] <= self.quant_method.short_prefill_rows(self):
             # a short fp32 prefill: chunks of decode rows on the exact C++ kernels (also inside
-            # an a8_fp32 engine step: prompts stay fp32-exact), not a GEMM over every weight
-            # dequantized
-            with kernels.a8_fp32(enabled=False):
+            # an a8_fp32 engine step: prompts stay fp32-exact, a draft's aside), not a GEMM
+            # over every weight dequantized
+            with kernels.a8_fp32(enabled=False) if kernels.exact_prompts() \
+                    else contextlib.nullcontext():
                 return torch.cat([self.quant_method.apply(self, c)
                                   for c in x.split(kernels.CPU_MAX_ROWS)])
         return self.quant_method.apply(self, x)

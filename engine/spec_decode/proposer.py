@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from localchat import kernels
+
 from ..kv_cache import KVCacheManager
 from ..request import Request
 from ..sampler import apply_penalties_after_drafts, exponential_race, row_argmax, sampling_probs
@@ -118,7 +120,8 @@ class DraftModelProposer:
                 hb, rows if first else None)
             if not first:  # one token per request: its previous draft, still on the device
                 input_ids = torch.stack([drafts[req.request_id][-1] for req, _, _ in round_])
-            hidden = self.model(input_ids, positions, self.kv_caches, meta)
+            with kernels.inexact_prompts():  # a catch-up's short prefill: integer dots too
+                hidden = self.model(input_ids, positions, self.kv_caches, meta)
             picked = hidden[index] if first else hidden[: len(round_)]
             # one integer-dot pass where the target's output layer takes two, over the draft's
             # vocabulary: a draft's logits only pick the proposals, the target verifies each

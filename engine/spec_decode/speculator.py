@@ -85,6 +85,10 @@ class Speculator:
         self._proposed: list[Request] = []
         self._draft_forwards = 0
         self._draft_time = 0.0
+        # the previous decode step: when it began (perf_counter s) and its seconds in the
+        # draft and target forwards; the rest of the time to this step is its overhead
+        self._step_start: float | None = None
+        self._step_busy = 0.0
 
     @classmethod
     def load(cls, draft_path: Path, target_config: ModelConfig, config: EngineConfig,
@@ -161,18 +165,33 @@ class Speculator:
                        self.max_model_len - req.num_tokens) - 1
             ks[req.request_id] = max(min(k, room), 0)
         t0 = time.perf_counter()
+        self._time_overhead(t0)
         drafts = self.proposer.propose(running, ks, generators)
         self._proposed = [r for r in running if r.request_id in drafts]
         forwards = max((len(d) for d in drafts.values()), default=0)
         if forwards:
             elapsed = time.perf_counter() - t0
+            self._step_busy += elapsed
             self.stats.draft_time_s += elapsed
             # A first pass that prefilled a prompt (the draft's first look at a request) costs
             # what a prefill costs, not a draft step: timing it as one made the controller
             # stop drafting (bench_spec measured a 0.5B "draft forward" at 2-3x a 1.5B step).
             if self.proposer.last_catch_up <= max(ks.values(), default=0) + 1:
                 self.controller.observe_times(draft=elapsed / forwards)
+            else:  # what a probe costs beyond its drafts: the tokens it first catches up on
+                self.controller.observe_times(catch_up=(self.proposer.last_catch_up, elapsed))
         return drafts
+
+    def _time_overhead(self, now: float) -> None:
+        """Time the previous decode step's overhead (from its start to this one, less its
+        forwards) and start timing this step. A gap longer than a plain step is an idle
+        engine, not overhead, and is not recorded."""
+        if self._step_start is not None:
+            overhead = now - self._step_start - self._step_busy
+            t_plain = self.controller.t_plain
+            if 0.0 <= overhead and t_plain is not None and overhead < t_plain:
+                self.controller.observe_times(overhead=overhead)
+        self._step_start, self._step_busy = now, 0.0
 
     @property
     def draft_probs(self) -> dict[str, torch.Tensor]:
@@ -188,6 +207,9 @@ class Speculator:
         spec = out.scheduled_spec_decode_tokens
         decode_only = all(out.num_scheduled_tokens[r.request_id]
                           == 1 + len(spec.get(r.request_id, [])) for r in out.scheduled)
+        self._step_busy += target_time
+        if not decode_only:  # a prompt step's gap is not a decode step's overhead
+            self._step_start = None
         if spec:
             self.stats.target_time_s += target_time
             if decode_only:

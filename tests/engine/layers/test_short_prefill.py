@@ -76,3 +76,24 @@ def test_float_weights_keep_torch_mm():
     assert not lin.quant_method.exact_cpu_rows(lin)
     x = torch.randn(40, 64)
     assert torch.equal(lin(x), lin.quant_method.apply(lin, x))
+
+
+@pytest.mark.parametrize("rows", [17, 40])
+def test_a_drafts_short_prefill_keeps_the_integer_dot_kernels(layer, rows):
+    """Inside ``kernels.inexact_prompts()`` (a draft model's forward) within ``a8_fp32()``,
+    a short prefill's 16-row chunks take the integer-dot kernels, each row equal to that row
+    alone through them (also batch invariant), and no longer the exact fp32 result; outside
+    ``a8_fp32`` the context changes nothing."""
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows + 1))
+    exact = layer(x)
+    with kernels.a8_fp32(), kernels.inexact_prompts():
+        y = layer(x)
+        one_by_one = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
+    assert torch.equal(y, one_by_one)
+    assert not torch.equal(y, exact)
+    want, _ = _reference(layer, x)
+    # int8 activations: each row within 2% of its exact result's scale
+    assert float((y - want).abs().max()) <= 0.02 * float(want.abs().max())
+    with kernels.inexact_prompts():
+        assert torch.equal(layer(x), exact)
+    assert kernels.exact_prompts()
