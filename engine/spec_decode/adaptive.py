@@ -41,7 +41,7 @@ starts drafting (its first draft computes its prompt), while drafting at the acc
 request is assumed to reach (``prior_acceptance``) would not win back what the catch-up
 costs (:meth:`hopeless`). There a draft forward cost 15-22 ms against the 1.5B's 32-39 ms
 plain step: chat prompts (50-80% acceptance) that started drafting or probed ran at 0.70-0.80x,
-while prompts that never drafted ran at 0.96-1.12x of the same plain decoding (this machine's
+while prompts that never drafted ran at 0.88-1.17x of the same plain decoding (this machine's
 noise). A request that drafts already goes on while its own estimate pays.
 
 The costs compared are a step's whole: ``t_overhead``, the time a decode step spends outside
@@ -207,11 +207,6 @@ class AdaptiveDraftLength:
             st.off_since = st.generated
             return 0
         return best_k
-
-    def ceiling(self) -> float:
-        """The best expected speedup any acceptance rate could give at the current costs
-        (every draft accepted; the best k)."""
-        return max(self.speedup(1.0, k) for k in range(1, self.max_k + 1))
 
     def hopeless(self) -> bool:
         """Whether the measured costs (a draft forward and a verification timed, not

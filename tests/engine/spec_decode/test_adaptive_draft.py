@@ -210,7 +210,7 @@ def test_no_probes_while_no_acceptance_could_pay():
     ctl.observe_times(plain=0.034)
     want = max(expected_speedup(0.999, k, 0.034, 0.020, ctl._verify_cost(k, 0.034))
                for k in range(1, 5))
-    assert ctl.ceiling() == pytest.approx(want) and want < 1
+    assert want < 1
     assert ctl.hopeless()
     ctl.observe("r", 1, 1, 1)
     assert ctl.num_spec_tokens("r") == 0  # off: the costs say it cannot pay
@@ -224,10 +224,11 @@ def test_no_probes_while_no_acceptance_could_pay():
 
 
 def test_priors_alone_never_stop_probing():
-    """Before a draft forward and a verification are timed, the ceiling is not trusted."""
+    """Before a draft forward and a verification are timed, priors that say drafting cannot
+    pay are not trusted: requests still start and probe."""
     ctl = primed(4, draft_cost_ratio=1.2, probe_interval=8)
     ctl.observe_times(plain=0.034)
-    assert ctl.ceiling() < 1 and not ctl.hopeless()
+    assert max(ctl.speedup(1.0, k) for k in range(1, 5)) < 1 and not ctl.hopeless()
 
 
 def test_a_probe_must_win_back_its_catch_up():
@@ -262,7 +263,7 @@ def test_no_new_request_starts_drafting_while_a_catch_up_cannot_pay():
     for n in range(1, 6):
         ctl.observe("a", 2, 2, 3 * n)  # every draft accepted: about 1.6x at these costs
     assert ctl.num_spec_tokens("a") > 0 and ctl.num_spec_tokens("b") > 0
-    assert 1.5 < ctl.ceiling() < 1.8
+    assert 1.1 < max(ctl.speedup(0.7, k) for k in range(1, 5)) < 1.3
     ctl.observe_times(catch_up=(20, 20 * 0.034 * 0.9))  # a catch-up token: 0.9 of a step
     assert ctl.hopeless()
     assert ctl.num_spec_tokens("a") > 0  # in sync: drafting goes on
