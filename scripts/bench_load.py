@@ -73,10 +73,8 @@ ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}])
 for _ in engine.generate(ids, SamplingParams(temperature=0, max_tokens=1)):
     pass
 status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-import threading
-for th in threading.enumerate():
-    if th.name == "localchat-cache-write":
-        th.join()
+from localchat.engine.quant.cache import wait_saved
+wait_saved()  # the background cache write, if this load started one
 t3 = time.perf_counter()
 print(json.dumps(dict(load_s=t2 - t1, written_s=t3 - t1, held=held,
                       scheme=engine.config.quant.scheme,

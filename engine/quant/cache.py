@@ -107,11 +107,14 @@ def save_quantized(model: nn.Module, path: Path, metadata: dict[str, str],
     thread.start()
 
 
-def wait_saved(path: Path) -> None:
-    """Block until a background :func:`save_quantized` of ``path`` (if any) has finished."""
-    thread = _PENDING.pop(path, None)
-    if thread is not None:
-        thread.join()
+def wait_saved(path: Path | None = None) -> None:
+    """Block until a background :func:`save_quantized` of ``path`` (if any; None: of every
+    path) has finished."""
+    paths = list(_PENDING) if path is None else [path]
+    for p in paths:
+        thread = _PENDING.pop(p, None)
+        if thread is not None:
+            thread.join()
 
 
 def entry_ready(path: Path) -> bool:

@@ -118,11 +118,11 @@ class AdaptiveDraftLength:
         # per request), "catch_up" (the draft's catch-up, per token computed), k (one target
         # forward verifying k drafts)
         self._samples: dict[str | int, deque[float]] = {}
+        self._costs: dict[str | int, float] = {}  # each key's median, updated per sample
         self._requests: dict[str, _RequestState] = {}
 
     def _cost(self, key: str | int) -> float | None:
-        samples = self._samples.get(key)
-        return _median(samples) if samples else None
+        return self._costs.get(key)
 
     @property
     def t_plain(self) -> float | None:
@@ -147,7 +147,7 @@ class AdaptiveDraftLength:
     @property
     def t_verify(self) -> dict[int, float]:
         """k -> one target forward verifying k drafts (s), for each k timed."""
-        return {k: _median(v) for k, v in self._samples.items() if isinstance(k, int) and v}
+        return {k: v for k, v in self._costs.items() if isinstance(k, int)}
 
     def _state(self, rid: str) -> _RequestState:
         st = self._requests.get(rid)
@@ -286,6 +286,7 @@ class AdaptiveDraftLength:
             self._samples[key] = deque(maxlen=self.cost_window)
             return
         samples.append(seconds)
+        self._costs[key] = _median(samples)
 
     def forget(self, rid: str) -> None:
         self._requests.pop(rid, None)

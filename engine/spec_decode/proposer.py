@@ -70,6 +70,7 @@ class DraftModelProposer:
         return shadow
 
     @torch.inference_mode()
+    @kernels.inexact_prompts()  # a catch-up's short prefill may take the integer-dot kernels
     def propose(self, requests: list[Request], num_spec_tokens: dict[str, int],
                 generators: dict[str, torch.Generator | None]) -> dict[str, list[int]]:
         """Draft for each request in decode state (all but its last token computed by the
@@ -120,8 +121,7 @@ class DraftModelProposer:
                 hb, rows if first else None)
             if not first:  # one token per request: its previous draft, still on the device
                 input_ids = torch.stack([drafts[req.request_id][-1] for req, _, _ in round_])
-            with kernels.inexact_prompts():  # a catch-up's short prefill: integer dots too
-                hidden = self.model(input_ids, positions, self.kv_caches, meta)
+            hidden = self.model(input_ids, positions, self.kv_caches, meta)
             picked = hidden[index] if first else hidden[: len(round_)]
             # one integer-dot pass where the target's output layer takes two, over the draft's
             # vocabulary: a draft's logits only pick the proposals, the target verifies each

@@ -83,3 +83,19 @@ def test_old_temporary_files_are_removed_recent_ones_kept(tmp_path):
     cache.save_quantized(module, entry, {"scheme": "none"}, background=True)
     cache.wait_saved(entry)
     assert entry.is_file() and not old.exists() and recent.exists()
+
+
+def test_waiting_for_every_write_joins_each_pending_one(tmp_path):
+    """``wait_saved()`` without a path returns once every background write has finished:
+    each entry then holds the module's tensors, read back with safetensors."""
+    from safetensors.torch import load_file
+
+    modules = [torch.nn.Linear(4, 2), torch.nn.Linear(3, 5)]
+    entries = [tmp_path / "quant" / f"m{i}.safetensors" for i in range(2)]
+    for module, entry in zip(modules, entries):
+        cache.save_quantized(module, entry, {"scheme": "none"}, background=True)
+    cache.wait_saved()
+    assert not cache._PENDING
+    for module, entry in zip(modules, entries):
+        saved = load_file(str(entry))
+        assert all(torch.equal(saved[k], v) for k, v in module.state_dict().items())
