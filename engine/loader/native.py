@@ -140,8 +140,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     head = _output_layer(model, quantized)
     if head is not None:  # the output layer's error bound, cached with the weights
         greedy_head.add_bound_buffer(head, device)
-    # native Q4_K / Q4_0 / Q4_1 / Q6_K / Q8_0 layers in the panel layouts whose kernels run
-    # here (int4_panel.py, int6_panel.py, int8_panel.py), cached as such
+    # native Q4_K / Q4_0 / Q4_1 / Q5_0 / Q6_K / Q8_0 layers in the panel layouts whose kernels
+    # run here (int4_panel.py, int5_panel.py, int6_panel.py, int8_panel.py), cached as such
     panel = adopt_panel(model, device, dtype, head, a8_fp32)
     cached = None
     if cache_dir is not None and use_cache:

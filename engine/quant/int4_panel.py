@@ -33,8 +33,10 @@ are built (CPUs below AVX2 then run its portable kernel: for tests). On an AVX2 
 (``kernels/cpu/panel4_avx2.cpp``) the panel is taken by the fp32 engine that decodes through
 the integer-dot kernels too (``LLMEngine.a8_fp32``), its Q4_K prompts then through them as
 well (the same kernel for every row count: a prompt's KV does not depend on its chunking).
-:func:`adopt_panel` also picks the Q6_K layers for the int6 panel layout (``int6_panel.py``)
-under the same conditions, and :func:`panel_scheme` names the cache entry of the set.
+:func:`adopt_panel` also picks the Q6_K layers for the int6 panel layout (``int6_panel.py``),
+the Q5_0 ones for the int5 layout (``int5_panel.py``) and the Q8_0 ones for the int8 layout
+(``int8_panel.py``) under the same conditions, and :func:`panel_scheme` names the cache entry
+of the set.
 """
 
 from __future__ import annotations
@@ -119,14 +121,15 @@ def nibbles_from_panel(qpanel: torch.Tensor) -> torch.Tensor:
     return b.reshape(n, o * 4).contiguous()
 
 
-KINDS = frozenset({"int4", "int6", "int8"})  # the panel layouts, by weight width
+KINDS = frozenset({"int4", "int5", "int6", "int8"})  # the panel layouts, by weight width
 
 
 def vector_kinds() -> frozenset[str]:
     """The panel layouts whose own vector kernels run at the active ISA level (the others run
-    portable code, many times slower than the row layouts): all three at the AVX2 level
-    (``panel{4,6,8}_avx2.cpp``; the int4 one 1.6x the row layout's kernel at one row, 1.7-1.9x
-    at 5-128 rows, Zen 3, 2 threads) and with AVX-512 VNNI, none below."""
+    portable code, many times slower than the row layouts): all four at the AVX2 level and
+    above (``panel{4,5,6,8}_avx2.cpp``, VNNI kernels for int4, int6 and int8; the int4 one
+    1.6x the row layout's kernel at one row, 1.7-1.9x at 5-128 rows, the int5 one 1.3-1.6x at
+    one row and 1.6-2.6x at 5-16, Zen 3, 2 threads), none below."""
     from localchat.kernels import cpu
 
     return KINDS if cpu.active_isa() >= 1 else frozenset()
@@ -134,10 +137,15 @@ def vector_kinds() -> frozenset[str]:
 
 def fast_kinds() -> frozenset[str]:
     """The panel layouts taken by default: :func:`vector_kinds`, none on a CPU whose AMX the
-    kernels use (its prefill GEMM reads the row layout)."""
+    kernels use (its prefill GEMM reads the row layout), and not int5 where the active level
+    is AVX-512 VNNI: there the row layout has a VNNI kernel and the int5 panel only its AVX2
+    one, never measured against it."""
     from localchat.kernels import cpu
 
-    return frozenset() if cpu.amx_enabled() else vector_kinds()
+    if cpu.amx_enabled():
+        return frozenset()
+    kinds = vector_kinds()
+    return kinds - {"int5"} if cpu.active_isa() >= 2 and cpu.has_vnni() else kinds
 
 
 def _mode() -> str:
@@ -244,15 +252,17 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
     layout of a kind :func:`panel_kinds` allows (``a8_fp32`` as there) and fits
     (:func:`panel_fits`): :class:`PanelInt4LinearMethod` for Q4_K, Q4_0 and Q4_1 layers, not
     the embedding (its rows are gathered) nor ``head`` (the greedy head reads the output
-    layer's rows); ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers and ``int8_panel.
-    PanelInt8LinearMethod`` for Q8_0 ones, ``head`` included (they read rows back from the
-    panel), a pure embedding not. Returns those modules, still in the row layout for their
+    layer's rows); ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers, ``int5_panel.
+    PanelInt5LinearMethod`` for Q5_0 ones and ``int8_panel.PanelInt8LinearMethod`` for Q8_0
+    ones, ``head`` included (they read rows back from the panel), a pure embedding not. Returns those modules, still in the row layout for their
     rows to be filled."""
     kinds = panel_kinds(device, dtype, a8_fp32)
     if not kinds:
         return []
+    from .int5_panel import PanelInt5LinearMethod, panel5_fits
     from .int6_panel import PanelInt6LinearMethod, panel6_fits
     from .int8_panel import PanelInt8LinearMethod, panel8_fits
+    from .native_int5 import Int5LinearMethod
     from .native_int6 import Int6LinearMethod
 
     scale_kinds = (torch.uint8, torch.float16)  # Q4_K's two levels, Q4_0 / Q4_1's fp16 scales
@@ -272,6 +282,10 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
             if "int6" in kinds and panel6_fits(module):
                 module.quant_method = PanelInt6LinearMethod(device)
                 adopted.append(module)
+        elif type(method) is Int5LinearMethod:
+            if "int5" in kinds and panel5_fits(module):
+                module.quant_method = PanelInt5LinearMethod(device)
+                adopted.append(module)
         elif "int8" in kinds and panel8_fits(module):
             module.quant_method = PanelInt8LinearMethod(device)
             adopted.append(module)
@@ -284,29 +298,35 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
 
 
 def _kind(method) -> str:
-    """``"int4"``, ``"int6"`` or ``"int8"``: the panel layout of a panel method."""
+    """``"int4"``, ``"int5"``, ``"int6"`` or ``"int8"``: the panel layout of a panel method."""
+    from .int5_panel import PanelInt5LinearMethod
     from .int6_panel import PanelInt6LinearMethod
 
     if isinstance(method, PanelInt4LinearMethod):
         return "int4"
+    if isinstance(method, PanelInt5LinearMethod):
+        return "int5"
     return "int6" if isinstance(method, PanelInt6LinearMethod) else "int8"
 
 
 def panel_scheme(adopted: list) -> str:
     """The cache scheme name of a native load whose panel layers are ``adopted``: ``native``
     (none), ``native-panel`` (Q4_K layers), ``-q6`` added where Q6_K layers are among them,
-    ``-q8`` where Q8_0 ones are, ``-all`` where Q4_0 / Q4_1 ones are, so that a model's
+    ``-q8`` where Q8_0 ones are, ``-all`` where Q4_0 / Q4_1 ones are, ``-q5`` where Q5_0
+    ones are, so that a model's
     entries with and without panels (``LOCALCHAT_CPU_PANEL``) are two entries rather than one
     rebuilt at each switch."""
     if not adopted:
         return "native"
+    from .int5_panel import PanelInt5LinearMethod
     from .int6_panel import PanelInt6LinearMethod
     from .int8_panel import PanelInt8LinearMethod
 
     methods = [layer.quant_method for layer in adopted]
+    int5 = any(isinstance(m, PanelInt5LinearMethod) for m in methods)
     int6 = any(isinstance(m, PanelInt6LinearMethod) for m in methods)
     int8 = any(isinstance(m, PanelInt8LinearMethod) for m in methods)
     one_level = any(isinstance(m, PanelInt4LinearMethod) and m.scale_dtype != torch.uint8
                     for m in methods)
     return "native-panel" + ("-q6" if int6 else "") + ("-q8" if int8 else "") + \
-        ("-all" if one_level else "")
+        ("-all" if one_level else "") + ("-q5" if int5 else "")

@@ -1,9 +1,10 @@
 """What the panel layouts' linear methods share (``PanelMixin``): the int4 (``int4_panel.py``),
-int6 (``int6_panel.py``) and int8 (``int8_panel.py``) panels interleave ``ROWS`` = 16 outputs
-per tile, compute decode and verification rows with their ``kernels.cpu`` op, run longer
-prompts through the row layout's prefill GEMM over rows dequantized from the tiles, read rows
-back from the tiles (a tied embedding, the greedy head) and compute a vocabulary prefix from
-their first tiles alone (a draft model's output layer)."""
+int5 (``int5_panel.py``), int6 (``int6_panel.py``) and int8 (``int8_panel.py``) panels
+interleave ``ROWS`` = 16 outputs per tile, compute decode and verification rows with their
+``kernels.cpu`` op, run longer prompts through the row layout's prefill GEMM over rows
+dequantized from the tiles, read rows back from the tiles (a tied embedding, the greedy head)
+and compute a vocabulary prefix from their first tiles alone (a draft model's output
+layer)."""
 
 from __future__ import annotations
 

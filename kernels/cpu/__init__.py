@@ -28,11 +28,12 @@ tensor's blocks onto the int4 / int8 layouts (``localchat.engine.quant.gguf_repa
 path is its reference). The int6 layout (GGUF Q6_K held exactly, ``qa6.h``) has
 ``int6_matmul_a8`` / ``int6_matmul`` / ``int6_dequantize`` and its repack ``gguf_repack_q6``;
 the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_matmul`` /
-``int5_dequantize`` and ``gguf_repack_q5``. The int4, int6 and int8 panel layouts (16 outputs
-interleaved, ``panel{4,6,8}.h``; ``localchat.engine.quant.int{4,6,8}_panel``) have
-``int{4,6,8}_panel_a8`` (any row count), their conversions ``int{4,6,8}_to_panel`` and, for
-a prompt's GEMM, ``int{4,8}_panel_dequantize``; the one-level int4 and the int8 panels also
-``int{4,8}_panel_f32``, exact fp32 matmuls for rows whose activations stay fp32 (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
+``int5_dequantize`` and ``gguf_repack_q5``. The int4, int5, int6 and int8 panel layouts (16
+outputs interleaved, ``panel{4,5,6,8}.h``; ``localchat.engine.quant.int{4,5,6,8}_panel``) have
+``int{4,5,6,8}_panel_a8`` (any row count), their conversions ``int{4,5,6,8}_to_panel`` and,
+for a prompt's GEMM, ``int{4,5,8}_panel_dequantize``; the one-level int4, the int5 and the
+int8 panels also ``int{4,5,8}_panel_f32``, exact fp32 matmuls for rows whose activations stay
+fp32 (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
 prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
 """
 
@@ -321,6 +322,10 @@ from . import panel as _panel
 int4_panel_a8 = _panel.int4_panel_a8
 int4_to_panel = _panel.int4_to_panel
 int4_panel_dequantize = _panel.int4_panel_dequantize
+int5_panel_a8 = _panel.int5_panel_a8
+int5_to_panel = _panel.int5_to_panel
+int5_panel_dequantize = _panel.int5_panel_dequantize
+int5_panel_f32 = _panel.int5_panel_f32
 int6_panel_a8 = _panel.int6_panel_a8
 int6_to_panel = _panel.int6_to_panel
 int8_panel_a8 = _panel.int8_panel_a8

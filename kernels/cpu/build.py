@@ -21,6 +21,7 @@ import torch
 SOURCES = ("ops.cpp", "quant_scalar.cpp", "quant_avx2.cpp", "quant_avx512.cpp",
            "qa8_ops.cpp", "qa8_prep.cpp", "qa8_scalar.cpp", "qa8_avx2.cpp", "qa8_vnni.cpp",
            "qa8_amx.cpp", "panel4_scalar.cpp", "panel4_vnni.cpp", "panel4_avx2.cpp",
+           "panel5_scalar.cpp", "panel5_avx2.cpp", "panel5_repack.cpp",
            "panel6_scalar.cpp", "panel6_vnni.cpp", "panel6_avx2.cpp", "panel8_scalar.cpp",
            "panel8_vnni.cpp", "panel8_avx2.cpp", "panel_repack.cpp",
            "panelf_ops.cpp", "panelf_scalar.cpp", "panelf_avx2.cpp",

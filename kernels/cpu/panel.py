@@ -1,6 +1,7 @@
 """Wrappers of the CPU extension's panel-layout matmuls and conversions: int4
 (``kernels/cpu/panel4.h``, ``panel4_{scalar,vnni}.cpp``; the layout's PyTorch conversions are
-``localchat.engine.quant.int4_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
+``localchat.engine.quant.int4_panel``), int5 (``panel5.h``, ``panel5_{scalar,avx2}.cpp``,
+``panel5_repack.cpp``; ``localchat.engine.quant.int5_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int6_panel``) and int8 (``panel8.h``, ``panel8_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int8_panel``), all converted (and dequantized back to rows for a
 prompt's GEMM) by ``panel_repack.cpp``; the exact fp32 matmuls of the one-level int4 and the
@@ -81,6 +82,55 @@ def int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psupe
     bit, threads over tiles (``panel_repack.cpp``). Raises ``RuntimeError`` on a bad shape or
     dtype."""
     _ops().int6_to_panel(qlow, qhigh, scales, super_scales, plow, phigh, pscales, psuper)
+
+
+def int5_panel_a8(x, plow, phigh, pscales, isa: int | None = None):
+    """W5A8 over int5 (GGUF Q5_0) weights in the panel layout: ``x [M, K]`` fp32/bf16/fp16
+    (any M, K % 32 == 0) quantized per row and 32-column block to int8 (Q8_0-style, as
+    :func:`int4_panel_a8`), then for every output ``(m, n)`` and 32-column group ``g`` in
+    order: ``acc = fma(float(idot), d * d_act, acc)`` with ``idot`` the exact int32
+    ``dot(u, xq) - 16 * sum(xq)`` of the group (``u = q + 16``) -> ``[M, N]`` in ``x.dtype``
+    (fp32 accumulation; the math of ``reference.int5_matmul_a8`` on the row layout, in this
+    fixed order). Weights (N % 16 == 0; ``panel5.h``): ``plow`` uint8 ``[N/16, K/8, 64]``
+    (the low nibbles of ``u``), ``phigh`` uint8 ``[N/16, K/32, 64]`` (its top bit),
+    ``pscales`` fp16 ``[N/16, K/32, 16]``; all contiguous.
+
+    Batch and thread invariant. ISA level >= 1 runs ``panel5_avx2.cpp`` (no VNNI kernel yet:
+    AVX-512 CPUs run it too), level 0 the portable kernel (``panel5_scalar.cpp``, bit-equal,
+    slow). Design after llama.cpp's interleaved Q4_0 GEMV and its Q5_0 x Q8_0 dot (own code).
+    Raises ``RuntimeError`` on a bad shape, dtype or layout."""
+    return _ops().int5_panel_a8(x, plow, phigh, pscales, _isa(isa))
+
+
+def int5_to_panel(qlow, qhigh, scales, plow, phigh, pscales) -> None:
+    """Write the panel layout of an int5 weight in the row layout (``qlow`` uint8
+    ``[N, K // 2]``, ``qhigh`` uint8 ``[N, K // 8]``, ``scales`` fp16 ``[N, K // 32]``;
+    ``kernels/cpu/qa5.h``, K % 128 == 0) into the given contiguous tensors (shapes as in
+    :func:`int5_panel_a8`): ``localchat.engine.quant.int5_panel.to_panel5``'s bytes, bit for
+    bit, threads over tiles (``panel5_repack.cpp``). Raises ``RuntimeError`` on a bad shape or
+    dtype."""
+    _ops().int5_to_panel(qlow, qhigh, scales, plow, phigh, pscales)
+
+
+def int5_panel_dequantize(plow, phigh, pscales, row0: int, out, isa: int | None = None) -> None:
+    """``out [R, K]`` fp32 or bf16 (contiguous, written in place) <- rows ``[row0, row0 + R)``
+    of an int5 panel weight (as :func:`int5_panel_a8`, K % 128 == 0), ``row0`` and ``R``
+    multiples of 16: the values :func:`int5_dequantize` writes for the row layout, bit for
+    bit (each tile is turned back into rows and dequantized by that kernel;
+    ``panel5_repack.cpp``), for a prompt's GEMM. Raises ``RuntimeError`` on a bad shape,
+    dtype or row range."""
+    _ops().int5_panel_dequantize(plow, phigh, pscales, row0, out, _isa(isa))
+
+
+def int5_panel_f32(x, plow, phigh, pscales, isa: int | None = None):
+    """Exact fp32 matmul over an int5 (GGUF Q5_0) panel weight: ``x [M, K]`` fp32/bf16/fp16
+    (widened to fp32; any M, K % 32 == 0) -> ``[M, N]`` in ``x.dtype``, every output
+    ``acc = fma(w[n, k], x[m, k], acc)`` for ``k = 0 .. K - 1`` in order from 0, ``w =
+    (u - 16) * d`` (exact, :func:`int5_panel_dequantize`'s values). Weights as
+    :func:`int5_panel_a8`'s. Batch and thread invariant, AVX2 and portable kernels bit-equal,
+    as :func:`int4_panel_f32` (``panelf.h``). Raises ``RuntimeError`` on a bad shape, dtype
+    or layout."""
+    return _ops().int5_panel_f32(x, plow, phigh, pscales, _isa(isa))
 
 
 def int8_panel_a8(x, qpanel, pscales, isa: int | None = None):

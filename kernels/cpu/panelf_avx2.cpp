@@ -39,6 +39,19 @@ inline __m256 int8_col(__m256i v, __m256 s) {
   return _mm256_mul_ps(_mm256_cvtepi32_ps(q), s);
 }
 
+// The 8 weights of column 8 o + C of the int5 panel: the nibble as int4_col's, the top bit
+// bit 2 (o % 4) + C / 4 of byte C % 4 of each 32-bit lane of the group's top bits (hs: those
+// shifted right by 2 (o % 4)); w = float(u - 16) * d.
+template <int C>
+inline __m256 int5_col(__m256i v, __m256i hs, __m256 d) {
+  const __m256i q = _mm256_and_si256(_mm256_srli_epi32(v, 8 * (C % 4) + 4 * (C / 4)),
+                                     _mm256_set1_epi32(0xF));
+  const __m256i top = _mm256_and_si256(_mm256_srli_epi32(hs, 8 * (C % 4) + C / 4),
+                                       _mm256_set1_epi32(1));
+  const __m256i u = _mm256_or_si256(q, _mm256_slli_epi32(top, 4));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(16))), d);
+}
+
 template <int TT, int MT>
 struct Acc {
   __m256 v[TT][2][MT];
@@ -83,6 +96,36 @@ void pass4(const PanelF32Args& a, int64_t t, int64_t m0) {
           acc.fma(i, h, int4_col<5>(v, s, m), x, K, k + 5);
           acc.fma(i, h, int4_col<6>(v, s, m), x, K, k + 6);
           acc.fma(i, h, int4_col<7>(v, s, m), x, K, k + 7);
+        }
+      }
+  acc.store(a, t, m0);
+}
+
+template <int TT, int MT>
+void pass5(const PanelF32Args& a, int64_t t, int64_t m0) {
+  const int64_t K = a.K, ng = K / 32;
+  const float* x = a.x + m0 * K;
+  Acc<TT, MT> acc;
+  for (int64_t g = 0; g < ng; ++g)
+    for (int64_t o = 4 * g; o < 4 * g + 4; ++o)
+      for (int i = 0; i < TT; ++i) {
+        const auto* qp = static_cast<const uint8_t*>(a.qweight) + ((t + i) * (K / 8) + o) * 64;
+        const int64_t at = ((t + i) * ng + g) * 16;
+        const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(2 * (o - 4 * g)));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qp + 32 * h));
+          const __m256i hs = _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              a.qhigh + at * 4 + 32 * h)), shift);
+          const __m256 d = ld_half8(a.scales + at + 8 * h);
+          const int64_t k = 8 * o;
+          acc.fma(i, h, int5_col<0>(v, hs, d), x, K, k);
+          acc.fma(i, h, int5_col<1>(v, hs, d), x, K, k + 1);
+          acc.fma(i, h, int5_col<2>(v, hs, d), x, K, k + 2);
+          acc.fma(i, h, int5_col<3>(v, hs, d), x, K, k + 3);
+          acc.fma(i, h, int5_col<4>(v, hs, d), x, K, k + 4);
+          acc.fma(i, h, int5_col<5>(v, hs, d), x, K, k + 5);
+          acc.fma(i, h, int5_col<6>(v, hs, d), x, K, k + 6);
+          acc.fma(i, h, int5_col<7>(v, hs, d), x, K, k + 7);
         }
       }
   acc.store(a, t, m0);
@@ -147,6 +190,10 @@ struct P4 {
   static void run(const PanelF32Args& a, int64_t t, int64_t m0) { pass4<TT, MT>(a, t, m0); }
 };
 template <int TT, int MT>
+struct P5 {
+  static void run(const PanelF32Args& a, int64_t t, int64_t m0) { pass5<TT, MT>(a, t, m0); }
+};
+template <int TT, int MT>
 struct P8 {
   static void run(const PanelF32Args& a, int64_t t, int64_t m0) { pass8<TT, MT>(a, t, m0); }
 };
@@ -154,6 +201,7 @@ struct P8 {
 }  // namespace
 
 void int4_panel_f32_avx2(const PanelF32Args& a, int64_t t0, int64_t t1) { drive<P4>(a, t0, t1); }
+void int5_panel_f32_avx2(const PanelF32Args& a, int64_t t0, int64_t t1) { drive<P5>(a, t0, t1); }
 void int8_panel_f32_avx2(const PanelF32Args& a, int64_t t0, int64_t t1) { drive<P8>(a, t0, t1); }
 
 }  // namespace localchat_cpu

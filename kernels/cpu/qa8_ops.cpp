@@ -1,6 +1,6 @@
 // Checking launchers and torch.library registration of the integer-dot (W4A8 / W8A8) CPU
 // matmuls (qa8.h; kernels in qa8_{scalar,avx2,vnni}.cpp and, for the panel layouts,
-// panel{4,6,8}_{scalar,avx2,vnni}.cpp; activation quantizers in
+// panel{4,5,6,8}_{scalar,avx2,vnni}.cpp; activation quantizers in
 // qa8_prep.cpp and the vector TUs). The ISA is an argument, clamped to what the CPU has.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,6 +13,7 @@
 #include "isa.h"
 #include "kscales.h"
 #include "panel4.h"
+#include "panel5.h"
 #include "panel6.h"
 #include "panel8.h"
 #include "qa8.h"
@@ -222,6 +223,41 @@ at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::
                 pick_a8_quant(isa), kPanelRows);
 }
 
+// W5A8 over the int5 panel layout (panel5.h): x [M, K] fp32 / bf16 / fp16, plow uint8
+// [N/16, K/8, 64], phigh uint8 [N/16, K/32, 64], pscales fp16 [N/16, K/32, 16].
+at::Tensor int5_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::Tensor& phigh,
+                         const at::Tensor& pscales, int64_t isa) {
+  TORCH_CHECK(x.dim() == 2 && plow.dim() == 3,
+              "int5_panel_a8: x [M, K], plow [N/16, K/8, 64], got ", x.sizes(), " and ",
+              plow.sizes());
+  const int64_t M = x.size(0), K = x.size(1), T = plow.size(0), N = T * kPanelRows;
+  TORCH_CHECK(K > 0 && K % 32 == 0, "int5_panel_a8: K=", K, " must be a multiple of 32");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, "int5_panel_a8: x must be fp32/bf16/fp16");
+  const struct {
+    const char* name;
+    const at::Tensor& t;
+    at::ScalarType dt;
+    std::vector<int64_t> shape;
+  } parts[] = {{"plow", plow, at::kByte, {T, K / 8, 64}},
+               {"phigh", phigh, at::kByte, {T, K / 32, 64}},
+               {"pscales", pscales, at::kHalf, {T, K / 32, 16}}};
+  for (const auto& p : parts)
+    TORCH_CHECK(p.t.scalar_type() == p.dt && p.t.is_contiguous() &&
+                    p.t.sizes() == at::IntArrayRef(p.shape),
+                "int5_panel_a8: ", p.name, " must be contiguous ", p.dt, " ",
+                at::IntArrayRef(p.shape), ", got ", p.t.sizes(), " ", p.t.scalar_type());
+  A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, plow.data_ptr(),
+           pscales.data_ptr(), nullptr, true, nullptr, false,
+           M, N, K, (K + 127) / 128 * 128, 32, K / 32};
+  a.qhigh = phigh.data_ptr();
+  // no VNNI kernel yet: AVX-512 CPUs run the AVX2 one (it sums the int8 activations itself;
+  // the portable kernel reads ncorr, which the portable quantizer writes)
+  return run_a8(x, a, false,
+                pick_a8(isa, int5_panel_a8_avx2, int5_panel_a8_avx2, int5_panel_a8_scalar),
+                pick_a8_quant(isa), kPanelRows);
+}
+
 // W8A8 over the int8 panel layout (panel8.h): x [M, K] fp32 / bf16 / fp16, qpanel int8
 // [N/16, K/4, 64], pscales fp16 [N/16, K/32, 16].
 at::Tensor int8_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at::Tensor& pscales,
@@ -313,6 +349,7 @@ TORCH_LIBRARY_FRAGMENT(localchat_cpu, m) {
         "int isa) -> Tensor");
   m.def("int6_panel_a8(Tensor x, Tensor plow, Tensor phigh, Tensor pscales, Tensor psuper, "
         "int isa) -> Tensor");
+  m.def("int5_panel_a8(Tensor x, Tensor plow, Tensor phigh, Tensor pscales, int isa) -> Tensor");
   m.def("int8_panel_a8(Tensor x, Tensor qpanel, Tensor pscales, int isa) -> Tensor");
 }
 
@@ -320,6 +357,7 @@ TORCH_LIBRARY_IMPL(localchat_cpu, CPU, m) {
   m.impl("int4_matmul_a8", &localchat_cpu::int4_matmul_a8);
   m.impl("int8_matmul_a8", &localchat_cpu::int8_matmul_a8);
   m.impl("int4_panel_a8", &localchat_cpu::int4_panel_a8);
+  m.impl("int5_panel_a8", &localchat_cpu::int5_panel_a8);
   m.impl("int6_panel_a8", &localchat_cpu::int6_panel_a8);
   m.impl("int8_panel_a8", &localchat_cpu::int8_panel_a8);
 }
