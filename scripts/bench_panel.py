@@ -1,11 +1,13 @@
-"""The panel layouts (``kernels/cpu/panel4.h``, ``panel6.h``, ``panel8.h``) against the row
-layouts' integer-dot kernels (``kernels/cpu/qa8_vnni.cpp``, ``qa6_vnni.cpp``) on the same
-weights: two-level int4 (Q4_K), int6 (Q6_K), one-level int4 (Q4_1) and int8 (Q8_0).
+"""The panel layouts (``kernels/cpu/panel4.h``, ``panel5.h``, ``panel6.h``, ``panel8.h``)
+against the row layouts' integer-dot kernels (``kernels/cpu/qa8_*.cpp``, ``qa5_*.cpp``,
+``qa6_*.cpp``) on the same weights: two-level int4 (Q4_K), int6 (Q6_K), one-level int4
+(Q4_1), int5 (Q5_0) and int8 (Q8_0).
 
 Workload: Qwen2.5-Coder-1.5B's shapes: Q4_K gate/up 17920 x 1536, down 1536 x 8960, q/o
 1536 x 1536; Q6_K down 1536 x 8960 and the output layer 151936 x 1536; SmolLM2-135M's Q4_1
 gate/up 3072 x 576, down 576 x 1536 and q/o 576 x 576; the Q8_0 output layers of SmolLM2
-(49152 x 576, tied) and Qwen2.5-Coder-0.5B (151936 x 896). Random bytes (the kernels' cost
+(49152 x 576, tied) and Qwen2.5-Coder-0.5B (151936 x 896); the 0.5B's Q5_0 gate/up
+4864 x 896 and q/o 896 x 896. Random bytes (the kernels' cost
 does not depend on the values), ``--layers`` copies of each (one of an output layer) so that
 a round streams them from memory as a decode step does (one layer alone would stay in the L3
 cache); ``--rows`` bf16 activation rows (1, 5, 16 and 64);
@@ -15,7 +17,7 @@ printed as ms per layer and GB/s (weight, scale and min bytes / time), with the 
 row / panel. Prints the load average first: on a shared machine compare rows of one run only.
 
 Usage: ``python scripts/bench_panel.py [--threads 2] [--rounds 5] [--layers 28]
-[--kinds int4 int6 q4_1 q8_0] [--rows 1 5 16 64]``
+[--kinds int4 int6 q4_1 q5_0 q8_0] [--rows 1 5 16 64]``
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SHAPES = {"int4": {"gate_up": (17920, 1536, None), "down": (1536, 8960, None),
           "int6": {"down": (1536, 8960, None), "output": (151936, 1536, 1)},
           "q4_1": {"gate_up": (3072, 576, None), "down": (576, 1536, None),
                    "q/o": (576, 576, None)},
+          "q5_0": {"gate_up": (4864, 896, None), "q/o": (896, 896, None)},
           "q8_0": {"output": (49152, 576, 1), "output_0.5b": (151936, 896, 1)}}
 ROWS = (1, 5, 16, 64)
 
@@ -58,6 +61,12 @@ def _q4_1_weights(n: int, k: int, gen: torch.Generator):
     return q, sc, (-8 * sc.float()).half()
 
 
+def _q5_0_weights(n: int, k: int, gen: torch.Generator):
+    ql = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    qh = torch.randint(0, 256, (n, k // 8), generator=gen, dtype=torch.uint8)
+    return ql, qh, (torch.rand(n, k // 32, generator=gen) * 0.01).half()
+
+
 def _q8_0_weights(n: int, k: int, gen: torch.Generator):
     q = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
     return q, (torch.rand(n, k // 32, generator=gen) * 0.01).half()
@@ -66,6 +75,7 @@ def _q8_0_weights(n: int, k: int, gen: torch.Generator):
 def _kinds():
     """kind -> (weights, to panel, row-layout call, panel call)."""
     from localchat.engine.quant.int4_panel import to_panel
+    from localchat.engine.quant.int5_panel import to_panel5
     from localchat.engine.quant.int6_panel import to_panel6
     from localchat.engine.quant.int8_panel import to_panel8
     from localchat.kernels import cpu
@@ -77,6 +87,8 @@ def _kinds():
                      lambda x, p: cpu.int6_panel_a8(x, *p)),
             "q4_1": (_q4_1_weights, to_panel, lambda x, w: cpu.int4_matmul_a8(x, *w, 32),
                      lambda x, p: cpu.int4_panel_a8(x, *p)),
+            "q5_0": (_q5_0_weights, to_panel5, lambda x, w: cpu.int5_matmul_a8(x, *w),
+                     lambda x, p: cpu.int5_panel_a8(x, *p)),
             "q8_0": (_q8_0_weights, to_panel8,
                      lambda x, w: cpu.int8_matmul_a8(x, w[0], w[1], None, 32),
                      lambda x, p: cpu.int8_panel_a8(x, *p))}

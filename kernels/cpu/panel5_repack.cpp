@@ -36,12 +36,19 @@ inline uint8_t even_bits(uint32_t x) {
   return static_cast<uint8_t>((x | (x >> 4)) & 0x00FFu);
 }
 
-// The inverse: bits 0 .. 7 of x -> bits 0, 2, .., 14.
-inline uint16_t spread_bits(uint32_t x) {
-  x = (x | (x << 4)) & 0x0F0Fu;
-  x = (x | (x << 2)) & 0x3333u;
-  return static_cast<uint16_t>((x | (x << 1)) & 0x5555u);
-}
+// The inverse: bits 0 .. 7 of x -> bits 0, 2, .., 14, from a table (the way back runs for
+// every prompt's GEMM: 4 table reads per output and 32 columns).
+struct SpreadTable {
+  uint16_t v[256];
+  SpreadTable() {
+    for (uint32_t x = 0; x < 256; ++x) {
+      uint32_t y = (x | (x << 4)) & 0x0F0Fu;
+      y = (y | (y << 2)) & 0x3333u;
+      v[x] = static_cast<uint16_t>((y | (y << 1)) & 0x5555u);
+    }
+  }
+};
+const SpreadTable kSpread;
 
 // qlow uint8 [N, K/2], qhigh uint8 [N, K/8], scales fp16 [N, K/32] (qa5.h) -> plow
 // [N/16, K/8, 64], phigh [N/16, K/32, 64], pscales [N/16, K/32, 16] (written in place).
@@ -107,8 +114,8 @@ void int5_panel_dequantize(const at::Tensor& plow, const at::Tensor& phigh,
         for (int j = 0; j < 16; ++j)
           for (int64_t g = 0; g < ng; ++g) {
             const uint8_t* p = ph + (t * ng + g) * 64 + 4 * j;
-            const uint16_t e = spread_bits(p[0]) | (spread_bits(p[2]) << 1);
-            const uint16_t o = spread_bits(p[1]) | (spread_bits(p[3]) << 1);
+            const uint16_t e = kSpread.v[p[0]] | (kSpread.v[p[2]] << 1);
+            const uint16_t o = kSpread.v[p[1]] | (kSpread.v[p[3]] << 1);
             uint8_t* row = qh + j * (K / 8) + 16 * (g / 4) + 2 * (g % 4);
             std::memcpy(row, &e, 2);
             std::memcpy(row + 8, &o, 2);
