@@ -254,8 +254,8 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
     the embedding (its rows are gathered) nor ``head`` (the greedy head reads the output
     layer's rows); ``int6_panel.PanelInt6LinearMethod`` for Q6_K layers, ``int5_panel.
     PanelInt5LinearMethod`` for Q5_0 ones and ``int8_panel.PanelInt8LinearMethod`` for Q8_0
-    ones, ``head`` included (they read rows back from the panel), a pure embedding not. Returns those modules, still in the row layout for their
-    rows to be filled."""
+    ones, ``head`` included (they read rows back from the panel), a pure embedding not.
+    Returns those modules, still in the row layout for their rows to be filled."""
     kinds = panel_kinds(device, dtype, a8_fp32)
     if not kinds:
         return []
@@ -313,9 +313,8 @@ def panel_scheme(adopted: list) -> str:
     """The cache scheme name of a native load whose panel layers are ``adopted``: ``native``
     (none), ``native-panel`` (Q4_K layers), ``-q6`` added where Q6_K layers are among them,
     ``-q8`` where Q8_0 ones are, ``-all`` where Q4_0 / Q4_1 ones are, ``-q5`` where Q5_0
-    ones are, so that a model's
-    entries with and without panels (``LOCALCHAT_CPU_PANEL``) are two entries rather than one
-    rebuilt at each switch."""
+    ones are, so that a model's entries with and without panels (``LOCALCHAT_CPU_PANEL``) are
+    two entries rather than one rebuilt at each switch."""
     if not adopted:
         return "native"
     from .int5_panel import PanelInt5LinearMethod

@@ -1,12 +1,13 @@
 """Wrappers of the CPU extension's panel-layout matmuls and conversions: int4
 (``kernels/cpu/panel4.h``, ``panel4_{scalar,vnni}.cpp``; the layout's PyTorch conversions are
-``localchat.engine.quant.int4_panel``), int5 (``panel5.h``, ``panel5_{scalar,avx2}.cpp``,
-``panel5_repack.cpp``; ``localchat.engine.quant.int5_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
+``localchat.engine.quant.int4_panel``), int5 (``panel5.h``, ``panel5_{scalar,avx2}.cpp``;
+``localchat.engine.quant.int5_panel``), int6 (``panel6.h``, ``panel6_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int6_panel``) and int8 (``panel8.h``, ``panel8_{scalar,vnni}.cpp``;
 ``localchat.engine.quant.int8_panel``), all converted (and dequantized back to rows for a
-prompt's GEMM) by ``panel_repack.cpp``; the exact fp32 matmuls of the one-level int4 and the
-int8 panels in ``panelf.h``, ``panelf_{scalar,avx2}.cpp``. Re-exported by
-``localchat.kernels.cpu``; call them through it."""
+prompt's GEMM) by ``panel_repack.cpp`` (int5: ``panel5_repack.cpp``); the exact fp32 matmuls
+of the one-level int4, the int5 and the int8 panels in ``panelf.h``,
+``panelf_{scalar,avx2}.cpp``. Re-exported by ``localchat.kernels.cpu``; call them through
+it."""
 
 from __future__ import annotations
 

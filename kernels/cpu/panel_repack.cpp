@@ -3,7 +3,8 @@
 // to_panel, int6_panel.to_panel6, int8_panel.to_panel8, equal to them bit for bit): a first
 // load converts every panel layer once, before the cache write. Threads over tiles. And the
 // way back, for a prompt's GEMM and rows read back: int4_panel_dequantize /
-// int8_panel_dequantize, panel tiles back into float rows.
+// int8_panel_dequantize, panel tiles back into float rows. (int5's: panel5_repack.cpp; the
+// pieces both use: panel_repack.h.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
