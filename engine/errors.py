@@ -30,3 +30,10 @@ class UnsupportedArchitectureError(ModelLoadError):
 
 class ContextLengthError(LocalchatError):
     """A prompt does not fit in the model's context (``max_model_len`` tokens)."""
+
+
+class SettingError(LocalchatError, ValueError):
+    """An environment setting (``LOCALCHAT_CPU_ISA`` ...) holds a value it does not take: a
+    user's typo, printed as one line, exit 2 as for a bad flag value."""
+
+    exit_code = 2

@@ -145,7 +145,8 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     panel = adopt_panel(model, device, dtype, head, a8_fp32)
     cached = None
     if cache_dir is not None and use_cache:
-        cached = cache_path(cache_dir, path, panel_scheme(panel), 32, dtype, NATIVE_FORMAT)
+        scheme = panel_scheme(panel) + _q5_suffix(layouts, device, kernel)
+        cached = cache_path(cache_dir, path, scheme, 32, dtype, NATIVE_FORMAT)
     model.quant_cache_hit = False
     model.quant_cache_entry = None
     # int4 layers (or shards of a sharded layer, ``shard_<id>`` modules) that PyTorch's CPU
@@ -191,6 +192,16 @@ def load_native_gguf(model: nn.Module, path: Path, *, dtype: torch.dtype,
     model.native_weight_bytes = native_weight_bytes(path, model.config, device, dtype,
                                                     cache_dir, kernel)
     return model.eval()
+
+
+def _q5_suffix(layouts: dict, device: torch.device, kernel: str) -> str:
+    """``"-q5i8"`` where the file's Q5_0 tensors are held as int8 (``native.INT5_AS_INT8``:
+    ``LOCALCHAT_CPU_INT5=0``, or no int5 kernels here), else ``""``: so the int8 and int5
+    forms of a model's Q5_0 layers are two cache entries, not one rebuilt at each switch."""
+    from ..quant.native_int5 import int5_usable
+
+    has_q5 = any(lay[0] == "int5" for items in layouts.values() for _, lay in items)
+    return "-q5i8" if has_q5 and not (kernel == "packed" and int5_usable(device)) else ""
 
 
 def _output_layer(model: nn.Module, quantized: dict[str, Linear]) -> Linear | None:

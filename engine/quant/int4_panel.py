@@ -126,10 +126,11 @@ KINDS = frozenset({"int4", "int5", "int6", "int8"})  # the panel layouts, by wei
 
 def vector_kinds() -> frozenset[str]:
     """The panel layouts whose own vector kernels run at the active ISA level (the others run
-    portable code, many times slower than the row layouts): all four at the AVX2 level and
-    above (``panel{4,5,6,8}_avx2.cpp``, VNNI kernels for int4, int6 and int8; the int4 one
-    1.6x the row layout's kernel at one row, 1.7-1.9x at 5-128 rows, the int5 one 1.3-1.6x at
-    one row and 1.6-2.6x at 5-16, Zen 3, 2 threads), none below."""
+    portable code, many times slower than those vector kernels): all four at the AVX2 level
+    and above (``panel{4,5,6,8}_avx2.cpp``, VNNI kernels for int4, int6 and int8; the int4 one
+    1.6x the row layout's kernel at one row, 1.7-1.9x at 5-128 rows, the int5 one 1.25-1.3x at
+    one row and 1.7-1.9x at 5-16, ``scripts/bench_panel.py``, Zen 3, 2 threads), none
+    below."""
     from localchat.kernels import cpu
 
     return KINDS if cpu.active_isa() >= 1 else frozenset()
@@ -292,7 +293,7 @@ def adopt_panel(model, device: torch.device | str, dtype: torch.dtype, head=None
     slow = {_kind(m.quant_method) for m in adopted} - vector_kinds()
     if slow:  # LOCALCHAT_CPU_PANEL=1 where they are portable
         logger.warning("%s=1 without the %s panel kernels at the active ISA level: they run "
-                       "portable code, many times slower than the row layouts (a testing "
+                       "portable code, many times slower than their vector kernels (a testing "
                        "switch; unset it)", PANEL_ENV, " / ".join(sorted(slow)))
     return adopted
 

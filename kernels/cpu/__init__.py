@@ -62,12 +62,16 @@ def active_isa() -> int:
     per process (the ops consult it on every call): after changing the variable call
     ``active_isa.cache_clear()`` (or ``localchat.kernels.refresh_env()``).
 
-    Raises ``ValueError`` for an unknown ``LOCALCHAT_CPU_ISA`` value."""
+    Raises ``localchat.engine.errors.SettingError`` (a ``ValueError``) for an unknown
+    ``LOCALCHAT_CPU_ISA`` value."""
     want = os.environ.get(ISA_ENV, "").strip().lower()
     if not want:
         return best_isa()
     if want not in ISAS:
-        raise ValueError(f"{ISA_ENV}={want!r}: expected one of {', '.join(ISAS)}")
+        from localchat.engine.errors import SettingError
+
+        raise SettingError(f"{ISA_ENV}={want!r} is not a setting: expected one of "
+                           f"{', '.join(ISAS)} (or unset)")
     return min(ISAS[want], best_isa())
 
 

@@ -10,8 +10,9 @@
 // Q5_0 x Q8_0 dot (the top bit ORed into the nibbles; the -16 here an activation sum, as the
 // row layout folds it); own code.
 //
-// Layout, for a weight [N, K] with N % 16 == 0 and K % 32 == 0 (tile t = outputs 16t..16t+15,
-// lane j = output 16t + j, u = q + 16 in 0..31, q the Q5_0 value):
+// Layout, for a weight [N, K] with N % 16 == 0 and K % 32 == 0 (the kernels' need; the
+// conversions from and back to the row layout need its K % 128 == 0) (tile t = outputs
+// 16t..16t+15, lane j = output 16t + j, u = q + 16 in 0..31, q the Q5_0 value):
 //   plow    uint8 [N / 16, K / 8, 64]: byte 4j + b of (t, octet o) holds the low 4 bits of
 //           u[16t + j, 8o + b] (low nibble) and of u[16t + j, 8o + 4 + b] (high nibble): the
 //           int4 panel's qpanel (panel4.h) of the row layout's qlow;

@@ -1,4 +1,4 @@
-// Helpers of the panel layouts' AVX2 kernels (panel{4,6,8}_avx2.cpp): loads of a tile's
+// Helpers of the panel layouts' AVX2 kernels (panel{4,5,6,8}_avx2.cpp): loads of a tile's
 // 8-lane scale vectors, activation broadcasts, a group's fp32 fold, the stores of 16 outputs
 // and the tile/row driver.
 // Included after immintrin.h and qa8.h by TUs compiled for AVX2 + FMA + F16C; everything here

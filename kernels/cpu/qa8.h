@@ -43,7 +43,7 @@ struct A8Args {
   // -dmin) per 256 columns, scales / mins then uint8 [N, ngroups] (sc, m; group_size 32,
   // K % 256 == 0). The kernels form d * sc and -dmin * m in fp32 (exact), the folded values.
   const uint16_t* super = nullptr;
-  // the int6 panel layout's top-bit plane (panel6.h), else nullptr
+  // the int6 / int5 panel layouts' top-bit plane (panel6.h, panel5.h), else nullptr
   const void* qhigh = nullptr;
 };
 

@@ -227,9 +227,15 @@ def test_isa_paths_are_distinct_code(built, monkeypatch):
 
 
 def test_unknown_isa_is_an_error(built, monkeypatch):
+    """A typo in ``LOCALCHAT_CPU_ISA`` is the user's setting, not a bug: a ``SettingError``
+    (a ``LocalchatError``, so the CLI prints its one line, exit 2; still a ``ValueError``)."""
+    from localchat.engine.errors import LocalchatError, SettingError
+
     monkeypatch.setenv(cpu.ISA_ENV, "sse9")
-    with pytest.raises(ValueError, match="LOCALCHAT_CPU_ISA"):
+    with pytest.raises(SettingError, match="LOCALCHAT_CPU_ISA='sse9' is not a setting") as err:
         cpu.active_isa()
+    assert isinstance(err.value, LocalchatError) and isinstance(err.value, ValueError)
+    assert err.value.exit_code == 2
 
 
 def test_dispatch_uses_the_kernel_on_cpu(built):

@@ -12,8 +12,10 @@ same layer in the row layout, built from random Q5_0 blocks through the loader's
 - Rows read back (``dequantize_rows``, ``embed``) equal the row layout's reference
   dequantization bit for bit.
 - ``adopt_panel`` takes Q5_0 layers the panel can tile, the output layer included, not a pure
-  embedding, and names the entry with ``-q5``; the quantized cache restores the panel by
-  buffer name, and ``to_rows`` gives back fillable row buffers.
+  embedding, and names the entry with ``-q5``; by default at the AVX2 level, not where VNNI
+  runs; forced below AVX2 it warns once. Q5_0 held as int8 names its own entry (``-q5i8``).
+  The quantized cache restores the panel by buffer name, and ``to_rows`` gives back fillable
+  row buffers.
 """
 
 from __future__ import annotations
@@ -143,15 +145,58 @@ def test_adopt_panel_takes_q5_0_linears_and_the_head(monkeypatch, env):
 
 
 def test_int5_is_left_out_by_default_only_where_vnni_runs(monkeypatch):
-    """The int5 panel has an AVX2 kernel only: taken by default at the AVX2 level, not where
-    the row layout's VNNI kernel runs (AVX-512 VNNI active); capped to AVX2 it is taken."""
+    """The int5 panel has an AVX2 kernel only: taken by default at the AVX2 level (a model's
+    Q5_0 layers and head adopted, capped to AVX2 on any CPU that has it), not where the row
+    layout's VNNI kernel runs (AVX-512 VNNI active)."""
     if cpu.amx_enabled():
         pytest.skip("AMX CPUs keep the row layouts (their prefill GEMM reads them)")
+    if cpu.best_isa() < 1:
+        pytest.skip("no AVX2: no panel is taken by default")
+    monkeypatch.setenv(PANEL_ENV, "")
     monkeypatch.setenv("LOCALCHAT_CPU_ISA", "avx2")  # re-read at once (tests/conftest.py)
-    assert "int5" in int4_panel.fast_kinds()
+    model = _model()
+    adopted = adopt_panel(model, "cpu", torch.bfloat16, head=model.head)
+    assert adopted == [model.q5, model.q6k, model.head]
+    assert panel_scheme(adopted) == "native-panel-q6-q5"
     monkeypatch.setenv("LOCALCHAT_CPU_ISA", "")
-    vnni = cpu.active_isa() >= 2 and cpu.has_vnni()
-    assert ("int5" in int4_panel.fast_kinds()) == (not vnni)
+    model = _model()
+    taken = adopt_panel(model, "cpu", torch.bfloat16, head=model.head)
+    if cpu.active_isa() >= 2 and cpu.has_vnni():
+        assert taken == [model.q6k] and type(model.q5.quant_method) is Int5LinearMethod
+    else:
+        assert taken == [model.q5, model.q6k, model.head]
+        assert isinstance(model.q5.quant_method, PanelInt5LinearMethod)
+
+
+def test_forced_panel_below_avx2_says_it_is_slow(monkeypatch, caplog):
+    """``LOCALCHAT_CPU_PANEL=1`` with the ISA capped to scalar takes the int5 panel's portable
+    kernel: one warning line naming int5 among the slow kinds."""
+    import logging
+
+    monkeypatch.setenv(PANEL_ENV, "1")
+    monkeypatch.setenv("LOCALCHAT_CPU_ISA", "scalar")  # re-read at once (tests/conftest.py)
+    model = _model()
+    with caplog.at_level(logging.WARNING, logger="localchat.engine.quant.int4_panel"):
+        assert model.q5 in adopt_panel(model, "cpu", torch.bfloat16, head=model.head)
+    said = [r.getMessage() for r in caplog.records if "portable code" in r.getMessage()]
+    assert len(said) == 1 and "int5" in said[0]
+
+
+def test_q5_0_held_as_int8_names_its_own_cache_entry(monkeypatch):
+    """Q5_0 held as int8 (``LOCALCHAT_CPU_INT5=0``) and as int5 are two cache entries (the
+    ``-q5i8`` suffix; a switch back and forth rebuilt one entry each time before); a file
+    without Q5_0 gets no suffix either way."""
+    from localchat.engine.loader.native import _q5_suffix
+
+    q5 = {"layer": [(0, ("int5", 32, False, torch.float16)), (1, ("int8", 32, False,
+                                                                   torch.float16))]}
+    q8 = {"layer": [(0, ("int8", 32, False, torch.float16))]}
+    monkeypatch.delenv("LOCALCHAT_CPU_INT5", raising=False)
+    assert _q5_suffix(q5, torch.device("cpu"), "packed") == ""
+    assert _q5_suffix(q5, torch.device("cpu"), "int4pack") == "-q5i8"
+    monkeypatch.setenv("LOCALCHAT_CPU_INT5", "0")  # read at each load
+    assert _q5_suffix(q5, torch.device("cpu"), "packed") == "-q5i8"
+    assert _q5_suffix(q8, torch.device("cpu"), "packed") == ""
 
 
 def test_cache_round_trip_and_back_to_rows(tmp_path):
