@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <tuple>
 #include <vector>
 
@@ -184,32 +185,46 @@ at::Tensor int4_panel_a8(const at::Tensor& x, const at::Tensor& qpanel, const at
   return run_a8(x, a, false, fn, pick_a8_quant(isa), kPanelRows);
 }
 
+// One weight tensor of a bit-plane panel layout (int6, int5) and what it must be.
+struct PanelPart {
+  const char* name;
+  const at::Tensor& t;
+  at::ScalarType dt;
+  std::vector<int64_t> shape;
+};
+
+// The checks of a bit-plane panel launcher's x and plow: x [M, K] of a float dtype, K a
+// positive multiple of `unit`, plow of rank 3 (its parts: check_parts).
+void check_bitplane_x(const char* op, const at::Tensor& x, const at::Tensor& plow,
+                      int64_t unit) {
+  TORCH_CHECK(x.dim() == 2 && plow.dim() == 3, op, ": x [M, K], plow [N/16, K/8, 64], got ",
+              x.sizes(), " and ", plow.sizes());
+  const int64_t K = x.size(1);
+  TORCH_CHECK(K > 0 && K % unit == 0, op, ": K=", K, " must be a multiple of ", unit);
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
+                  x.scalar_type() == at::kHalf, op, ": x must be fp32/bf16/fp16");
+}
+
+// Each part contiguous with its dtype and shape.
+void check_parts(const char* op, std::initializer_list<PanelPart> parts) {
+  for (const auto& p : parts)
+    TORCH_CHECK(p.t.scalar_type() == p.dt && p.t.is_contiguous() &&
+                    p.t.sizes() == at::IntArrayRef(p.shape),
+                op, ": ", p.name, " must be contiguous ", p.dt, " ", at::IntArrayRef(p.shape),
+                ", got ", p.t.sizes(), " ", p.t.scalar_type());
+}
+
 // W6A8 over the int6 panel layout (panel6.h): x [M, K] fp32 / bf16 / fp16, plow uint8
 // [N/16, K/8, 64], phigh uint8 [N/16, K/16, 64], pscales int8 [N/16, K/16, 16], psuper fp16
 // [N/16, K/256, 16].
 at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::Tensor& phigh,
                          const at::Tensor& pscales, const at::Tensor& psuper, int64_t isa) {
-  TORCH_CHECK(x.dim() == 2 && plow.dim() == 3,
-              "int6_panel_a8: x [M, K], plow [N/16, K/8, 64], got ", x.sizes(), " and ",
-              plow.sizes());
+  check_bitplane_x("int6_panel_a8", x, plow, 256);
   const int64_t M = x.size(0), K = x.size(1), T = plow.size(0), N = T * kPanelRows;
-  TORCH_CHECK(K > 0 && K % 256 == 0, "int6_panel_a8: K=", K, " must be a multiple of 256");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
-                  x.scalar_type() == at::kHalf, "int6_panel_a8: x must be fp32/bf16/fp16");
-  const struct {
-    const char* name;
-    const at::Tensor& t;
-    at::ScalarType dt;
-    std::vector<int64_t> shape;
-  } parts[] = {{"plow", plow, at::kByte, {T, K / 8, 64}},
-               {"phigh", phigh, at::kByte, {T, K / 16, 64}},
-               {"pscales", pscales, at::kChar, {T, K / 16, 16}},
-               {"psuper", psuper, at::kHalf, {T, K / 256, 16}}};
-  for (const auto& p : parts)
-    TORCH_CHECK(p.t.scalar_type() == p.dt && p.t.is_contiguous() &&
-                    p.t.sizes() == at::IntArrayRef(p.shape),
-                "int6_panel_a8: ", p.name, " must be contiguous ", p.dt, " ",
-                at::IntArrayRef(p.shape), ", got ", p.t.sizes(), " ", p.t.scalar_type());
+  check_parts("int6_panel_a8", {{"plow", plow, at::kByte, {T, K / 8, 64}},
+                                {"phigh", phigh, at::kByte, {T, K / 16, 64}},
+                                {"pscales", pscales, at::kChar, {T, K / 16, 16}},
+                                {"psuper", psuper, at::kHalf, {T, K / 256, 16}}});
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, plow.data_ptr(),
            pscales.data_ptr(), nullptr, false, nullptr, false,
            M, N, K, K, 32, K / 32};
@@ -227,26 +242,11 @@ at::Tensor int6_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::
 // [N/16, K/8, 64], phigh uint8 [N/16, K/32, 64], pscales fp16 [N/16, K/32, 16].
 at::Tensor int5_panel_a8(const at::Tensor& x, const at::Tensor& plow, const at::Tensor& phigh,
                          const at::Tensor& pscales, int64_t isa) {
-  TORCH_CHECK(x.dim() == 2 && plow.dim() == 3,
-              "int5_panel_a8: x [M, K], plow [N/16, K/8, 64], got ", x.sizes(), " and ",
-              plow.sizes());
+  check_bitplane_x("int5_panel_a8", x, plow, 32);
   const int64_t M = x.size(0), K = x.size(1), T = plow.size(0), N = T * kPanelRows;
-  TORCH_CHECK(K > 0 && K % 32 == 0, "int5_panel_a8: K=", K, " must be a multiple of 32");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
-                  x.scalar_type() == at::kHalf, "int5_panel_a8: x must be fp32/bf16/fp16");
-  const struct {
-    const char* name;
-    const at::Tensor& t;
-    at::ScalarType dt;
-    std::vector<int64_t> shape;
-  } parts[] = {{"plow", plow, at::kByte, {T, K / 8, 64}},
-               {"phigh", phigh, at::kByte, {T, K / 32, 64}},
-               {"pscales", pscales, at::kHalf, {T, K / 32, 16}}};
-  for (const auto& p : parts)
-    TORCH_CHECK(p.t.scalar_type() == p.dt && p.t.is_contiguous() &&
-                    p.t.sizes() == at::IntArrayRef(p.shape),
-                "int5_panel_a8: ", p.name, " must be contiguous ", p.dt, " ",
-                at::IntArrayRef(p.shape), ", got ", p.t.sizes(), " ", p.t.scalar_type());
+  check_parts("int5_panel_a8", {{"plow", plow, at::kByte, {T, K / 8, 64}},
+                                {"phigh", phigh, at::kByte, {T, K / 32, 64}},
+                                {"pscales", pscales, at::kHalf, {T, K / 32, 16}}});
   A8Args a{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, plow.data_ptr(),
            pscales.data_ptr(), nullptr, true, nullptr, false,
            M, N, K, (K + 127) / 128 * 128, 32, K / 32};
