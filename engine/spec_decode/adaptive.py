@@ -119,6 +119,7 @@ class AdaptiveDraftLength:
         # forward verifying k drafts)
         self._samples: dict[str | int, deque[float]] = {}
         self._costs: dict[str | int, float] = {}  # each key's median, updated per sample
+        self._verify: dict[int, float] = {}  # the int keys' medians (read several times a step)
         self._requests: dict[str, _RequestState] = {}
 
     def _cost(self, key: str | int) -> float | None:
@@ -146,8 +147,8 @@ class AdaptiveDraftLength:
 
     @property
     def t_verify(self) -> dict[int, float]:
-        """k -> one target forward verifying k drafts (s), for each k timed."""
-        return {k: v for k, v in self._costs.items() if isinstance(k, int)}
+        """k -> one target forward verifying k drafts (s), for each k timed (read only)."""
+        return self._verify
 
     def _state(self, rid: str) -> _RequestState:
         st = self._requests.get(rid)
@@ -287,6 +288,8 @@ class AdaptiveDraftLength:
             return
         samples.append(seconds)
         self._costs[key] = _median(samples)
+        if isinstance(key, int):
+            self._verify[key] = self._costs[key]
 
     def forget(self, rid: str) -> None:
         self._requests.pop(rid, None)
