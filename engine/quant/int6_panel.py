@@ -123,5 +123,8 @@ class PanelInt6LinearMethod(PanelMixin, Int6LinearMethod):
         self._install(layer, _ROW_NAMES, tensors, (lambda: cpu.int6_to_panel(
             *(layer._buffers[name] for name in _ROW_NAMES), *tensors)) if convert else None)
 
+    def _gather_op(self, layer):
+        return "int6_panel_gather", self._panel(layer)
+
     def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
         return dequantize_panel6(*tiles)

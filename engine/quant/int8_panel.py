@@ -104,5 +104,8 @@ class PanelInt8LinearMethod(PanelMixin, Int8GroupLinearMethod):
     def _rows_op(self, layer):
         return "int8_panel_dequantize", self._panel(layer)
 
+    def _gather_op(self, layer):
+        return "int8_panel_gather", self._panel(layer)
+
     def _dequantize_tiles(self, *tiles: torch.Tensor) -> torch.Tensor:
         return dequantize_panel8(*tiles)

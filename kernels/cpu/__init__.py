@@ -31,7 +31,8 @@ the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_
 ``int5_dequantize`` and ``gguf_repack_q5``. The int4, int5, int6 and int8 panel layouts (16
 outputs interleaved, ``panel{4,5,6,8}.h``; ``localchat.engine.quant.int{4,5,6,8}_panel``) have
 ``int{4,5,6,8}_panel_a8`` (any row count), their conversions ``int{4,5,6,8}_to_panel`` and,
-for a prompt's GEMM, ``int{4,5,8}_panel_dequantize``; the one-level int4, the int5 and the
+for a prompt's GEMM, ``int{4,5,8}_panel_dequantize``; the int6 and int8 panels
+``int{6,8}_panel_gather``, single rows by id (the greedy head's candidates); the one-level int4, the int5 and the
 int8 panels also ``int{4,5,8}_panel_f32``, exact fp32 matmuls for rows whose activations stay
 fp32 (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
 prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
@@ -332,9 +333,11 @@ int5_panel_dequantize = _panel.int5_panel_dequantize
 int5_panel_f32 = _panel.int5_panel_f32
 int6_panel_a8 = _panel.int6_panel_a8
 int6_to_panel = _panel.int6_to_panel
+int6_panel_gather = _panel.int6_panel_gather
 int8_panel_a8 = _panel.int8_panel_a8
 int8_to_panel = _panel.int8_to_panel
 int8_panel_dequantize = _panel.int8_panel_dequantize
+int8_panel_gather = _panel.int8_panel_gather
 int4_panel_f32 = _panel.int4_panel_f32
 int8_panel_f32 = _panel.int8_panel_f32
 

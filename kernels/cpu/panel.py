@@ -170,6 +170,24 @@ def int8_panel_dequantize(qpanel, pscales, row0: int, out, isa: int | None = Non
     _ops().int8_panel_dequantize(qpanel, pscales, row0, out, _isa(isa))
 
 
+def int6_panel_gather(plow, phigh, pscales, psuper, ids, out) -> None:
+    """``out [n, K]`` fp32 (contiguous, written in place) <- rows ``ids`` (int64 ``[n]``, any
+    order, repeats allowed) of an int6 panel weight (as :func:`int6_panel_a8`): the values
+    ``reference_int6.dequantize_int6`` gives the row layout, bit for bit, each read from its
+    lane of the tile (``panel_gather.cpp``; 1/16 of :func:`int8_panel_dequantize`'s work per
+    row), for the greedy output layer's rescored candidates. Raises ``RuntimeError`` on a bad
+    shape or dtype or an id outside ``[0, N)``."""
+    _ops().int6_panel_gather(plow, phigh, pscales, psuper, ids, out)
+
+
+def int8_panel_gather(qpanel, pscales, ids, out) -> None:
+    """``out [n, K]`` fp32 <- rows ``ids`` of an int8 panel weight (as :func:`int8_panel_a8`):
+    ``q * scale``, the row layout's values bit for bit, as :func:`int6_panel_gather` (the
+    greedy head's candidates, a tied Q8_0 embedding's lookups). Raises ``RuntimeError`` as
+    it does."""
+    _ops().int8_panel_gather(qpanel, pscales, ids, out)
+
+
 def int4_panel_f32(x, qpanel, pscales, pmins, isa: int | None = None):
     """Exact fp32 matmul over a one-level (GGUF Q4_0 / Q4_1) int4 panel weight: ``x [M, K]``
     fp32/bf16/fp16 (widened to fp32; any M, K % 32 == 0) -> ``[M, N]`` in ``x.dtype``, every
