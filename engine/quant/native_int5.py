@@ -73,12 +73,6 @@ class Int5LinearMethod(PlanarLinearMethod):
     _dequantize = staticmethod(cpu.int5_dequantize)
     _dequant_mm = staticmethod(cpu.int5_dequant_mm)
 
-    @staticmethod
-    def _dequantize_ref(*w):
-        from localchat.kernels.reference_int5 import dequantize_int5
-
-        return dequantize_int5(*w)
-
     def weight_bytes(self, out_features, in_features, dtype):
         return int5_weight_bytes(out_features, in_features)
 

@@ -64,12 +64,6 @@ class Int6LinearMethod(PlanarLinearMethod):
     _dequantize = staticmethod(cpu.int6_dequantize)
     _dequant_mm = staticmethod(cpu.int6_dequant_mm)
 
-    @staticmethod
-    def _dequantize_ref(*w):
-        from localchat.kernels.reference_int6 import dequantize_int6
-
-        return dequantize_int6(*w)
-
     def weight_bytes(self, out_features, in_features, dtype):
         return int6_weight_bytes(out_features, in_features)
 

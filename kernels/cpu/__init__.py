@@ -32,9 +32,9 @@ the int5 layout (GGUF Q5_0 held exactly, ``qa5.h``) ``int5_matmul_a8`` / ``int5_
 outputs interleaved, ``panel{4,5,6,8}.h``; ``localchat.engine.quant.int{4,5,6,8}_panel``) have
 ``int{4,5,6,8}_panel_a8`` (any row count), their conversions ``int{4,5,6,8}_to_panel`` and,
 for a prompt's GEMM, ``int{4,5,8}_panel_dequantize``; the int6 and int8 panels
-``int{6,8}_panel_gather``, single rows by id (the greedy head's candidates); the one-level int4, the int5 and the
-int8 panels also ``int{4,5,8}_panel_f32``, exact fp32 matmuls for rows whose activations stay
-fp32 (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
+``int{6,8}_panel_gather``, single rows by id (the greedy head's candidates); the one-level
+int4, the int5 and the int8 panels also ``int{4,5,8}_panel_f32``, exact fp32 matmuls for rows
+whose activations stay fp32 (``panel.py``). On AMX CPUs ``int{4,5,6,8}_dequant_mm`` run a
 prefill GEMM on the tile unit over weight rows dequantized in cache (``amx.py``).
 """
 

@@ -174,8 +174,8 @@ def int6_panel_gather(plow, phigh, pscales, psuper, ids, out) -> None:
     """``out [n, K]`` fp32 (contiguous, written in place) <- rows ``ids`` (int64 ``[n]``, any
     order, repeats allowed) of an int6 panel weight (as :func:`int6_panel_a8`): the values
     ``reference_int6.dequantize_int6`` gives the row layout, bit for bit, each read from its
-    lane of the tile (``panel_gather.cpp``; 1/16 of :func:`int8_panel_dequantize`'s work per
-    row), for the greedy output layer's rescored candidates. Raises ``RuntimeError`` on a bad
+    lane of the tile (``panel_gather.cpp``; 1/16 of the work of turning the whole tile back
+    into rows), for the greedy output layer's rescored candidates. Raises ``RuntimeError`` on a bad
     shape or dtype or an id outside ``[0, N)``."""
     _ops().int6_panel_gather(plow, phigh, pscales, psuper, ids, out)
 
