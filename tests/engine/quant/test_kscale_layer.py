@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from localchat.engine.layers.linear import Linear
-from localchat.engine.quant import cpu_int4
+from localchat.engine.quant import cpu_int4, native
 from localchat.engine.quant.gguf_repack import dequantize_repacked, repack_gguf_tensor
 from localchat.engine.quant.native import (
     NativeInt4LinearMethod,
@@ -28,15 +28,16 @@ from localchat.kernels import cpu
 from tests.engine.quant.test_gguf_repack import _random_blocks
 
 Q4_K = 12
+Q4_1 = 3
 
 
-def _layer(raw, n, k, scale_dtype, keep_rows=False, direct=True):
+def _layer(raw, n, k, scale_dtype, keep_rows=False, direct=True, ggml_type=Q4_K):
     layer = Linear(k, n)
     layer.quant_method = NativeInt4LinearMethod("cpu", keep_rows=keep_rows,
                                                 scale_dtype=scale_dtype)
     layer.quant_method.create_weights(layer, "cpu")
-    if not (direct and repack_into_rows(layer, raw, Q4_K, (n, k), 0, n)):
-        copy_repacked_rows(layer, repack_gguf_tensor(raw, Q4_K, (n, k)), 0, n)
+    if not (direct and repack_into_rows(layer, raw, ggml_type, (n, k), 0, n)):
+        copy_repacked_rows(layer, repack_gguf_tensor(raw, ggml_type, (n, k)), 0, n)
     layer.process_weights_after_loading()
     return layer
 
@@ -73,13 +74,24 @@ def test_two_level_layer_equals_folded(monkeypatch, q4k, direct):
     assert torch.allclose(two(x), x @ w.t(), rtol=1e-4, atol=1e-3)
 
 
-def test_embedding_rows_are_the_dequantized_rows(q4k):
-    raw, n, k = q4k
-    emb = _layer(raw, n, k, torch.uint8, keep_rows=True)
-    assert emb.scales.dtype == torch.uint8  # gathered rows fold, the layer keeps two levels
+@pytest.mark.parametrize("ggml_type", [Q4_K, Q4_1])
+@pytest.mark.parametrize("kernels", [True, False])
+def test_embedding_rows_are_the_dequantized_rows(monkeypatch, q4k, kernels, ggml_type):
+    """The C++ dequantizer's rows (where built) and the PyTorch ones both equal the gguf
+    reference's, for 1-D and 2-D ids, fp32 and bf16, two-level (Q4_K) and fp16 (Q4_1)
+    scales."""
+    if not kernels:
+        monkeypatch.setattr(native, "_cpu_kernel_rows", lambda: 0)
+    _, n, k = q4k
+    raw = _random_blocks(ggml_type, n, k, seed=12)
+    scale_dtype = torch.uint8 if ggml_type == Q4_K else torch.float16
+    emb = _layer(raw, n, k, scale_dtype, keep_rows=True, ggml_type=ggml_type)
+    assert emb.scales.dtype == scale_dtype  # gathered rows fold, the layer keeps two levels
     ids = torch.tensor([3, 0, 79, 3])
-    w = dequantize_repacked(repack_gguf_tensor(raw, Q4_K, (n, k)))
+    w = dequantize_repacked(repack_gguf_tensor(raw, ggml_type, (n, k)))
     assert torch.equal(emb.quant_method.embed(emb, ids, torch.float32), w[ids])
+    got = emb.quant_method.embed(emb, ids.view(2, 2), torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, w[ids].view(2, 2, k).bfloat16())
 
 
 def test_int4pack_switch_folds_at_load(monkeypatch, q4k):
