@@ -13,6 +13,8 @@ EXIT_INTERRUPTED = 130  # cli_io.EXIT_INTERRUPTED, not imported: this runs befor
 def main() -> None:
     """Run ``localchat.app.cli.main``; a KeyboardInterrupt outside its own handling (while the
     CLI is imported or built) prints ``localchat: interrupted`` and exits 130."""
+    if sys.stderr is None:
+        _stand_in_for_closed_stderr()
     try:
         from localchat.app.cli import main as cli_main
 
@@ -27,6 +29,20 @@ def main() -> None:
         except (OSError, ValueError, AttributeError):
             pass
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def _stand_in_for_closed_stderr() -> None:
+    """Started with descriptor 2 closed (``2>&-``): Python set ``sys.stderr`` to None, so a
+    ``print(..., file=sys.stderr)`` would write to stdout, into the answer (a trial found
+    ``serve``'s status lines there), and the next file opened would take descriptor 2, where
+    C code writes its warnings. ``/dev/null`` takes the descriptor and ``sys.stderr`` instead:
+    what would go to stderr is dropped, as the user asked."""
+    import os
+
+    try:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (held to the end of the process)
+    except OSError:
+        pass
 
 
 def _exit_now_if_torch(code: object) -> None:
@@ -49,16 +65,23 @@ def _exit_now_if_torch(code: object) -> None:
     import os
 
     try:
-        sys.stdout.flush()
+        _flush(sys.stdout)
     except (OSError, ValueError):
         return
     atexit._run_exitfuncs()  # (it prints, not raises, a handler's error)
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush(sys.stdout)
+        _flush(sys.stderr)
     except (OSError, ValueError):
         pass
     os._exit(code or 0)
+
+
+def _flush(stream) -> None:
+    """Flush ``stream``; None (the descriptor was closed at start: ``2>&-``) has nothing to
+    flush. Raises what the stream's ``flush`` raises."""
+    if stream is not None:
+        stream.flush()
 
 
 if __name__ == "__main__":

@@ -45,3 +45,33 @@ def test_the_fast_exit_keeps_output_code_and_exit_handlers(code):
         == (code, "a reply without its newline")
     assert fast.stderr == "atexit ran\n"  # no teardown: the process ended at once
     assert normal.stderr == "atexit ran\nteardown\n"  # a live thread: the normal exit
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_closed_stderr_keeps_the_exit_code(code):
+    """``localchat ask ... 2>&-``: Python starts with ``sys.stderr`` None; the fast exit has
+    nothing to flush there and must keep the command's code (a trial got 1 for a clean
+    answer: ``None.flush()`` raised inside the exit)."""
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.replace('sys.stderr.write("atexit ran\\n")', "None"),
+         "plain", str(code)],
+        stdout=subprocess.PIPE, text=True, timeout=120, check=False,
+        preexec_fn=lambda: os.close(2))
+    assert (proc.returncode, proc.stdout) == (code, "a reply without its newline")
+
+
+def test_a_closed_stderr_never_reaches_stdout():
+    """With descriptor 2 closed, what the CLI prints to stderr (``print(..., file=
+    sys.stderr)``: serve's status lines, notes) is dropped, not written into stdout, and the
+    next file opened does not take descriptor 2."""
+    import os
+
+    script = _SCRIPT.replace(
+        'sys.stdout.write("a reply without its newline")',
+        'print("a note", file=sys.stderr); sys.stdout.write(str(open(os.devnull).fileno()))')
+    proc = subprocess.run([sys.executable, "-c", "import os\n" + script, "plain", "0"],
+                          stdout=subprocess.PIPE, text=True, timeout=120, check=False,
+                          preexec_fn=lambda: os.close(2))
+    assert proc.returncode == 0 and "note" not in proc.stdout and int(proc.stdout) > 2
