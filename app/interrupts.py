@@ -21,8 +21,10 @@ def loading_interrupts() -> Iterator[None]:
     ``KeyboardInterrupt`` (exit 128 + the signal once the current call returns;
     :func:`loading_signal` says which), and from then on those signals have their default
     action, so a second one ends the process at once, even inside a long C call (torch, file
-    reads). The previous handlers come back when the block ends without an interrupt. Only in
-    the main thread."""
+    reads). The previous handlers come back when the block ends without an interrupt. A
+    signal whose ``KeyboardInterrupt`` the block swallowed (it can land inside an import that
+    C code runs and discards the error of: torch importing numpy) still ends it, at its end.
+    Only in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -43,6 +45,8 @@ def loading_interrupts() -> Iterator[None]:
         for sig, handler in previous.items():
             if signal.getsignal(sig) is first:
                 signal.signal(sig, handler)
+    if _loading_signal is not None:  # the block ran on past the handler's KeyboardInterrupt
+        raise KeyboardInterrupt
 
 
 _loading_signal: int | None = None
