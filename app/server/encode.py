@@ -30,7 +30,7 @@ def sampling_params(body: Any, max_tokens: int, logprobs: int | None) -> Samplin
 
     return SamplingParams(
         temperature=pick("temperature", DEFAULT_TEMPERATURE), top_p=pick("top_p", 1.0),
-        top_k=pick("top_k", 0), min_p=pick("min_p", 0.0),
+        top_k=max(pick("top_k", 0), 0), min_p=pick("min_p", 0.0),  # -1: every token, as 0
         repetition_penalty=pick("repetition_penalty", 1.0), seed=body.seed,
         max_tokens=max_tokens, presence_penalty=pick("presence_penalty", 0.0),
         frequency_penalty=pick("frequency_penalty", 0.0), stop=body.stop_strings(),

@@ -122,7 +122,8 @@ class _SamplingFields(_Strict):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    top_k: Annotated[int, Field(ge=0, le=MAX_TOP_K)] | None = None
+    # -1 or 0: every token (vLLM's clients send -1 for "off")
+    top_k: Annotated[int, Field(ge=-1, le=MAX_TOP_K)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0, le=100.0)] | None = None
     seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None

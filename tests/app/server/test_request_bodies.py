@@ -198,6 +198,15 @@ def test_a_top_k_past_the_bound_is_refused_before_the_engine(client, engine, raw
     assert engine.params == []
 
 
+def test_top_k_minus_one_means_every_token(client, engine):
+    """vLLM's clients send ``top_k: -1`` for "off" (a trial got a 400); it is the engine's
+    0, every token. Below -1 is refused."""
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_k":-1}')
+    assert r.status_code == 200 and engine.params[-1].top_k == 0
+    r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_k":-2}')
+    assert_error(r, 400, "top_k")
+
+
 def test_other_floats_must_be_finite(client):
     r = post(client, CHAT, b'{"messages":[{"role":"user","content":"hi"}],"top_p":NaN}')
     assert_error(r, 400, "top_p")
