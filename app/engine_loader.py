@@ -163,8 +163,15 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
     model's local path, or :data:`NGRAM` for prompt lookup) and the context
     (``SchedulerConfig.max_model_len``: the planner sizes the KV pool from it).
     ``repack_progress``: a progress line on stderr while a first load repacks a GGUF. A
-    ``num_speculative_tokens`` without a draft is said in a note on stderr (it does nothing)."""
+    ``num_speculative_tokens`` without a draft is said in a note on stderr (it does nothing).
+    The KV cache's element type is the ``kv_cache_dtype`` setting's (``auto`` unset).
+
+    Raises:
+        SettingError: the ``kv_cache_dtype`` setting is not a known type, or is one this
+            engine cannot read (a 16-bit cache under fp32 activations is CPU-only).
+    """
     from localchat.engine.config import (
+        CacheConfig,
         EngineConfig,
         QuantConfig,
         SchedulerConfig,
@@ -184,8 +191,24 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
     # the first answer does not wait for the weight cache's write (the process waits at exit)
     quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress,
                         background_write=True)
-    return EngineConfig(quant=quant, speculative=spec,
-                        scheduler=SchedulerConfig(max_model_len=options.context))
+    config = EngineConfig(quant=quant, speculative=spec,
+                          cache=CacheConfig(kv_cache_dtype=_kv_cache_setting()),
+                          scheduler=SchedulerConfig(max_model_len=options.context))
+    try:
+        config.resolved_kv_dtype()
+    except ValueError as exc:  # a 16-bit cache asked of an engine that cannot read one
+        from localchat.app.settings import SettingError
+
+        raise SettingError(f"the kv_cache_dtype setting: {exc}") from None
+    return config
+
+
+def _kv_cache_setting() -> str:
+    """The ``kv_cache_dtype`` setting (config file or ``LOCALCHAT_KV_CACHE_DTYPE``), ``auto``
+    when unset. Raises ``SettingError`` for a bad value (``load_settings``)."""
+    from localchat.app.settings import load_settings
+
+    return load_settings().kv_cache_dtype or "auto"
 
 
 def check_context(options: LoadOptions, source: Any) -> None:

@@ -6,7 +6,8 @@ environment variable ``LOCALCHAT_HOME`` is set, all three live under it instead:
 function creates its folder on demand.
 
 The config file is ``config_dir()/config.toml``: ``default_model``, ``draft``, ``quant``,
-``context`` (tokens per conversation, prompt + reply; as llama.cpp's ``-c``), ``theme``,
+``context`` (tokens per conversation, prompt + reply; as llama.cpp's ``-c``),
+``kv_cache_dtype`` (the KV cache's element type; as llama.cpp's ``-ctk`` / ``-ctv``), ``theme``,
 ``system_prompt``, ``endpoint``, ``api_key``, ``keep_alive`` (``ask --keep-alive``), a ``[sampling]`` table of ``SamplingParams`` defaults (the keys
 are listed in ``KEYS``) and a ``[keys]`` table of TUI key bindings (``stop = "escape,ctrl+c"``;
 names in ``localchat.app.tui.keymap``, checked by the TUI). Each key can also come from the environment (``LOCALCHAT_`` + the key's
@@ -24,6 +25,7 @@ from typing import Any
 
 import platformdirs
 
+from localchat.engine.config import KV_CACHE_DTYPES
 from localchat.engine.errors import LocalchatError
 from localchat.engine.hub.catalog import DEFAULT_MODEL
 
@@ -126,6 +128,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("quant", str, "weight format: " + "|".join(QUANT_CHOICES), QUANT_CHOICES),
     Key("context", int, "context size in tokens (prompt + reply); default: the model's, "
         "at most 8192 on CPU"),
+    Key("kv_cache_dtype", str, "KV cache element type: " + "|".join(KV_CACHE_DTYPES)
+        + " (auto: float16 where the engine computes in float32 on CPU, else the model's)",
+        KV_CACHE_DTYPES),
     Key("theme", str, "TUI theme name"),
     Key("system_prompt", str, "system prompt used when no --system is given"),
     Key("endpoint", str, "OpenAI-compatible server to use instead of a local engine"),
@@ -150,6 +155,7 @@ class Settings:
     draft: str | None = None
     quant: str | None = None
     context: int | None = None
+    kv_cache_dtype: str | None = None
     theme: str | None = None
     system_prompt: str | None = None
     endpoint: str | None = None

@@ -127,19 +127,31 @@ class CacheConfig:
     ``block_size`` is tokens per block; ``num_blocks`` is the pool size (``None``: sized from
     ``kv_cache_memory_bytes`` or the device's memory at engine start).
     ``enable_prefix_caching`` reuses cached full blocks of earlier requests with the same
-    token prefix (``KVCacheManager.get_computed_blocks``).
+    token prefix (``KVCacheManager.get_computed_blocks``). ``kv_cache_dtype`` (one of
+    :data:`KV_CACHE_DTYPES`) is the cache's element type: ``"auto"`` is the model's dtype,
+    except fp16 under an fp32 CPU engine (as llama.cpp's default f16 cache: half the bytes,
+    faster decode attention over long contexts); an explicit 16-bit type under fp32
+    activations is taken on CPU only (``EngineConfig.resolved_kv_dtype``).
     """
 
     block_size: int = 16
     num_blocks: int | None = None
     kv_cache_memory_bytes: int | None = None
     enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a positive power of two, got {self.block_size}")
         if self.num_blocks is not None and self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                             f"got {self.kv_cache_dtype!r}")
+
+
+# CacheConfig.kv_cache_dtype's values
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -278,3 +290,30 @@ class EngineConfig:
         from .quant.schemes import default_float_dtype
 
         return default_float_dtype(self.resolved_device())
+
+    def resolved_kv_dtype(self) -> torch.dtype:
+        """The KV cache's element type (``CacheConfig.kv_cache_dtype``; see
+        :func:`kv_cache_dtype`). Raises ``ValueError`` for a type the attention kernels do
+        not read under this engine's activations."""
+        return kv_cache_dtype(self.cache.kv_cache_dtype, self.resolved_device().type,
+                              self.resolved_dtype())
+
+
+def kv_cache_dtype(setting: str, device_type: str, dtype: torch.dtype) -> torch.dtype:
+    """The KV cache's element type for ``setting`` (:data:`KV_CACHE_DTYPES`) on a
+    ``device_type`` engine computing in ``dtype``: ``"auto"`` is ``dtype``, except fp16 under
+    fp32 on CPU; an explicit type is taken when it is ``dtype`` or, on CPU under fp32, fp16 or
+    bf16 (the C++ decode attention widens them to fp32; ``store_kv_cache`` rounds the new K/V
+    to them, to nearest even). Raises ``ValueError`` otherwise (the message names the
+    setting and why)."""
+    import torch
+
+    cpu_fp32 = device_type == "cpu" and dtype == torch.float32
+    if setting == "auto":
+        return torch.float16 if cpu_fp32 else dtype
+    chosen = getattr(torch, setting)
+    if chosen == dtype or (cpu_fp32 and chosen in (torch.float16, torch.bfloat16)):
+        return chosen
+    raise ValueError(f"kv_cache_dtype {setting} needs a CPU engine computing in float32 (or "
+                     f"that dtype itself); this one computes in {str(dtype).split('.')[-1]} "
+                     f"on {device_type}")

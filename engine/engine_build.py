@@ -54,6 +54,7 @@ def resolve_auto_quant(path, model_config: ModelConfig, config: EngineConfig,
     scheme, plan = choose_scheme(
         model_config, device, max_model_len, draft=draft_config,
         max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+        kv_cache_dtype=config.cache.kv_cache_dtype,
         int4_group_size=default_group_size(Path(path), None),
         native_bytes=gguf_native_bytes(path, model_config, device, config.resolved_dtype(),
                                        cache_dir)
@@ -121,7 +122,7 @@ def build_engine(cls: type[_E], path: Path, config: EngineConfig | None = None, 
 
 
 def plan_num_blocks(config: EngineConfig, model_config: ModelConfig, device: torch.device,
-                    dtype: torch.dtype, max_model_len: int) -> int:
+                    kv_dtype: torch.dtype, max_model_len: int) -> int:
     """KV blocks for one full context (``max_model_len`` tokens) shared by every running
     sequence, as the memory planner counts it (``localchat plan``'s default of one sequence;
     llama.cpp's ``n_ctx``): ``max_num_seqs`` bounds concurrency, not the pool, and requests
@@ -144,7 +145,7 @@ def plan_num_blocks(config: EngineConfig, model_config: ModelConfig, device: tor
             from .memory.budget import available_memory_bytes
 
             budget = int(available_memory_bytes("cpu") * _CPU_KV_RAM_FRACTION)
-    tokens = min(max_model_len, budget // kv_bytes(model_config, 1, dtype))
+    tokens = min(max_model_len, budget // kv_bytes(model_config, 1, kv_dtype))
     if config.scheduler.max_model_len is not None:
         tokens = max(tokens, max_model_len)
     if tokens >= max_model_len:

@@ -57,9 +57,10 @@ class LLMEngine:
         # fp32 by default on a CPU without native bf16: decode as a bf16 engine would, through
         # the integer-dot kernels (quant.schemes.auto_fp32_takes_a8); step() applies it
         self.a8_fp32 = auto_fp32_takes_a8(self.device, config.dtype, self.dtype)
+        self.kv_dtype = config.resolved_kv_dtype()  # fp16 under an fp32 CPU engine by default
         block_size = config.cache.block_size
         self.num_blocks = config.cache.num_blocks or plan_num_blocks(
-            config, model_config, self.device, self.dtype, max_model_len)
+            config, model_config, self.device, self.kv_dtype, max_model_len)
         pool_tokens = self.num_blocks * block_size
         if pool_tokens < max_model_len:
             # The context does not fit the KV pool: the pool caps it (a sequence longer than
@@ -71,7 +72,7 @@ class LLMEngine:
             self.max_model_len = max_model_len = pool_tokens
         kv_caches = allocate_kv_caches(
             model_config.num_hidden_layers, self.num_blocks, block_size,
-            model_config.num_kv_heads, model_config.head_dim, self.dtype, self.device,
+            model_config.num_kv_heads, model_config.head_dim, self.kv_dtype, self.device,
         )
         self.kv_cache_manager = KVCacheManager(
             self.num_blocks, block_size, enable_caching=config.cache.enable_prefix_caching)
@@ -117,7 +118,7 @@ class LLMEngine:
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V for one token across all layers (``memory.footprint.kv_bytes``)."""
-        return kv_bytes(self.model_config, 1, self.dtype)
+        return kv_bytes(self.model_config, 1, self.kv_dtype)
 
     # -- requests ---------------------------------------------------------------------------
 

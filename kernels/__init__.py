@@ -158,7 +158,7 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     if _use_triton(key):
         return _triton("triton_kv").store_kv_cache(key, value, key_cache, value_cache,
                                                    slot_mapping)
-    if _cpu_ok(key, value, key_cache, value_cache) and key_cache.is_contiguous() \
+    if _cpu_ok(key, value) and _cpu_ok(key_cache, value_cache) and key_cache.is_contiguous() \
             and value_cache.is_contiguous() and key.dim() == 3:
         cpu = _cpu_module
         return cpu.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
@@ -167,8 +167,11 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
 
 def _paged_cpu_ok(query, key_cache, value_cache) -> bool:
     """The shapes the C++ paged attention takes: ``head_dim`` a multiple of 16 up to 256, at
-    most 16 query heads per kv head, CPU tensors of one float dtype."""
-    return _cpu_ok(query, key_cache, value_cache) and query.dim() == 3 \
+    most 16 query heads per kv head, CPU tensors of one float dtype or an fp32 query over
+    16-bit caches (an fp32 engine's half-size KV cache)."""
+    return _cpu_ok(key_cache, value_cache) and _cpu_ok(query) \
+        and (query.dtype == key_cache.dtype or query.dtype == torch.float32) \
+        and query.dim() == 3 \
         and key_cache.dim() == 4 and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
         and query.shape[1] % key_cache.shape[2] == 0 \
         and query.shape[1] // key_cache.shape[2] <= 16

@@ -26,7 +26,9 @@ def store_kv_cache(
     """Write new K/V into the paged cache, in place.
 
     Args:
-        key, value: ``[num_tokens, num_kv_heads, head_dim]``, the cache's dtype.
+        key, value: ``[num_tokens, num_kv_heads, head_dim]``; another float dtype than the
+            cache's is rounded to it (``Tensor.to``: nearest even), as an fp32 engine's fp16
+            cache holds its keys.
         key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         slot_mapping: ``[num_tokens]`` int64 flat slot per token; ``-1`` skips a (padding) token.
     """
@@ -36,8 +38,8 @@ def store_kv_cache(
     if bool((slot_mapping < 0).any()):
         keep = slot_mapping >= 0
         key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
-    flat_k.index_copy_(0, slot_mapping, key)
-    flat_v.index_copy_(0, slot_mapping, value)
+    flat_k.index_copy_(0, slot_mapping, key.to(key_cache.dtype))
+    flat_v.index_copy_(0, slot_mapping, value.to(value_cache.dtype))
 
 
 def gather_kv(
@@ -97,7 +99,8 @@ def paged_attention_decode(
 
     Args:
         query: ``[num_seqs, num_heads, head_dim]``.
-        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``, the
+            query's dtype or (under an fp32 query) fp16 / bf16, widened to it exactly.
         block_tables: ``[num_seqs, max_num_blocks_per_seq]`` int32/int64.
         seq_lens: ``[num_seqs]`` tokens per sequence, including the query token.
         scale: softmax scale, usually ``head_dim ** -0.5``.
@@ -108,7 +111,7 @@ def paged_attention_decode(
     out = torch.empty_like(query)
     for i, seq_len in enumerate(seq_lens.tolist()):
         k, v = gather_kv(key_cache, value_cache, block_tables[i], seq_len)
-        out[i] = _attend(query[i : i + 1], k, v, scale)[0]
+        out[i] = _attend(query[i : i + 1], k.to(query.dtype), v.to(query.dtype), scale)[0]
     return out
 
 
@@ -130,7 +133,8 @@ def prefill_attention(
 
     Args:
         query: ``[num_tokens, num_heads, head_dim]``.
-        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]`` (dtypes
+            as for :func:`paged_attention_decode`).
         query_start_loc: ``[num_seqs + 1]`` cumulative query lengths, int.
         seq_lens: ``[num_seqs]`` total tokens (cached prefix + query) per sequence.
         block_tables: ``[num_seqs, max_num_blocks_per_seq]``.
@@ -146,7 +150,7 @@ def prefill_attention(
         if e == s:
             continue
         k, v = gather_kv(key_cache, value_cache, block_tables[i], seq_len)
-        out[s:e] = _attend(query[s:e], k, v, scale)
+        out[s:e] = _attend(query[s:e], k.to(query.dtype), v.to(query.dtype), scale)
     return out
 
 

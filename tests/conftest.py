@@ -80,11 +80,13 @@ def smollm2_tokenizer_cold(smollm2_gguf: Path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2_gguf: Path, cache_dir: Path):
     """Our engine on the real model, fp32 on CPU, unquantized (the GGUF dequantized, as the
-    oracle holds it; ``auto`` would pick the file's own format), loaded once per test run."""
-    from localchat.engine.config import EngineConfig, QuantConfig, SchedulerConfig
+    oracle holds it; ``auto`` would pick the file's own format) with an fp32 KV cache (the
+    default under fp32 is fp16: ``CacheConfig.kv_cache_dtype``), loaded once per test run."""
+    from localchat.engine.config import CacheConfig, EngineConfig, QuantConfig, SchedulerConfig
     from localchat.engine.llm_engine import LLMEngine
 
     config = EngineConfig(device="cpu", dtype=torch.float32, quant=QuantConfig(scheme="none"),
+                          cache=CacheConfig(kv_cache_dtype="float32"),
                           scheduler=SchedulerConfig(max_model_len=2048))
     return LLMEngine.from_path(smollm2_gguf, config, cache_dir=cache_dir)
 

@@ -27,7 +27,7 @@ def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: 
                   draft: ModelConfig | None = None, budget_bytes: int | None = None,
                   max_num_batched_tokens: int = 2048, int4_group_size: int = 128,
                   native_bytes: int | None = None, draft_native_bytes: int | None = None,
-                  ) -> tuple[str, MemoryPlan]:
+                  kv_cache_dtype: str = "auto") -> tuple[str, MemoryPlan]:
     """The best weight format that fits this machine for ``context_len`` tokens.
 
     ``native_bytes`` (a GGUF source: ``loader.native.native_weight_bytes``) offers the file's
@@ -46,7 +46,8 @@ def choose_scheme(model_config: ModelConfig, device: torch.device, context_len: 
                        max_num_batched_tokens=max_num_batched_tokens,
                        int4_group_size=int4_group_size,
                        native_weight_bytes=native_bytes,
-                       draft_native_weight_bytes=draft_native_bytes)
+                       draft_native_weight_bytes=draft_native_bytes,
+                       kv_cache_dtype=kv_cache_dtype)
     logger.info("memory plan: %s at %d tokens of context (budget %.2f GiB, needs %.2f GiB)%s",
                 plan.format, plan.context_len, budget / 2**30, plan.choice.total_bytes / 2**30,
                 f"; {plan.note}" if plan.note else "")

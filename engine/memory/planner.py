@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..config import ModelConfig
+from ..config import kv_cache_dtype as resolve_kv_dtype
 from ..errors import LocalchatError
 from .budget import DeviceSpec
 from .footprint import INT4_GROUP_SIZE, activation_bytes, kv_bytes, weight_bytes
@@ -143,6 +144,7 @@ def plan_memory(
     draft_int4_group_size: int | None = None,
     native_weight_bytes: int | None = None,
     draft_native_weight_bytes: int | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> MemoryPlan:
     """Plan weights + KV + draft + activations + runtime overhead for each weight format.
 
@@ -154,7 +156,8 @@ def plan_memory(
     ``DeviceSpec`` or ``"cpu"``/``"cuda"`` (detected here). ``overhead_bytes`` defaults to the
     device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``). ``int4_group_size`` /
     ``draft_int4_group_size``: the int4 groups the loader will use (32 for GGUF sources).
-    ``native_weight_bytes`` (a GGUF target, under ``auto``: the exact bytes of its own format,
+    ``kv_cache_dtype`` (``CacheConfig.kv_cache_dtype``) sizes the KV pools (fp16 under an
+    fp32 CPU engine by default). ``native_weight_bytes`` (a GGUF target, under ``auto``: the exact bytes of its own format,
     ``loader.native.native_weight_bytes``; with a draft, ``draft_native_weight_bytes`` too,
     the draft's own, or native is not planned): when no other format fits, the ``native``
     format (target and draft each in its file's own) is planned (at the requested context,
@@ -179,6 +182,8 @@ def plan_memory(
     overhead = device.runtime_overhead_bytes if overhead_bytes is None else overhead_bytes
 
     act = FLOAT_FORMATS[unquantized_format(device)]
+    # the KV cache's elements (fp16 under an fp32 CPU engine by default: config.kv_cache_dtype)
+    kv = resolve_kv_dtype(kv_cache_dtype, device.type, act)
 
     def row(fmt: str, ctx: int) -> PlanRow:
         tokens = _round_up(ctx * max_num_seqs, block_size)
@@ -186,11 +191,11 @@ def plan_memory(
         parts = {
             "weight_bytes": native_weight_bytes if fmt == "native" else format_weight_bytes(
                 model_config, fmt, act, device.type, int4_group_size),
-            "kv_bytes": kv_bytes(model_config, tokens, act),
+            "kv_bytes": kv_bytes(model_config, tokens, kv),
             "draft_weight_bytes": 0 if not draft else draft_native_weight_bytes
             if fmt == "native" else format_weight_bytes(
                 draft, fmt, act, device.type, draft_int4_group_size or int4_group_size),
-            "draft_kv_bytes": kv_bytes(draft, tokens, act) if draft else 0,
+            "draft_kv_bytes": kv_bytes(draft, tokens, kv) if draft else 0,
             "activation_bytes": max(
                 activation_bytes(cfg, context_len=ctx, max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=max_num_batched_tokens, dtype=act,

@@ -97,7 +97,8 @@ def memory_report(engine) -> MemoryReport:
         weights = weight_bytes(engine.model_config,
                                info.weight_format if info.is_quantized else "none",
                                info.device, info.dtype, info.quant_group_size or INT4_GROUP_SIZE)
-    kv = kv_bytes(engine.model_config, tokens, info.dtype)
+    kv_dtype = getattr(engine, "kv_dtype", info.dtype)  # the cache's own (fp16 under fp32 CPU)
+    kv = kv_bytes(engine.model_config, tokens, kv_dtype)
     drafted = engine.draft_model()
     if drafted is not None:  # a draft model: its weights and its own KV pool, planned alike
         draft, draft_kv, draft_block_size = drafted
@@ -110,7 +111,8 @@ def memory_report(engine) -> MemoryReport:
                                     info.device, info.dtype,
                                     info.quant_group_size or INT4_GROUP_SIZE)
         draft_blocks = draft_kv[0].shape[1] if draft_kv else 0
-        kv += kv_bytes(draft.config, draft_blocks * draft_block_size, info.dtype)
+        kv += kv_bytes(draft.config, draft_blocks * draft_block_size,
+                       draft_kv[0].dtype if draft_kv else kv_dtype)
     if info.device.type == "cuda":
         overhead, measured = 0, int(torch.cuda.memory_allocated(info.device))
         what = "CUDA allocator bytes in use"

@@ -135,12 +135,11 @@ class Speculator:
               config: EngineConfig, pool_tokens: int, max_model_len: int) -> Speculator:
         """Allocate the draft's KV pool (``pool_tokens`` tokens) and wire the speculator."""
         spec = config.speculative
-        device, dtype = config.resolved_device(), config.resolved_dtype()
-        block_size = config.cache.block_size
+        device, block_size = config.resolved_device(), config.cache.block_size
         num_blocks = -(-pool_tokens // block_size)
         kv_caches = allocate_kv_caches(draft_config.num_hidden_layers, num_blocks, block_size,
                                        draft_config.num_kv_heads, draft_config.head_dim,
-                                       dtype, device)
+                                       config.resolved_kv_dtype(), device)
         proposer = DraftModelProposer(model, kv_caches, num_blocks, block_size, device,
                                       config.cache.enable_prefix_caching,
                                       vocab_size=spec.draft_vocab_size)

@@ -29,7 +29,8 @@ struct DecodeArgs {
   void* out;                // [S, H, D] contiguous
   int64_t num_heads, num_kv_heads, head_dim, block_size;
   float scale;
-  int dtype;  // of query, caches and out
+  int dtype;        // of query and out
+  int cache_dtype;  // of the caches: dtype, or 16-bit under an fp32 query
   // Partitioned tasks (see decode_task_t): tasks [n_tasks, 3] = (seq, kv head, partition),
   // ordered by seq, then kv head, then partition; seq_task0 [S] = index of each sequence's
   // first task; partials [n_tasks, G, D + 2] fp32 scratch (accumulators, max, denominator).

@@ -75,9 +75,9 @@ inline void pv_block(float* accs, int64_t D, const float* const* vr, const float
 }
 
 // decode_task_sweep's contract and results; head_dim a multiple of 4 W.
-template <int T, int NV>
+template <int T, int C, int NV>
 void decode_task_blocked(const DecodeArgs& a, int64_t task) {
-  typedef typename Elem<T>::type E;
+  typedef typename Elem<C>::type E;  // the caches' elements (the query's: Elem<T>)
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   const int64_t nv = NV > 0 ? NV : D / W;
   const DecodeSpan span(a, task);
@@ -103,13 +103,13 @@ void decode_task_blocked(const DecodeArgs& a, int64_t task) {
     const float* kr[kChunk];  // the chunk's fp32 rows: in place for an fp32 cache
     const float* vr[kChunk];
     for (int64_t t = 0; t < cn; ++t) {
-      if constexpr (T == kF32) {
+      if constexpr (C == kF32) {
         kr[t] = rows.k[cur][t];
         vr[t] = rows.v[cur][t];
       } else {
         for (int64_t v = 0; v < nv; ++v) {
-          vst(kf + t * D + v * W, vld<T>(rows.k[cur][t] + v * W));
-          vst(vf + t * D + v * W, vld<T>(rows.v[cur][t] + v * W));
+          vst(kf + t * D + v * W, vld<C>(rows.k[cur][t] + v * W));
+          vst(vf + t * D + v * W, vld<C>(rows.v[cur][t] + v * W));
         }
         kr[t] = kf + t * D;
         vr[t] = vf + t * D;

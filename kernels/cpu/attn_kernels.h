@@ -165,12 +165,12 @@ inline void scores_dot(const uint16_t* q, int64_t q_s1, int64_t G, int64_t nq,
 
 // Scores of one chunk by scores_dot (attn_dot.cpp: bf16 query and keys, a head_dim that is a
 // multiple of 32); false (nothing done) where the task computes them with fp32 FMAs.
-template <int T, int NV>
+template <int T, int C, int NV>
 inline bool chunk_scores_dot(const DecodeArgs& a, const typename Elem<T>::type* qbase,
-                             int64_t G, const typename Elem<T>::type* const* krow, int64_t cn,
+                             int64_t G, const typename Elem<C>::type* const* krow, int64_t cn,
                              float (*s)[kChunk]) {
 #ifdef ATTN_DOT
-  if constexpr (T == kBF16) {
+  if constexpr (T == kBF16 && C == kBF16) {
     if (a.head_dim % 32) return false;
     scores_dot<(NV * W) % 32 == 0 ? NV * W / 32 : 0>(qbase, a.q_s1, G, a.head_dim / 32, krow,
                                                      cn, a.scale, s);
@@ -212,9 +212,9 @@ inline void decode_task_finish(const DecodeArgs& a, int64_t task, int64_t seq, i
 // within kRegBudget: SmolLM2's 3 heads x 64 dims are 24 AVX-512 vectors): each K / V row is
 // loaded and widened once and meets every head of the group.
 // NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
-template <int T, int NV>
+template <int T, int C, int NV>
 void decode_task_regs(const DecodeArgs& a, int64_t task) {
-  typedef typename Elem<T>::type E;
+  typedef typename Elem<C>::type E;  // the caches' elements (the query's: Elem<T>)
   const int64_t D = a.head_dim, HKV = a.num_kv_heads, G = a.num_heads / a.num_kv_heads;
   const int64_t nv = NV > 0 ? NV : D / W;
   const DecodeSpan span(a, task);
@@ -226,7 +226,8 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
   V acc[kMaxGroup * kMaxHeadDim / W];
   alignas(64) float s[kMaxGroup][kChunk];
   float mx[kMaxGroup], den[kMaxGroup];
-  const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
+  const auto* qbase = static_cast<const typename Elem<T>::type*>(a.query) + seq * a.q_s0 +
+                     kvh * G * a.q_s1;
   const V vscale = vset1(a.scale);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t v = 0; v < nv; ++v) {
@@ -246,12 +247,12 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
     rows.prefetch(cur ^ 1, next_cn);
     const E* const* krow = rows.k[cur];
     const E* const* vrow = rows.v[cur];
-    const bool dot = chunk_scores_dot<T, NV>(a, qbase, G, krow, cn, s);
+    const bool dot = chunk_scores_dot<T, C, NV>(a, qbase, G, krow, cn, s);
     // scores: s[g, t] = (scale * q_g) . k_t
     for (int64_t t = 0; !dot && t < cn; ++t) {
       const E* kp = krow[t];
       V kr[kMaxHeadDim / W];
-      for (int64_t v = 0; v < nv; ++v) kr[v] = vld<T>(kp + v * W);
+      for (int64_t v = 0; v < nv; ++v) kr[v] = vld<C>(kp + v * W);
       for (int64_t g = 0; g < G; ++g) {
         V d = vmul(q[g * nv], kr[0]);
         for (int64_t v = 1; v < nv; ++v) d = vfma(q[g * nv + v], kr[v], d);
@@ -284,7 +285,7 @@ void decode_task_regs(const DecodeArgs& a, int64_t task) {
     for (int64_t t = 0; t < cn; ++t) {
       const E* vp = vrow[t];
       V vr[kMaxHeadDim / W];
-      for (int64_t v = 0; v < nv; ++v) vr[v] = vld<T>(vp + v * W);
+      for (int64_t v = 0; v < nv; ++v) vr[v] = vld<C>(vp + v * W);
       for (int64_t g = 0; g < G; ++g) {
         const V p = vset1(s[g][t]);
         for (int64_t v = 0; v < nv; ++v) acc[g * nv + v] = vfma(p, vr[v], acc[g * nv + v]);
@@ -342,9 +343,9 @@ inline float chunk_softmax(float* s, int64_t cn, float* mx, float* den) {
 // GQA group's heads all in registers at once the accumulators spilled: 6 heads x 128 dims
 // are 48 AVX-512 vectors); scores of four tokens are reduced together (vsum4).
 // NV > 0: head_dim / W known at compile time (unrolled); NV == 0: runtime head_dim.
-template <int T, int NV>
+template <int T, int C, int NV>
 void decode_task_sweep(const DecodeArgs& a, int64_t task) {
-  typedef typename Elem<T>::type E;
+  typedef typename Elem<C>::type E;  // the caches' elements (the query's: Elem<T>)
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   constexpr int64_t kMaxNv = kMaxHeadDim / W;
   const int64_t nv = NV > 0 ? NV : D / W;
@@ -359,7 +360,8 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
   alignas(64) float vf[kChunk * kMaxHeadDim];      // and V rows
   alignas(64) float s[kMaxGroup][kChunk];
   float mx[kMaxGroup], den[kMaxGroup];
-  const E* qbase = static_cast<const E*>(a.query) + seq * a.q_s0 + kvh * G * a.q_s1;
+  const auto* qbase = static_cast<const typename Elem<T>::type*>(a.query) + seq * a.q_s0 +
+                      kvh * G * a.q_s1;
   sweep_init<T>(a, seq, kvh, G, D, nv, qs, accs, mx, den);
   // The rows of a chunk through the block table, the next chunk's prefetched (ChunkRows).
   ChunkRows<E> rows(a, bt, kc, vc, kvh, t1);
@@ -369,13 +371,13 @@ void decode_task_sweep(const DecodeArgs& a, int64_t task) {
     const int64_t next_cn = c0 + kChunk < t1 ? rows.fill(c0 + kChunk, cur ^ 1) : 0;
     rows.prefetch(cur ^ 1, next_cn);
     const int64_t cn4 = (cn + 3) / 4 * 4;  // scores are reduced four tokens at a time
-    const bool dot = chunk_scores_dot<T, NV>(a, qbase, G, rows.k[cur], cn, s);
+    const bool dot = chunk_scores_dot<T, C, NV>(a, qbase, G, rows.k[cur], cn, s);
     for (int64_t t = 0; t < cn; ++t) {  // widened to fp32 (K only for the FMA scores)
       const E* kp = rows.k[cur][t];
       const E* vp = rows.v[cur][t];
       for (int64_t v = 0; v < nv; ++v) {
-        if (!dot) vst(kf + t * D + v * W, vld<T>(kp + v * W));
-        vst(vf + t * D + v * W, vld<T>(vp + v * W));
+        if (!dot) vst(kf + t * D + v * W, vld<C>(kp + v * W));
+        vst(vf + t * D + v * W, vld<C>(vp + v * W));
       }
     }
     for (int64_t t = cn; !dot && t < cn4; ++t)  // padding rows: finite scores, replaced below
@@ -422,21 +424,22 @@ constexpr int64_t kRegBudget = W == 16 ? 24 : W == 8 ? 10 : 0;
 
 #include "attn_blocked.h"
 
-template <int T, int NV>
+// T: the query's (and output's) element type, C: the caches'.
+template <int T, int C, int NV>
 inline void decode_task_t(const DecodeArgs& a, int64_t task) {
   const int64_t nv = NV > 0 ? NV : a.head_dim / W;
-  if (2 * (a.num_heads / a.num_kv_heads) * nv <= kRegBudget) decode_task_regs<T, NV>(a, task);
-  else if (W == 8 && nv % 4 == 0) decode_task_blocked<T, NV>(a, task);
-  else decode_task_sweep<T, NV>(a, task);
+  if (2 * (a.num_heads / a.num_kv_heads) * nv <= kRegBudget) decode_task_regs<T, C, NV>(a, task);
+  else if (W == 8 && nv % 4 == 0) decode_task_blocked<T, C, NV>(a, task);
+  else decode_task_sweep<T, C, NV>(a, task);
 }
 
-template <int T>
+template <int T, int C>
 void decode_t(const DecodeArgs& a, int64_t task0, int64_t task1) {
   const int64_t nv = a.head_dim / W;
   for (int64_t task = task0; task < task1; ++task) {
-    if (nv == 64 / W) decode_task_t<T, 64 / W>(a, task);
-    else if (nv == 128 / W) decode_task_t<T, 128 / W>(a, task);
-    else decode_task_t<T, 0>(a, task);
+    if (nv == 64 / W) decode_task_t<T, C, 64 / W>(a, task);
+    else if (nv == 128 / W) decode_task_t<T, C, 128 / W>(a, task);
+    else decode_task_t<T, C, 0>(a, task);
   }
 }
 
@@ -595,10 +598,14 @@ void silu_t(const SiluArgs& a, int64_t task0, int64_t task1) {
 }
 
 
+// The query's dtype with caches of the same one, or an fp32 query over 16-bit caches (an fp32
+// engine's half-size KV cache; the launcher admits no other pair).
 void decode_any(const DecodeArgs& a, int64_t i0, int64_t i1) {
-  if (a.dtype == kF32) decode_t<kF32>(a, i0, i1);
-  else if (a.dtype == kBF16) decode_t<kBF16>(a, i0, i1);
-  else decode_t<kF16>(a, i0, i1);
+  if (a.dtype == kF32 && a.cache_dtype == kF16) decode_t<kF32, kF16>(a, i0, i1);
+  else if (a.dtype == kF32 && a.cache_dtype == kBF16) decode_t<kF32, kBF16>(a, i0, i1);
+  else if (a.dtype == kF32) decode_t<kF32, kF32>(a, i0, i1);
+  else if (a.dtype == kBF16) decode_t<kBF16, kBF16>(a, i0, i1);
+  else decode_t<kF16, kF16>(a, i0, i1);
 }
 void decode_combine_any(const DecodeArgs& a, int64_t i0, int64_t i1) {
   if (a.dtype == kF32) decode_combine_t<kF32>(a, i0, i1);

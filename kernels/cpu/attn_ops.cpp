@@ -56,9 +56,14 @@ void check_paged(const char* op, const at::Tensor& query, const at::Tensor& key_
               " query heads over ", HKV, " kv heads (at most ", kMaxGroup, " per kv head)");
   TORCH_CHECK(D % 16 == 0 && D <= kMaxHeadDim, op, ": head_dim ", D,
               " must be a multiple of 16 up to ", kMaxHeadDim);
-  TORCH_CHECK(query.scalar_type() == key_cache.scalar_type() &&
-                  key_cache.scalar_type() == value_cache.scalar_type(),
-              op, ": query and caches must share a dtype");
+  TORCH_CHECK(key_cache.scalar_type() == value_cache.scalar_type() &&
+                  (query.scalar_type() == key_cache.scalar_type() ||
+                   (query.scalar_type() == at::kFloat &&
+                    (key_cache.scalar_type() == at::kHalf ||
+                     key_cache.scalar_type() == at::kBFloat16))),
+              op, ": the caches must share the query's dtype, or be fp16 / bf16 under an fp32 "
+              "query; got ", query.scalar_type(), " over ", key_cache.scalar_type(), " / ",
+              value_cache.scalar_type());
   TORCH_CHECK(block_tables.dim() == 2, op, ": block_tables [S, max_blocks]");
 }
 
@@ -70,7 +75,7 @@ at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor&
                       int64_t isa, bool bf16_dot) {
   const int64_t S = query.size(0), H = query.size(1), D = query.size(2);
   const int64_t HKV = key_cache.size(2), BS = key_cache.size(1);
-  const int dt = elem_type(query, op);
+  const int dt = elem_type(query, op), cdt = elem_type(key_cache, op);
   at::Tensor q = query.stride(2) == 1 ? query : query.contiguous();
   at::Tensor kc = key_cache.stride(3) == 1 ? key_cache : key_cache.contiguous();
   at::Tensor vc = value_cache.stride(3) == 1 ? value_cache : value_cache.contiguous();
@@ -92,7 +97,7 @@ at::Tensor run_decode(const char* op, const at::Tensor& query, const at::Tensor&
   DecodeArgs a{q.data_ptr(), q.stride(0), q.stride(1), kc.data_ptr(), vc.data_ptr(),
                kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1),
                vc.stride(2), bt.data_ptr<int64_t>(), bt.stride(0), bt_row, lens.data(),
-               out.data_ptr(), H, HKV, D, BS, static_cast<float>(scale), dt, tasks.data(),
+               out.data_ptr(), H, HKV, D, BS, static_cast<float>(scale), dt, cdt, tasks.data(),
                seq_task0.data(), n_multi ? partials.data_ptr<float>() : nullptr};
   const AttnKernels& k = kernels_for(isa);
   const DecodeTaskFn decode = decode_for(isa, bf16_dot);
@@ -182,21 +187,28 @@ void store_kv_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor k
   const int64_t T = key.size(0), HKV = key.size(1), D = key.size(2);
   TORCH_CHECK(key_cache.size(2) == HKV && key_cache.size(3) == D, op, ": key ", key.sizes(),
               " does not fit cache ", key_cache.sizes());
-  TORCH_CHECK(key.scalar_type() == key_cache.scalar_type() &&
-                  value.scalar_type() == value_cache.scalar_type(), op,
-              ": key/value must have the cache's dtype");
+  TORCH_CHECK(key.scalar_type() == value.scalar_type() &&
+                  key_cache.scalar_type() == value_cache.scalar_type(), op,
+              ": key and value must share a dtype, and so must the caches");
+  (void)elem_type(key, op);  // fp32 / bf16 / fp16 only
+  (void)elem_type(key_cache, op);
   TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(), op,
               ": caches must be contiguous");
   TORCH_CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == T, op, ": slot_mapping [T]");
   at::Tensor sm = slot_mapping.to(at::kLong).contiguous();
-  at::Tensor k = key.stride(2) == 1 && key.stride(1) == D ? key : key.contiguous();
-  at::Tensor v = value.stride(2) == 1 && value.stride(1) == D ? value : value.contiguous();
+  // another dtype than the cache's (an fp32 engine's 16-bit cache): rounded to it first, to
+  // nearest even, as Tensor.to rounds
+  const auto cdt = key_cache.scalar_type();
+  at::Tensor k = key.scalar_type() != cdt ? key.to(cdt).contiguous()
+                 : key.stride(2) == 1 && key.stride(1) == D ? key : key.contiguous();
+  at::Tensor v = value.scalar_type() != cdt ? value.to(cdt).contiguous()
+                 : value.stride(2) == 1 && value.stride(1) == D ? value : value.contiguous();
   const int64_t slots = key_cache.size(0) * key_cache.size(1);
   const int64_t* s = sm.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t)
     TORCH_CHECK(s[t] >= -1 && s[t] < slots, op, ": slot_mapping[", t, "] = ", s[t],
                 " outside the cache's ", slots, " slots");
-  const int64_t row = HKV * D * key.element_size();
+  const int64_t row = HKV * D * key_cache.element_size();
   const char* kp = static_cast<const char*>(k.data_ptr());
   const char* vp = static_cast<const char*>(v.data_ptr());
   const int64_t ks0 = k.stride(0) * k.element_size(), vs0 = v.stride(0) * v.element_size();

@@ -20,7 +20,10 @@ the widest it has, so each case runs on every CPU kind). Bounds, per op:
   differ in some bits (else the dispatch did not take it).
 - Batch invariance: a sequence's output alone equals its output in a batch bit for bit, and
   one thread equals two.
-- ``store_kv_cache``: equal to the reference bit for bit (a copy), ``-1`` slots skipped.
+- ``store_kv_cache``: equal to the reference bit for bit (a copy), ``-1`` slots skipped; fp32
+  keys into a 16-bit cache (an fp32 engine's default fp16 cache) rounded as ``Tensor.to``.
+- An fp32 query over fp16 / bf16 caches: the fp32 kernel over the widened caches, bit for
+  bit, decode and verify, every task kind and ISA.
 - ``apply_rope``: the same IEEE operations as the reference (no FMA contraction), so equal bit
   for bit in every dtype.
 - ``rms_norm`` / ``fused_add_rms_norm``: the residual sum equals the reference bit for bit
@@ -169,6 +172,51 @@ def test_paged_decode_batch_and_thread_invariant(built, dtype):
     assert torch.equal(one, batched) and torch.equal(two, batched)
 
 
+CACHE16 = [torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("cache_dtype", CACHE16, ids=str)
+@pytest.mark.parametrize("heads,kv_heads,head_dim", DECODE_SHAPES)
+def test_fp32_query_over_16bit_cache_is_the_fp32_kernel_on_widened_caches(
+        built, monkeypatch, isa, cache_dtype, heads, kv_heads, head_dim):
+    """An fp32 engine's 16-bit KV cache: the decode (and verify) over fp16 / bf16 caches with
+    an fp32 query equals the fp32 kernel over the caches widened to fp32, bit for bit (the
+    widening is exact and the arithmetic is the fp32 kernel's), for every task kind (the
+    shapes pick registers, the blocked task and the sweep) and ISA; the reference agrees."""
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    seq_lens = [1, 17, 130, 300]
+    query, kc, vc, bt, sl = paged_case(seq_lens, heads, kv_heads, head_dim, cache_dtype,
+                                       seed=head_dim + heads)
+    query = query.float()
+    scale = head_dim**-0.5
+    out = cpu.paged_attention_decode(query, kc, vc, bt, sl, scale)
+    assert out.dtype == torch.float32
+    want = cpu.paged_attention_decode(query, kc.float(), vc.float(), bt, sl, scale)
+    assert torch.equal(out, want)
+    assert torch.equal(kernels.paged_attention_decode(query, kc, vc, bt, sl, scale), out)
+    ref = reference.paged_attention_decode(query, kc, vc, bt, sl, scale)
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
+    (vq, vkc, vvc, qsl, vsl, vbt), dec = verify_case([40, 130], [5, 5], heads, kv_heads,
+                                                     head_dim, cache_dtype, seed=heads)
+    vq = vq.float()
+    got = cpu.paged_attention_verify(vq, vkc, vvc, qsl, vsl, vbt, scale)
+    assert torch.equal(got, cpu.paged_attention_verify(vq, vkc.float(), vvc.float(), qsl, vsl,
+                                                       vbt, scale))
+
+
+def test_mixed_dtypes_the_kernels_refuse(built):
+    query, kc, vc, bt, sl = paged_case([20], 9, 3, 64, torch.float16)
+    with pytest.raises(RuntimeError, match="fp16 / bf16 under an fp32 query"):
+        cpu.paged_attention_decode(query.bfloat16(), kc, vc, bt, sl, 0.1)  # bf16 over fp16
+    with pytest.raises(RuntimeError, match="fp16 / bf16 under an fp32 query"):
+        cpu.paged_attention_decode(query.float(), kc, vc.bfloat16(), bt, sl, 0.1)
+    # a 16-bit query over an fp32 cache is no kernel's: the dispatch takes the reference
+    q16, k32, v32 = query, kc.float(), vc.float()
+    assert torch.equal(kernels.paged_attention_decode(q16, k32, v32, bt, sl, 0.1),
+                       reference.paged_attention_decode(q16, k32, v32, bt, sl, 0.1))
+
+
 def test_paged_decode_rejects_bad_inputs(built):
     query, kc, vc, bt, sl = paged_case([20], 9, 3, 64, torch.float32)
     with pytest.raises(RuntimeError, match="exceeds its block table"):
@@ -242,6 +290,25 @@ def test_store_kv_cache_equals_reference(built, dtype):
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
     with pytest.raises(RuntimeError, match="outside the cache"):
         cpu.store_kv_cache(key, value, kc, vc, torch.tensor([0, 1, 2, 3, 4, 5, 96]))
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE16, ids=str)
+def test_store_kv_cache_rounds_fp32_keys_into_a_16bit_cache(built, cache_dtype):
+    """An fp32 engine's 16-bit cache: the stored rows are the keys rounded to the cache's
+    type to nearest even (``Tensor.to``), as the reference stores them."""
+    gen = torch.Generator().manual_seed(2)
+    kc = torch.zeros(4, 16, 2, 64, dtype=cache_dtype)
+    vc = torch.zeros(4, 16, 2, 64, dtype=cache_dtype)
+    qkv = torch.randn(5, 6 * 64, generator=gen) * 300  # fp16 steps of 0.25 at this size
+    key, value = qkv[:, 128:256].view(5, 2, 64), qkv[:, 256:].view(5, 2, 64)
+    slots = torch.tensor([3, -1, 16, 63, 0])
+    want_k, want_v = kc.clone(), vc.clone()
+    reference.store_kv_cache(key, value, want_k, want_v, slots)
+    kernels.store_kv_cache(key, value, kc, vc, slots)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    assert torch.equal(kc.view(-1, 2, 64)[16], key[2].to(cache_dtype))
+    with pytest.raises(RuntimeError, match="must share a dtype"):
+        cpu.store_kv_cache(key, value.half(), kc, vc, slots)
 
 
 @pytest.mark.parametrize("isa", ISAS)

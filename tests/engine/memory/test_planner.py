@@ -210,7 +210,10 @@ def test_cpu_without_native_bf16_plans_fp32():
     plan = plan_memory(config, 64 * GiB, 4096, 1, device=cpu)
     assert [r.format for r in plan.rows] == ["fp32", "int8", "int4"]
     assert plan.choice.weight_bytes == 4 * PUBLISHED_PARAMS["qwen2.5-0.5b"]
-    assert plan.choice.kv_bytes == kv_bytes(config, 4096, torch.float32)
+    # the KV cache of an fp32 CPU engine is fp16 by default (CacheConfig.kv_cache_dtype)
+    assert plan.choice.kv_bytes == kv_bytes(config, 4096, torch.float16)
+    fp32_kv = plan_memory(config, 64 * GiB, 4096, 1, device=cpu, kv_cache_dtype="float32")
+    assert fp32_kv.choice.kv_bytes == kv_bytes(config, 4096, torch.float32)
 
 
 def test_draft_model_is_accounted_for():
