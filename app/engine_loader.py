@@ -192,7 +192,7 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
     quant = QuantConfig(scheme=options.quant or "auto", progress=repack_progress,
                         background_write=True)
     config = EngineConfig(quant=quant, speculative=spec,
-                          cache=CacheConfig(kv_cache_dtype=_kv_cache_setting()),
+                          cache=CacheConfig(kv_cache_dtype=kv_cache_setting()),
                           scheduler=SchedulerConfig(max_model_len=options.context))
     try:
         config.resolved_kv_dtype()
@@ -203,7 +203,7 @@ def engine_config(options: LoadOptions, draft_path: Path | str | None,
     return config
 
 
-def _kv_cache_setting() -> str:
+def kv_cache_setting() -> str:
     """The ``kv_cache_dtype`` setting (config file or ``LOCALCHAT_KV_CACHE_DTYPE``), ``auto``
     when unset. Raises ``SettingError`` for a bad value (``load_settings``)."""
     from localchat.app.settings import load_settings

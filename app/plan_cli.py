@@ -143,7 +143,7 @@ def plan_model(model: str, draft: str | None, device, budget: int | None,
     from localchat.engine.memory.planner import plan_memory
 
     target = describe_model(model, cache_dir())
-    from localchat.app.engine_loader import NGRAM, draft_spec, naming_the_draft
+    from localchat.app.engine_loader import NGRAM, draft_spec, kv_cache_setting, naming_the_draft
     from localchat.app.load_options import LoadOptions, check_trained_context
 
     # --draft auto: the catalog's natural draft, as ask / serve load it
@@ -173,7 +173,8 @@ def plan_model(model: str, draft: str | None, device, budget: int | None,
                        int4_group_size=target.int4_group_size,
                        draft_int4_group_size=drafted.int4_group_size if drafted else None,
                        native_weight_bytes=native_bytes,
-                       draft_native_weight_bytes=draft_native_bytes)
+                       draft_native_weight_bytes=draft_native_bytes,
+                       kv_cache_dtype=kv_cache_setting())
     notes = [*target.notes, *(drafted.notes if drafted else ()), *plan.notes]
     native = _native_row(plan, native_bytes, draft_native_bytes)
     if quant == "native" and native is None:

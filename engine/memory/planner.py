@@ -157,7 +157,8 @@ def plan_memory(
     device's runtime overhead (``DeviceSpec.runtime_overhead_bytes``). ``int4_group_size`` /
     ``draft_int4_group_size``: the int4 groups the loader will use (32 for GGUF sources).
     ``kv_cache_dtype`` (``CacheConfig.kv_cache_dtype``) sizes the KV pools (fp16 under an
-    fp32 CPU engine by default). ``native_weight_bytes`` (a GGUF target, under ``auto``: the exact bytes of its own format,
+    fp32 CPU engine by default). ``native_weight_bytes`` (a GGUF target, under ``auto``: the
+    exact bytes of its own format,
     ``loader.native.native_weight_bytes``; with a draft, ``draft_native_weight_bytes`` too,
     the draft's own, or native is not planned): when no other format fits, the ``native``
     format (target and draft each in its file's own) is planned (at the requested context,
