@@ -37,20 +37,9 @@ import torch
 from . import reference, reference_a8
 
 __all__ = [
-    "INPUT",
-    "apply_rope",
-    "cpu_int4_call",
-    "cpu_int8_call",
-    "fused_add_rms_norm",
-    "int4_a8_layout_ok",
-    "int4_matmul",
-    "int8_matmul",
-    "paged_attention_decode",
-    "prefill_attention",
-    "rms_norm",
-    "silu_and_mul",
-    "store_kv_cache",
-    "triton_available",
+    "INPUT", "apply_rope", "cpu_int4_call", "cpu_int8_call", "fused_add_rms_norm",
+    "int4_a8_layout_ok", "int4_matmul", "int8_matmul", "kv_readable", "paged_attention_decode",
+    "prefill_attention", "rms_norm", "silu_and_mul", "store_kv_cache", "triton_available",
 ]
 
 
@@ -165,16 +154,19 @@ def store_kv_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     return reference.store_kv_cache(key, value, key_cache, value_cache, slot_mapping)
 
 
+def kv_readable(dtype: torch.dtype, kv_dtype: torch.dtype) -> bool:
+    """Whether the CPU KV store and paged attention take a ``kv_dtype`` cache under ``dtype``
+    queries: the same type, or fp16 / bf16 under fp32 (an fp32 engine's default fp16 cache)."""
+    return kv_dtype == dtype or (dtype == torch.float32 and kv_dtype in _CPU_FLOATS[1:])
+
+
 def _paged_cpu_ok(query, key_cache, value_cache) -> bool:
     """The shapes the C++ paged attention takes: ``head_dim`` a multiple of 16 up to 256, at
-    most 16 query heads per kv head, CPU tensors of one float dtype or an fp32 query over
-    16-bit caches (an fp32 engine's half-size KV cache)."""
-    return _cpu_ok(key_cache, value_cache) and _cpu_ok(query) \
-        and (query.dtype == key_cache.dtype or query.dtype == torch.float32) \
-        and query.dim() == 3 \
-        and key_cache.dim() == 4 and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
-        and query.shape[1] % key_cache.shape[2] == 0 \
-        and query.shape[1] // key_cache.shape[2] <= 16
+    most 16 query heads per kv head, CPU tensors whose dtypes :func:`kv_readable` admits."""
+    return _cpu_ok(key_cache, value_cache) and _cpu_ok(query) and query.dim() == 3 \
+        and kv_readable(query.dtype, key_cache.dtype) and key_cache.dim() == 4 \
+        and query.shape[-1] % 16 == 0 and query.shape[-1] <= 256 \
+        and query.shape[1] % key_cache.shape[2] == 0 and query.shape[1] // key_cache.shape[2] <= 16
 
 
 # Query tokens per sequence up to which CPU prefill_attention calls (speculative verification,

@@ -62,14 +62,6 @@ def _linear(stack, layer, dtype) -> int | None:
     return lid
 
 
-def _kv_readable(kv_dtype: torch.dtype, dtype: torch.dtype) -> bool:
-    """Whether the C++ KV store and decode attention take a ``kv_dtype`` cache under
-    ``dtype`` activations: the same type, or a 16-bit cache under fp32 (an fp32 engine's
-    default fp16 cache, ``CacheConfig.kv_cache_dtype``)."""
-    return kv_dtype == dtype or (dtype == torch.float32
-                                 and kv_dtype in (torch.float16, torch.bfloat16))
-
-
 class CpuDecoderStack:
     """Builds and caches the C++ stacks of one ``LlamaModel``, one per key (the KV pool, the
     activation dtype, the ISA level, the integer-dot switch): an automatically fp32 engine
@@ -120,7 +112,7 @@ class CpuDecoderStack:
             rope = attn.rotary_emb.cos_sin_cache
             if any(n.eps != eps or n.weight.dtype != dtype or n.weight.dim() != 1
                    for n in norms) or attn.qk_norm or attn.attn.scale != first.attn.scale \
-                    or rope.dtype != torch.float32 or not _kv_readable(kv.dtype, dtype) \
+                    or rope.dtype != torch.float32 or not kernels.kv_readable(dtype, kv.dtype) \
                     or not kv.is_contiguous() or kv.dim() != 5 or kv.shape[3] != kvh:
                 return None
             ids = [_linear(stack, lin, dtype) for lin in (
