@@ -147,10 +147,14 @@ def print_answer(writer: Any, args: Any, stats: dict[str, Any], model: str,
         if not blocks and text.strip() and not args.json:  # --json says it in "content"
             cli_io.note("the answer has no complete fenced code block; printing it whole")
         text = "\n\n".join(blocks) if blocks else text
+    # interrupted before any text: nothing, not an empty line, on stdout
+    shown = bool(text) or stats.get("finish_reason") != "interrupted"
     if args.json:
         doc = {"content": text, "model": model, "conversation_id": conv_id, **stats}
         sys.stdout.write(cli_io.json_line(doc, sys.stdout))
         sys.stdout.flush()
+    elif not shown:
+        pass
     elif args.extract:
         plain = cli_io.AnswerWriter(buffered=True)
         plain.write(text)
@@ -159,8 +163,8 @@ def print_answer(writer: Any, args: Any, stats: dict[str, Any], model: str,
         markdown = render.MarkdownWriter()
         markdown.write(text)
         markdown.finish()
-    elif text or stats.get("finish_reason") != "interrupted":
-        writer.finish()  # (interrupted before any text: no empty line on stdout)
+    else:
+        writer.finish()
     if args.stats:
         cli_io.stats_line(format_stats_line(stats))
 

@@ -355,10 +355,24 @@ def guarded(fn: Callable[[], Any], say: bool = True) -> Any:
 def _usage_message(e: Any) -> str:
     msg = one_line(e.format_message())
     if e.ctx is not None:
-        if e.ctx.command.name == "ask" and "unexpected extra argument" in msg:
-            msg += "; quote a prompt of several words: localchat ask \"...\""
+        if e.ctx.command.name == "ask":
+            msg += _ask_hint(e, msg)
         msg += f" (see '{e.ctx.command_path} --help')"
     return msg
+
+
+def _ask_hint(e: Any, msg: str) -> str:
+    """What to do instead, for the usage errors a prompt causes: words of an unquoted prompt
+    (quote it), a prompt that starts with ``-`` read as an unknown option (put it after
+    ``--``), and options written after ``--`` (words there, which click would otherwise have
+    read as options: put them first). '' for any other error."""
+    if isinstance(e, click_exc.NoSuchOption) and not e.possibilities:
+        return "; a prompt that starts with '-' goes after --: localchat ask [OPTIONS] -- \"...\""
+    if "unexpected extra argument" in msg:
+        if any(w.startswith("-") for w in msg.rsplit("(", 1)[-1].split()):  # after --
+            return "; options go before --"
+        return "; quote a prompt of several words: localchat ask \"...\""
+    return ""
 
 
 def _err_write(text: str) -> None:

@@ -115,8 +115,8 @@ class ChatSession:
         minimal = render(len(turns)) if turns else ids
         if len(minimal) > max_prompt_tokens:
             raise ContextLengthError(
-                f"{what} {len(minimal)} tokens, more than the {max_prompt_tokens} available "
-                "for the prompt; shorten it"
+                f"{what} {len(minimal)} tokens in the chat template, more than the "
+                f"{max_prompt_tokens} available for the prompt; shorten it"
             )
         lo, hi, best = 1, len(turns), minimal  # render(hi) fits, render(lo - 1) does not
         while lo < hi:

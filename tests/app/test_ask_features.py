@@ -193,6 +193,9 @@ def test_ctrl_c_saves_the_partial_reply_marked_interrupted(ask):
         conv = store.most_recent()
     assert (code, out) == (130, "")
     assert err == f"localchat: interrupted; your message is saved in conversation {conv.id}\n"
+    for flag in ("-x", "--no-stream"):  # the buffered outputs, too, write no empty line
+        code, out, _, _, _ = ask(["tell me", flag], ["one ", "two"], interrupt_after=0)
+        assert (code, out) == (130, "")
 
 
 def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch, capsys):

@@ -195,6 +195,22 @@ def test_extra_words_after_the_prompt_say_to_quote_it(fake_ask):
                      "(see 'localchat ask --help')\n") and err.count("\n") == 1, err
 
 
+def test_a_prompt_starting_with_a_dash_says_to_put_it_after_double_dash(fake_ask):
+    code, out, err, _ = fake_ask(["-5 plus 3?"], ["x"])
+    assert (code, out) == (2, "")
+    assert err == ("localchat: error: No such option: -5; a prompt that starts with '-' goes "
+                   "after --: localchat ask [OPTIONS] -- \"...\" (see 'localchat ask --help')\n")
+    # a misspelt option keeps click's suggestion and gets no such hint
+    code, _, err, _ = fake_ask(["--max-tokenz", "5", "Hi"], ["x"])
+    assert code == 2 and "Possible options: --max-tokens" in err and "goes after --" not in err
+
+
+def test_options_after_double_dash_say_to_put_them_first(fake_ask):
+    code, out, err, _ = fake_ask(["--", "-5 plus 3?", "--max-tokens", "5"], ["x"])
+    assert (code, out) == (2, "")
+    assert err.endswith("(--max-tokens 5); options go before -- (see 'localchat ask --help')\n")
+
+
 def test_build_prompt_and_sampling_messages():
     assert cli_input.build_prompt("Q", "C\n\n") == "C\n\nQ"
     assert cli_input.build_prompt(None, "C\n") == "C"
