@@ -29,6 +29,7 @@
 
 #include "llama.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,11 +55,16 @@ static llama_token argmax_last(llama_context * ctx, int n_vocab) {
     return best;
 }
 
+// Decodes toks in batches of at most the context's n_batch tokens (llama_decode aborts on a
+// longer one), as llama.cpp's own tools split a long prompt.
 static int decode(llama_context * ctx, std::vector<llama_token> & toks) {
-    llama_batch batch = llama_batch_get_one(toks.data(), (int32_t) toks.size());
-    int rc = llama_decode(ctx, batch);
+    const int step = (int) llama_n_batch(ctx);
+    for (size_t i = 0; i < toks.size(); i += step) {
+        const int n = (int) std::min(toks.size() - i, (size_t) step);
+        if (int rc = llama_decode(ctx, llama_batch_get_one(toks.data() + i, n))) return rc;
+    }
     llama_synchronize(ctx);
-    return rc;
+    return 0;
 }
 
 static llama_model * load(const char * path) {
