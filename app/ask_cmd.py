@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from localchat.app import cli_input, cli_io, interrupts
+from localchat.app import cli_input, cli_io, interrupts, unsent
 from localchat.app.ask_history import alternating, open_history, save_reply, save_user
 from localchat.app.ask_reply import answer
 from localchat.app.cli_io import CliUsageError
@@ -29,6 +29,7 @@ from localchat.app.load_options import (
     flag_or_setting,
 )
 from localchat.app.prompt_check import check_prompt_before_load
+from localchat.engine.errors import LocalchatError
 
 if TYPE_CHECKING:  # torch stays out of ``localchat --help``
     from localchat.engine.llm_engine import LLMEngine
@@ -96,10 +97,13 @@ def run_ask(args: AskArgs) -> None:
     except ValueError as e:
         raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
     prompt = cli_input.valid_utf8(args.prompt, "the PROMPT argument")
-    text = cli_input.build_prompt(prompt, None if args.no_stdin else cli_input.read_stdin())
+    piped = None if args.no_stdin else cli_input.read_stdin()
+    text = cli_input.build_prompt(prompt, piped)
 
-    store, conv = open_history(args)
+    store = None
+    saved = False  # the user's message is in the history (a failure there says so)
     try:
+        store, conv = open_history(args)
         model = args.model or (conv.model if conv and conv.model else settings.default_model)
         context, context_origin = context_choice(args.context, settings)
         draft, draft_origin = flag_or_setting(args.draft, settings, "draft")
@@ -144,10 +148,15 @@ def run_ask(args: AskArgs) -> None:
         conv_id = parent_id = None
         if store is not None:
             conv_id, parent_id = save_user(store, conv, args, model, system, text)
+            saved = conv_id is not None
             if conv_id is None:  # the history failed (said once): answer without saving
                 store.close()
                 store = None
         answer(engine, prompt_ids, sampling, args, store, conv_id, model, parent_id)
+    except (LocalchatError, CliUsageError) as exc:
+        if piped and (not saved or getattr(exc, "refused", False)):  # (a refused turn is
+            unsent.with_kept_text(exc, piped)                         # taken back)
+        raise
     finally:
         if store is not None:
             store.close()

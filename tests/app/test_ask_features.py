@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -33,11 +34,14 @@ def home(tmp_path, monkeypatch):
 def ask(home, monkeypatch, capsys):
     """``ask(args, deltas)`` -> (exit code, stdout, stderr, engine, load options)."""
 
-    def go(args, deltas=("Hello", " world"), *, stdin: bytes | None = None, interrupt_after=None):
-        engine = FakeEngine(deltas, interrupt_after=interrupt_after)
+    def go(args, deltas=("Hello", " world"), *, stdin: bytes | None = None, interrupt_after=None,
+           load_error: Exception | None = None, max_model_len: int = 4096):
+        engine = FakeEngine(deltas, interrupt_after=interrupt_after, max_model_len=max_model_len)
         loaded = []
 
         def load(options):
+            if load_error is not None:
+                raise load_error
             loaded.append(options)
             return engine
 
@@ -309,3 +313,33 @@ def test_unreadable_history_warns_and_still_answers(ask, home):
     assert "history repair" in err and err.count("\n") == 1
     code, out, err, _, _ = ask(["hi", "-c"], ["fine"])  # continuing needs the history
     assert code == 1 and out == "" and err.startswith("localchat: error: history ")
+
+
+
+
+def test_a_failed_turn_keeps_the_piped_text_in_a_file(ask, home):
+    """Piped text of an ``ask`` that fails before its turn is saved (a model that cannot be
+    loaded, a prompt too long for the context) is written, exactly as read, to a file of the
+    user's alone that the error line names; nothing is kept without piped text, and a turn
+    saved in the history needs no file."""
+    from localchat.engine.errors import ModelNotFoundError
+
+    piped = "diff --git a/x b/x\n+ caf\u00e9 \u2603\n"
+    code, out, err, _, _ = ask(["review", "-m", "nope"], stdin=piped.encode(),
+                               load_error=ModelNotFoundError("unknown model 'nope'"))
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    head, path = err.rstrip("\n").split("; the piped text is kept in ")
+    assert head == "localchat: error: unknown model 'nope'"
+    assert open(path, encoding="utf-8").read() == piped
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    with Store() as store:
+        assert store.most_recent() is None  # nothing half-saved in the history
+    code, out, err, _, _ = ask(["x" * 9000], stdin=b"more piped text\n", max_model_len=512)
+    assert code == 1 and "more than the" in err and "; the piped text is kept in " in err
+    unsent = home / "data" / "unsent"
+    assert sorted(f.read_text() for f in unsent.iterdir()) == sorted(["more piped text\n", piped])
+    code, _, err, _, _ = ask(["review", "-m", "nope"],
+                             load_error=ModelNotFoundError("unknown model 'nope'"))
+    assert (code, err) == (1, "localchat: error: unknown model 'nope'\n")  # no stdin
+    code, _, err, _, _ = ask(["review"], stdin=b"piped\n")
+    assert (code, err) == (0, "") and len(list(unsent.iterdir())) == 2
