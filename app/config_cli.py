@@ -108,6 +108,7 @@ def _write(name: str, value: str | None) -> None:
         key = settings.lookup_key(name)
         if value is not None:
             check_setting(key, settings.parse_value(key, value))
+            value = absolute_model_path(key, value)
     except settings.SettingError as exc:
         raise cli_io.CliUsageError(str(exc)) from None
     key, parsed, changed = settings.set_value(name, value)  # ... an unreadable file: exit 1
@@ -133,6 +134,23 @@ def theme_problem(value: str) -> str | None:
         return None
     short = [n.removeprefix("localchat-") for n in names]
     return f"no such theme (localchat's: {', '.join(short)}; or a Textual theme)"
+
+
+def absolute_model_path(key: Any, value: str) -> str:
+    """``value`` for ``key`` (a ``settings.Key``) as ``config set`` writes it: a relative path
+    to an existing model file or folder for ``default_model`` or ``draft`` made absolute, so
+    that it names the same model from any folder (``ask -m ./x.gguf`` stores the absolute
+    path in the history likewise); anything else (an alias, ``org/name``, ``~/...``, an
+    absolute path) as given."""
+    from localchat.app.engine_loader import NGRAM, NO_DRAFT
+    from localchat.engine.hub.catalog import resolve_alias
+
+    path, word = Path(value.strip()), value.strip().lower()
+    if key.name not in ("default_model", "draft") or path.is_absolute() or \
+            word.startswith("~") or word in (*NO_DRAFT, "auto", NGRAM) or \
+            resolve_alias(value) or not path.exists():
+        return value
+    return str(path.resolve())
 
 
 def check_setting(key: Any, value: Any) -> None:

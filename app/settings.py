@@ -291,7 +291,10 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
     unknown: list[str] = []
     bindings: dict[str, str] = {}
     for name, raw in _flatten(data):
-        if name.startswith(KEYS_TABLE + ".") and isinstance(raw, str):
+        if name.startswith(KEYS_TABLE + "."):
+            if not isinstance(raw, str):
+                raise SettingError(f"config file {path}: {name} must be a string of keys "
+                                   f"(\"ctrl+s,f2\"), got {raw!r}")
             bindings[name.split(".", 1)[1]] = raw
             continue
         key = KEYS.get(name)
@@ -339,6 +342,8 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
         changed = toml_edit.set_key(path, key.table, key.field, value)
     except OSError as exc:  # a read-only file or folder, a full disk
         raise SettingError(f"cannot write config file {path}: {exc.strerror or exc}") from None
+    except toml_edit.CommentsWouldBeLost as exc:
+        raise SettingError(f"config file {exc}; left unchanged") from None
     return key, value, changed
 
 
@@ -346,9 +351,10 @@ def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
     """The data of the TOML file at ``path`` ({} when missing).
 
     Raises:
-        SettingError: the file cannot be read or is not valid TOML; the message names the file,
-            the parser's complaint (line and column) and ``fix``, what to do about it (by
-            default: edit the file or move it aside).
+        SettingError: the file cannot be read, is not valid TOML, or writes a table of the
+            settings (``[sampling]``, ``[keys]``) as something else (a value, ``[[sampling]]``);
+            the message names the file, the complaint (the parser's: line and column) and
+            ``fix``, what to do about it (by default: edit the file or move it aside).
     """
     try:
         raw = path.read_bytes()
@@ -359,13 +365,10 @@ def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise SettingError(f"reading {path} needs Python 3.11 or the tomli package") from None
+        import tomli as tomllib  # type: ignore[no-redef]
     fix = fix or "fix it in an editor (or move it aside to start over)"
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
@@ -374,6 +377,13 @@ def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
                            f"{fix}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingError(f"config file {path} is not valid TOML: {exc}; {fix}") from None
+    for table in (SAMPLING_TABLE, KEYS_TABLE):
+        if table in data and not isinstance(data[table], dict):
+            kind = {list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+                    float: "a number"}.get(type(data[table]), "a value")
+            raise SettingError(f"config file {path}: {table} must be a table ([{table}]), not "
+                               f"{kind}; {fix}")
+    return data
 
 
 def _flatten(data: dict[str, Any]) -> list[tuple[str, Any]]:

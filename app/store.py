@@ -28,7 +28,9 @@ run SQLite's integrity check and salvage what is readable into a new file.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -119,6 +121,9 @@ class Store:
             where = getattr(exc, "filename", None) or "the data folder"
             raise HistoryUnavailable(where, exc.strerror or str(exc)) from exc
         try:
+            if str(self.path) != ":memory:":  # the user's conversations: theirs alone to read
+                with contextlib.suppress(FileExistsError):  # (SQLite's -wal / -shm follow)
+                    os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             # Autocommit mode: transactions are explicit (``_write``), never implicit.
             self._db = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
                                        isolation_level=None, check_same_thread=False)

@@ -1,14 +1,17 @@
 """Set or remove one key of a small TOML file, keeping the user's other lines and comments.
 
 The standard library reads TOML (``tomllib``) but does not write it. Config files here are
-flat: top-level keys plus one level of tables (``[sampling]``). ``set_key`` edits the line that
-defines the key (or inserts one) and then checks the result with ``tomllib``: when the edit
-does not give exactly the intended data (a dotted key, a multi-line value), the file is
-rewritten whole from the data instead (comments are lost only then).
+flat: top-level keys plus one level of tables, written as ``[sampling]``, as dotted keys
+(``sampling.top_p = 0.8``) or as a one-line inline table (``sampling = { top_p = 0.8 }``).
+``set_key`` edits the line that defines the key (or inserts one) and then checks the result
+with ``tomllib``; a multi-line value is replaced whole. When the edit does not give exactly
+the intended data, the file is rewritten whole from the data instead, but only when it holds
+no comment to lose (``CommentsWouldBeLost`` otherwise).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -22,6 +25,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_\-]+)\s*\]\s*(#.*)?$")
+
+
+class CommentsWouldBeLost(ValueError):
+    """The edit can only be made by rewriting the whole file, which holds comments."""
 
 
 def format_value(value: Any) -> str:
@@ -54,12 +61,16 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
     """Set ``[table].key = value`` in the file at ``path`` (``value`` None removes the key).
     Returns False, writing nothing, when ``value`` is None and the file does not set the key.
 
-    The file is created when missing and replaced atomically. Raises ``tomllib.TOMLDecodeError``
-    when the existing file is not valid TOML.
+    The file is created when missing and replaced atomically.
+
+    Raises:
+        tomllib.TOMLDecodeError: the existing file is not valid TOML.
+        CommentsWouldBeLost: no line edit gives the data, and a whole rewrite would drop the
+            file's comments (nothing is written).
     """
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     data = tomllib.loads(text)
-    want = json.loads(json.dumps(data))  # a deep copy
+    want = copy.deepcopy(data)
     section = want.setdefault(table, {}) if table else want
     if value is None:
         if key not in section:
@@ -69,17 +80,29 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
         section[key] = value
     if table and not want[table]:
         del want[table]
-    new = _edit_lines(text, table, key, value)
+    new = _edit_lines(text, table, key, value, want)
     try:
-        ok = new is not None and tomllib.loads(new) == want
+        ok = new is not None and _drop_empty_tables(tomllib.loads(new)) == \
+            _drop_empty_tables(want)
     except tomllib.TOMLDecodeError:
         ok = False
+    if not ok and any(line.lstrip().startswith("#") or _trailing_comment(line)
+                      for line in text.splitlines()):
+        raise CommentsWouldBeLost(f"{path} writes {table or key} in a form this edit cannot "
+                                  "change without losing the file's comments: set it in an "
+                                  "editor")
     _atomic_write(path, new if ok else dumps(want))
     return True
 
 
-def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> str | None:
+def _edit_lines(text: str, table: str | None, key: str, value: Any | None,
+                want: dict[str, Any]) -> str | None:
     lines = text.splitlines()
+    if table is not None and not any((h := _HEADER.match(line)) and h.group(1) == table
+                                     for line in lines):
+        edited = _edit_top_level_table(lines, table, key, value, want)
+        if edited is not None:
+            return edited
     key_re = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
     current, found, section_end, table_seen = None, None, None, False
     first_header = len(lines)
@@ -97,10 +120,9 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> st
     if table is not None and table_seen and section_end is None:
         section_end = len(lines)
     if found is not None:
-        if value is None:
-            del lines[found]
-        else:
-            lines[found] = f"{key} = {format_value(value)}" + _trailing_comment(lines[found])
+        end = _value_end(lines, found)
+        comment = _trailing_comment("\n".join(lines[found:end]))
+        lines[found:end] = [] if value is None else [f"{key} = {format_value(value)}" + comment]
     elif value is None:
         return text
     elif table is None:
@@ -117,6 +139,53 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None) -> st
         lines += ([""] if lines and lines[-1].strip() else []) + [f"[{table}]"]
         lines.append(f"{key} = {format_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _edit_top_level_table(lines: list[str], table: str, key: str, value: Any | None,
+                          want: dict[str, Any]) -> str | None:
+    """The edit of ``[table].key`` where the top level (above any header) writes ``table``
+    as dotted keys or as a one-line inline table; None when it does neither."""
+    top = next((i for i, line in enumerate(lines) if _HEADER.match(line)), len(lines))
+    t = re.escape(table)
+    dotted = re.compile(rf"^\s*{t}\s*\.\s*(\"?){re.escape(key)}\1\s*=")
+    any_dotted = re.compile(rf"^\s*{t}\s*\.")
+    inline = re.compile(rf"^\s*{t}\s*=\s*\{{")
+    for i in range(top):
+        if dotted.match(lines[i]):
+            if value is None:
+                del lines[i]
+            else:
+                lines[i] = f"{table}.{key} = {format_value(value)}" + \
+                    _trailing_comment(lines[i])
+            return "\n".join(lines) + "\n"
+        if inline.match(lines[i]):
+            body = ", ".join(f"{k} = {format_value(v)}" for k, v in want.get(table, {}).items())
+            comment = _trailing_comment(lines[i])
+            lines[i:i + 1] = [f"{table} = {{ {body} }}{comment}"] if body else []
+            return "\n".join(lines) + "\n"
+    last = max((i for i in range(top) if any_dotted.match(lines[i])), default=None)
+    if last is None or value is None:
+        return None
+    lines.insert(last + 1, f"{table}.{key} = {format_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _drop_empty_tables(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` less its empty tables (a ``[sampling]`` header, comments under it, left by
+    unsetting its last key means no sampling setting, as no table does)."""
+    return {k: v for k, v in data.items() if v != {}}
+
+
+def _value_end(lines: list[str], i: int) -> int:
+    """One past the last line of the ``key = value`` that starts at line ``i``: the first
+    span that parses, so a multi-line string or array is taken whole (``i + 1`` when none)."""
+    for j in range(i + 1, len(lines) + 1):
+        try:
+            tomllib.loads("\n".join(lines[i:j]))
+        except tomllib.TOMLDecodeError:
+            continue
+        return j
+    return i + 1
 
 
 def _trailing_comment(line: str) -> str:

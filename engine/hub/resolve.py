@@ -27,6 +27,13 @@ _REPO_RE = re.compile(
     r"^(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?$"
 )
 
+# A repo's page on the Hub as a browser shows it (``https://huggingface.co/org/name``, also
+# ``hf.co/org/name`` as Ollama takes it), optionally at ``/tree/<revision>``.
+_HUB_URL_RE = re.compile(
+    r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/(?P<repo>[^/@\s]+/[^/@\s]+?)"
+    r"(?:/tree/(?P<rev>[\w./-]+?))?/?$"
+)
+
 
 @dataclass(frozen=True)
 class RepoSpec:
@@ -40,8 +47,14 @@ class RepoSpec:
 def parse_repo_spec(text: str) -> RepoSpec | None:
     """``text`` (surrounding whitespace ignored) as a Hub repo spec ``org/name[@revision]``,
     or ``None`` when it is not one. Names start with a letter or digit and hold letters,
-    digits, ``.``, ``_`` and ``-``; a revision may also hold ``/``. Raises nothing."""
-    match = _REPO_RE.match(text.strip())
+    digits, ``.``, ``_`` and ``-``; a revision may also hold ``/``. The repo's Hub page
+    (``https://huggingface.co/org/name[/tree/revision]``, ``hf.co/org/name``) is taken for
+    its spec. Raises nothing."""
+    text = text.strip()
+    url = _HUB_URL_RE.match(text)
+    if url is not None:
+        text = url["repo"] + (f"@{url['rev']}" if url["rev"] else "")
+    match = _REPO_RE.match(text)
     if match is None:
         return None
     return RepoSpec(match["repo"], match["rev"])

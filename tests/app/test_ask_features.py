@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -330,7 +331,7 @@ def test_a_failed_turn_keeps_the_piped_text_in_a_file(ask, home):
     assert (code, out) == (1, "") and err.count("\n") == 1
     head, path = err.rstrip("\n").split("; the piped text is kept in ")
     assert head == "localchat: error: unknown model 'nope'"
-    assert open(path, encoding="utf-8").read() == piped
+    assert Path(path).read_text(encoding="utf-8") == piped
     assert os.stat(path).st_mode & 0o777 == 0o600
     with Store() as store:
         assert store.most_recent() is None  # nothing half-saved in the history

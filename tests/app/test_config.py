@@ -47,8 +47,51 @@ def test_set_keeps_comments_and_other_keys(tmp_path):
                                    "other": {"x": 1}}
     toml_edit.set_key(path, "sampling", "temperature", None)
     toml_edit.set_key(path, "sampling", "top_k", None)
-    assert tomllib.loads(path.read_text()) == {"default_model": "b", "theme": 'dark "blue"\\',
-                                               "other": {"x": 1}}
+    text = path.read_text()  # the emptied table's header and comment stay
+    assert text.startswith("# my settings\n") and "[sampling]\n# cool\n" in text
+    assert tomllib.loads(text) == {"default_model": "b", "theme": 'dark "blue"\\',
+                                   "sampling": {}, "other": {"x": 1}}
+
+
+@pytest.mark.parametrize(("text", "after_set", "after_unset"), [
+    ("# mine\ntheme = 'x'  # t\nsampling.top_p = 0.8  # p\n[other]\nx = 1\n",
+     ("# mine\ntheme = 'x'  # t\nsampling.top_p = 0.8  # p\nsampling.temperature = 0.25\n"
+      "[other]\nx = 1\n"),
+     "# mine\ntheme = 'x'  # t\nsampling.top_p = 0.8  # p\n[other]\nx = 1\n"),
+    ("# mine\nsampling = { top_p = 0.8 }  # inline\n",
+     "# mine\nsampling = { top_p = 0.8, temperature = 0.25 }  # inline\n",
+     "# mine\nsampling = { top_p = 0.8 }  # inline\n"),
+    ('# mine\nsystem_prompt = """a\nb"""  # multi\ntheme = "x"\n',
+     ('# mine\nsystem_prompt = """a\nb"""  # multi\ntheme = "x"\n\n[sampling]\n'
+      'temperature = 0.25\n'), None),
+])
+def test_dotted_inline_and_multiline_forms_are_edited_in_place(tmp_path, text, after_set,
+                                                                after_unset):
+    """A table written as dotted keys or as a one-line inline table, and a multi-line value,
+    are edited where they are: comments stay (a helper's trial lost them to a rewrite)."""
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    toml_edit.set_key(path, "sampling", "temperature", 0.25)
+    assert path.read_text() == after_set
+    toml_edit.set_key(path, "sampling", "temperature", None)
+    if after_unset is not None:
+        assert path.read_text() == after_unset
+    toml_edit.set_key(path, None, "system_prompt", "c")
+    toml_edit.set_key(path, None, "system_prompt", None)
+    assert path.read_text().startswith("# mine\n")
+    assert "system_prompt" not in tomllib.loads(path.read_text())
+
+
+def test_an_edit_that_would_lose_comments_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "config.toml"
+    path.write_text("# mine\ntheme = 'x'\n")
+    monkeypatch.setattr(toml_edit, "_edit_lines", lambda *a: None)  # no line edit found
+    with pytest.raises(toml_edit.CommentsWouldBeLost):
+        toml_edit.set_key(path, None, "theme", "y")
+    assert path.read_text() == "# mine\ntheme = 'x'\n"
+    path.write_text("theme = 'x'\n")  # no comment: the whole rewrite goes ahead
+    toml_edit.set_key(path, None, "theme", "y")
+    assert tomllib.loads(path.read_text()) == {"theme": "y"}
 
 
 def test_a_hash_inside_a_string_is_not_a_comment(tmp_path):
@@ -181,6 +224,25 @@ def test_broken_config_file_is_a_runtime_error(run):
     assert settings.config_path().read_text() == "default_model = \n"
 
 
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[[sampling]]\ntemperature = 0.3\n", "sampling must be a table ([sampling]), not an array"),
+    ('sampling = "x"\n', "sampling must be a table ([sampling]), not a string"),
+    ("keys = 3\n", "keys must be a table ([keys]), not an integer"),
+])
+def test_a_settings_table_written_as_something_else_is_one_line(run, text, needle):
+    """(A trial's ``[[sampling]]`` gave ``config set`` an internal error, and ``ask`` an
+    "unknown key 'sampling'" warning.)"""
+    settings.config_path().write_text(text)
+    for args in (["config", "set", "temperature", "0.1"], ["config", "show"]):
+        code, out, err = run(*args)
+        assert code == 1 and out == "" and err.count("\n") == 1, err
+        assert f"config file {settings.config_path()}: {needle}; " in err
+    assert settings.config_path().read_text() == text
+    settings.config_path().write_text("[keys]\nstop = 5\n")
+    code, _, err = run("config", "show")
+    assert code == 1 and "keys.stop must be a string of keys" in err and "unknown" not in err
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["config", "set", "default_model", "nosuchmodel"], "not a catalog alias"),
     (["config", "set", "theme", "nosuchtheme"], "no such theme"),
@@ -223,3 +285,20 @@ def test_bad_default_model_from_the_config_file_is_named_at_ask_time(home):
     assert proc.returncode == 1 and proc.stdout == b"" and err.count("\n") == 1
     assert err.startswith(f"localchat: error: default_model (from config file "
                           f"{settings.config_path()}): 'nosuchmodel' is not a model alias")
+
+
+def test_a_relative_model_path_is_written_absolute(run, tmp_path, monkeypatch):
+    """``./x.gguf`` set from one folder names the same file from every other (as ``ask -m``'s
+    history does); aliases, special draft words and ``~`` paths are written as given."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "x.gguf").write_bytes(b"GGUF")
+    (tmp_path / "ngram").write_bytes(b"")  # a file named like a draft word stays a word
+    monkeypatch.chdir(tmp_path)
+    for key, value, written in (("default_model", "./models/x.gguf",
+                                 str(tmp_path / "models" / "x.gguf")),
+                                ("draft", "models/x.gguf", str(tmp_path / "models" / "x.gguf")),
+                                ("draft", "ngram", "ngram"),
+                                ("default_model", "smollm2-135m", "smollm2-135m")):
+        code, _, err = run("config", "set", key, value)
+        assert code == 0, err
+        assert tomllib.loads(settings.config_path().read_text())[key] == written

@@ -232,3 +232,23 @@ def test_a_file_without_parent_id_is_migrated_and_keeps_its_messages(tmp_path):
         store.add_message("c1", "assistant", "new answer", parent_id=1)
         msgs = store.get_conversation("c1").messages
     assert [(m.content, m.parent_id) for m in msgs] == [("old question", None), ("new answer", 1)]
+
+
+def test_a_new_history_file_is_the_users_alone(tmp_path):
+    """The conversations are private: a new database file (the default one, and a repaired
+    copy, which ``Store`` creates too) is mode 0600 whatever the umask; an existing file
+    keeps its mode."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        with Store(tmp_path / "history.db") as s:
+            s.create_conversation("m", None, {})
+        assert (tmp_path / "history.db").stat().st_mode & 0o777 == 0o600
+        theirs = tmp_path / "shared.db"
+        theirs.touch(mode=0o644)
+        theirs.chmod(0o644)
+        Store(theirs).close()
+        assert theirs.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)

@@ -287,6 +287,12 @@ def test_repo_id_with_revision(tmp_path, fake_hub):
     ("org/name@refs/pr/1", RepoSpec("org/name", "refs/pr/1")),
     ("smollm2-135m", None), ("a/b/c", None), ("-org/name", None), ("org/", None),
     ("org/name@", None), ("", None),
+    # a repo's Hub page, as copied from a browser (or Ollama's hf.co/ form)
+    ("https://huggingface.co/Qwen/Qwen2.5-0.5B", RepoSpec("Qwen/Qwen2.5-0.5B", None)),
+    ("hf.co/org/name/", RepoSpec("org/name", None)),
+    ("https://huggingface.co/org/name/tree/refs/pr/1", RepoSpec("org/name", "refs/pr/1")),
+    ("https://huggingface.co/org/name/blob/main/x.gguf", None),  # a file's page
+    ("https://example.com/org/name", None), ("https://huggingface.co/org", None),
 ])
 def test_parse_repo_spec(text, expected):
     assert parse_repo_spec(text) == expected
