@@ -19,6 +19,7 @@ import typer
 
 from localchat.app import cli_io
 from localchat.app.cli_io import DebugOpt
+from localchat.engine.errors import LocalchatError
 
 history_app = typer.Typer(
     name="history", help="Browse the conversation history (shared by ask and the TUI).",
@@ -185,6 +186,12 @@ def repair(
                     "rebuilds it anyway)")
         return
     result = store_repair.repair(path)
+    if not (result.conversations or result.messages or result.lost_conversations
+            or result.lost_messages):  # not even the row count could be read
+        raise LocalchatError(
+            f"nothing could be salvaged from {path}: its tables cannot be read; a new empty "
+            f"history is in place, and the old file is {result.moved_aside} (keep it: "
+            "'sqlite3 FILE .recover' may get more out of it)")
     lost = ""
     if result.lost_conversations or result.lost_messages:
         lost = (f"; lost {result.lost_conversations} conversation and "

@@ -36,7 +36,7 @@ def memory_figures(engine: Any) -> dict[str, Any]:
         "kv_bytes": report.kv_bytes,
         "predicted_bytes": report.weight_bytes + report.kv_bytes,
         "measured_bytes": info.allocated_bytes,
-        "measured": "bytes allocated for weights and the KV cache",
+        "measured": "bytes allocated for weights, buffers (RoPE tables) and the KV cache",
         "runtime_overhead_bytes": report.overhead_bytes,
         "rss_bytes": rss,
     }

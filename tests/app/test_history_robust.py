@@ -163,3 +163,22 @@ def test_open_store_falls_back_to_memory_with_the_reason(tmp_path):
     good, error = open_store(tmp_path / "fresh.db")
     assert error is None and good.list_conversations() == []
     good.close()
+
+
+def test_repair_that_salvages_nothing_says_so_and_fails(env):
+    """A file whose tables cannot be read at all (here: its first 16 bytes, SQLite's header
+    string, overwritten) is not a success: one line saying nothing was salvaged and where
+    the old file is, exit 1; the new empty history works."""
+    path = history_path(env)
+    fill_history(path)
+    with open(path, "r+b") as f:
+        f.write(b"\xff" * 16)
+    before = path.read_bytes()
+    repair = fake(env, "history", "repair")
+    err = one_error_line(repair)
+    assert repair.returncode == 1 and repair.stdout == b""
+    assert f"nothing could be salvaged from {path}: its tables cannot be read" in err
+    aside = [p for p in path.parent.glob("history.db.corrupt-*")
+             if not p.name.endswith(("-wal", "-shm"))]
+    assert len(aside) == 1 and aside[0].read_bytes() == before and str(aside[0]) in err
+    assert fake(env, "history", "check").stdout.decode().strip() == f"{path}: ok"
