@@ -154,8 +154,10 @@ def run_ask(args: AskArgs) -> None:
                 store = None
         answer(engine, prompt_ids, sampling, args, store, conv_id, model, parent_id)
     except (LocalchatError, CliUsageError) as exc:
-        if piped and (not saved or getattr(exc, "refused", False)):  # (a refused turn is
-            unsent.with_kept_text(exc, piped)                         # taken back)
+        # the piped text, unless the history holds it (a refused turn was taken back) or
+        # the user asked for nothing to be saved
+        if piped and not args.no_save and (not saved or getattr(exc, "refused", False)):
+            unsent.with_kept_text(exc, piped)
         raise
     finally:
         if store is not None:

@@ -342,5 +342,8 @@ def test_a_failed_turn_keeps_the_piped_text_in_a_file(ask, home):
     code, _, err, _, _ = ask(["review", "-m", "nope"],
                              load_error=ModelNotFoundError("unknown model 'nope'"))
     assert (code, err) == (1, "localchat: error: unknown model 'nope'\n")  # no stdin
+    code, _, err, _, _ = ask(["review", "-m", "nope", "--no-save"], stdin=b"piped\n",
+                             load_error=ModelNotFoundError("unknown model 'nope'"))
+    assert (code, err) == (1, "localchat: error: unknown model 'nope'\n")  # nothing saved
     code, _, err, _, _ = ask(["review"], stdin=b"piped\n")
     assert (code, err) == (0, "") and len(list(unsent.iterdir())) == 2
