@@ -12,6 +12,8 @@ ids that fit the context, commit the user's message, then stream, save and repor
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,10 +136,14 @@ def run_ask(args: AskArgs) -> None:
                                                   conv if not args.model else None)
         except typer.Exit as exc:
             if exc.exit_code in interrupts.STOP_EXIT_CODES:
+                conv_id = None
                 if store is not None:
-                    keep_turn_interrupted_while_loading(store, conv, args, model, system, text)
+                    conv_id = keep_turn_interrupted_while_loading(store, conv, args, model,
+                                                                  system, text)
                 else:
                     cli_io.interrupted(signum=interrupts.loading_signal())
+                if args.json:
+                    json_interrupted_while_loading(model, conv_id)
             raise
         sampling = with_model_defaults(model, knobs, sampling)
         if getattr(engine, "remote", False):  # the server renders the messages itself
@@ -164,16 +170,30 @@ def run_ask(args: AskArgs) -> None:
             store.close()
 
 
+def json_interrupted_while_loading(model: str, conv_id: str | None) -> None:
+    """``--json``'s object for a turn interrupted before the model loaded, with every key of
+    an answered one (``content`` empty, ``finish_reason`` ``interrupted``; what was never
+    measured, the prompt's token count included, null), so a script reads the same shape."""
+    from localchat.app.report import answer_stats
+
+    doc = {"content": "", "model": model, "conversation_id": conv_id,
+           **answer_stats(None, None, True), "context": None, "sampling": None, "memory": None}
+    with contextlib.suppress(OSError, ValueError):  # a closed stdout: the exit code says it
+        sys.stdout.write(cli_io.json_line(doc, sys.stdout))
+        sys.stdout.flush()
+
+
 def keep_turn_interrupted_while_loading(store: Any, conv: Any, args: Any, model: str,
-                                        system: str | None, text: str) -> None:
-    """Ctrl+C (SIGTERM, SIGHUP) while the model loads: the user's message is saved with an empty reply marked
-    interrupted, as when Ctrl+C comes before the first token of the reply, so a prompt that
-    came down a pipe is not lost (``history show``, ``-c``). A failed write is one stderr
-    line (``save_user``)."""
+                                        system: str | None, text: str) -> str | None:
+    """Ctrl+C (SIGTERM, SIGHUP) while the model loads: the user's message is saved with an
+    empty reply marked interrupted, as when Ctrl+C comes before the first token of the reply,
+    so a prompt that came down a pipe is not lost (``history show``, ``-c``); returns the
+    conversation id (None when the history failed: one stderr line, ``save_user``)."""
     conv_id, message_id = save_user(store, conv, args, model, system, text)
     save_reply(store, conv_id, "", True, None, message_id)
     cli_io.interrupted(f"your message is saved in conversation {conv_id}"
                        if conv_id is not None else "", interrupts.loading_signal())
+    return conv_id
 
 
 def with_model_defaults(model: str, knobs: dict[str, Any], sampling: Any) -> Any:

@@ -230,6 +230,18 @@ def test_ctrl_c_while_loading_keeps_the_piped_prompt(ask, monkeypatch, capsys):
     assert (code, capsys.readouterr().err) == (130, "localchat: interrupted\n")
     with Store() as store:
         assert store.most_recent().id == conv.id and store.most_recent().message_count == 4
+    # --json: one object of the answered shape, empty and interrupted (a script reads it)
+    code, out, _, _, _ = ask(["hi", "--json"], ["x"])
+    answered = json.loads(out)
+    for args in (["x", "--json"], ["x", "--json", "--no-save"]):
+        monkeypatch.setattr(ask_cmd, "load_engine", interrupted)
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", *args])
+        doc = json.loads(capsys.readouterr().out)
+        assert code == 130 and set(doc) == set(answered)
+        assert (doc["content"], doc["finish_reason"]) == ("", "interrupted")
+        with Store() as store:
+            latest = store.most_recent().id
+        assert doc["conversation_id"] == (None if "--no-save" in args else latest)
 
 
 def test_user_message_is_committed_before_generation(ask, monkeypatch):
