@@ -2,9 +2,10 @@
 
 Used by ``Store.search`` (and ``escape_like`` by ``Store.resolve_id``). With FTS5 each word is
 matched whole through the ``messages_fts`` index (porter stemming: ``dragons`` finds
-``dragon``), quoted so FTS5 syntax in the query is taken literally; without it, a
-case-insensitive substring match per word. Every word must occur in one message; hits come
-newest first.
+``dragon``), quoted so FTS5 syntax in the query is taken literally; without it, or for a
+query holding what the index cannot find (emoji, part of a CJK run: ``_indexed_whole``), a
+substring match per word (case-insensitive for ASCII). Every word must occur in one message;
+hits come newest first.
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+# Scripts written without spaces between words (CJK, kana, Hangul, Thai, Lao, Myanmar, Khmer):
+# FTS5's unicode61 tokenizer indexes a whole run of them as one token, so part of a run
+# (``日本`` in ``日本語``) is never found through the index.
+_UNSPACED = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x2E80, 0x9FFF),
+             (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0x20000, 0x3FFFF))
+
+
+def _indexed_whole(word: str) -> bool:
+    """Whether the FTS5 index can find ``word``: every character ASCII, or a letter or digit
+    of a script written with spaces. Emoji and symbols (separators to the tokenizer, never
+    indexed) and unspaced scripts are matched as substrings instead."""
+    return all(ch.isascii() or (ch.isalnum() and not any(lo <= ord(ch) <= hi
+                                                         for lo, hi in _UNSPACED))
+               for ch in word)
+
+
 def search_messages(db: sqlite3.Connection, words: list[str], limit: int, *, fts: bool
                     ) -> list[SearchHit]:
     """Messages containing every one of ``words`` (non-empty), newest first, at most ``limit``.
@@ -29,11 +46,12 @@ def search_messages(db: sqlite3.Connection, words: list[str], limit: int, *, fts
         db: the history connection (``row_factory = sqlite3.Row``).
         words: the query split on white space.
         fts: the ``messages_fts`` index exists (else substring ``LIKE``; the caller warns).
+            Words the index cannot find take ``LIKE`` too.
 
     Returns ``SearchHit``s whose ``snippet`` marks matches with ``\\x02``/``\\x03`` (FTS5) or is
     the message's first 120 characters (``LIKE``). Raises ``sqlite3.Error`` from the query.
     """
-    if fts:
+    if fts and all(_indexed_whole(w) for w in words):
         match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
         rows = db.execute(
             "SELECT m.id, m.conversation_id, m.role, m.created, c.title, "

@@ -117,6 +117,23 @@ def test_search_finds_words_from_past_replies(db):
         db.delete_conversation(cats.id)
 
 
+def test_search_finds_emoji_and_part_of_a_cjk_run(db):
+    """What the FTS5 index cannot find (emoji: separators to its tokenizer; part of a run of
+    a script written without spaces) is matched as a substring (a trial found neither);
+    ``café`` still goes through the index."""
+    food = db.create_conversation()
+    db.add_message(food.id, "user", "pizza \U0001f355\U0001f1eb\U0001f1f7 and \u65e5\u672c\u8a9e")
+    other = db.create_conversation()
+    db.add_message(other.id, "user", "un caf\u00e9, s'il vous pla\u00eet \u2615")
+    for query in ("\U0001f355", "\U0001f355\U0001f1eb\U0001f1f7", "\u65e5\u672c",
+                  "\u65e5\u672c\u8a9e", "pizza \u672c"):
+        assert [h.conversation_id for h in db.search(query)] == [food.id], query
+    assert [h.conversation_id for h in db.search("\u2615")] == [other.id]
+    assert [h.conversation_id for h in db.search("caf\u00e9")] == [other.id]
+    assert "\x02" in db.search("caf\u00e9")[0].snippet  # (the index's marked snippet)
+    assert db.search("\U0001f355 caf\u00e9") == []  # every word in one message
+
+
 def test_a_limit_past_sqlites_integers_means_all(db):
     """``history list -n 99999999999999999999`` was an internal error (OverflowError from
     SQLite's binding; a new-user trial); such a limit now lists everything."""
