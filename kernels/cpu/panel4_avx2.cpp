@@ -42,71 +42,80 @@ inline void group_scales(const A8Args& a, int64_t t, int64_t g, const __m256* dw
   }
 }
 
-// Rows m0 .. m0 + MT - 1 of tile t.
-template <bool KS, int MT>
-inline void pass(const A8Args& a, int64_t t, int64_t m0) {
+// Rows m0 .. m0 + MT - 1 of tiles t[0 .. NT - 1], side by side (NT > 1 for one row: several
+// weight streams in flight; each tile takes the same operations whatever NT).
+template <bool KS, int MT, int NT>
+inline void pass(const A8Args& a, const int64_t* t, int64_t m0) {
   const int64_t K = a.K, Kp = a.Kp, ng = a.ngroups;
-  const uint8_t* qp = static_cast<const uint8_t*>(a.qweight) + t * (K / 8) * 64;
+  const uint8_t* qp[NT];
+  for (int u = 0; u < NT; ++u) qp[u] = static_cast<const uint8_t*>(a.qweight) + t[u] * (K / 8) * 64;
   const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   // fp32 accumulators in L1 (touched once a group), the registers left to the int16 sums
-  alignas(32) float acc[MT][16] = {};
-  __m256 dw[2], dm[2];
-  dw[0] = dw[1] = dm[0] = dm[1] = _mm256_setzero_ps();
+  alignas(32) float acc[NT][MT][16] = {};
+  __m256 dw[NT][2], dm[NT][2];
+  for (int u = 0; u < NT; ++u) dw[u][0] = dw[u][1] = dm[u][0] = dm[u][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     if (KS && g % 8 == 0) {
-      const uint16_t* s = a.super + (t * (ng / 8) + g / 8) * 32;
-      for (int h = 0; h < 2; ++h) {
-        dw[h] = f16x8_ps(s + 8 * h);
-        dm[h] = f16x8_ps(s + 16 + 8 * h);
+      for (int u = 0; u < NT; ++u) {
+        const uint16_t* s = a.super + (t[u] * (ng / 8) + g / 8) * 32;
+        for (int h = 0; h < 2; ++h) {
+          dw[u][h] = f16x8_ps(s + 8 * h);
+          dm[u][h] = f16x8_ps(s + 16 + 8 * h);
+        }
       }
     }
-    __m256i s16[MT][2];
-    for (int r = 0; r < MT; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
+    __m256i s16[NT][MT][2];
+    for (int u = 0; u < NT; ++u)
+      for (int r = 0; r < MT; ++r) s16[u][r][0] = s16[u][r][1] = _mm256_setzero_si256();
     for (int o = 0; o < 4; ++o) {
       const int64_t oct = g * 4 + o;
-      const uint8_t* w = qp + oct * 64;
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
-      __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * h));
-        lo[h] = _mm256_and_si256(v, nib);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-      }
-      for (int r = 0; r < MT; ++r) {
-        const int8_t* x = a.xq + (m0 + r) * Kp + 8 * oct;
-        const __m256i xa = bcast4_256(x), xb = bcast4_256(x + 4);
-        for (int h = 0; h < 2; ++h)
-          s16[r][h] = _mm256_add_epi16(s16[r][h], _mm256_add_epi16(
-              _mm256_maddubs_epi16(lo[h], xa), _mm256_maddubs_epi16(hi[h], xb)));
+      for (int u = 0; u < NT; ++u) {
+        const uint8_t* w = qp[u] + oct * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
+        __m256i lo[2], hi[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * h));
+          lo[h] = _mm256_and_si256(v, nib);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        }
+        for (int r = 0; r < MT; ++r) {
+          const int8_t* x = a.xq + (m0 + r) * Kp + 8 * oct;
+          const __m256i xa = bcast4_256(x), xb = bcast4_256(x + 4);
+          for (int h = 0; h < 2; ++h)
+            s16[u][r][h] = _mm256_add_epi16(s16[u][r][h], _mm256_add_epi16(
+                _mm256_maddubs_epi16(lo[h], xa), _mm256_maddubs_epi16(hi[h], xb)));
+        }
       }
     }
-    __m256 sv[2], mv[2];
-    group_scales<KS>(a, t, g, dw, dm, sv, mv);
-    for (int r = 0; r < MT; ++r) {
-      const int64_t m = m0 + r;
-      const __m256 da = _mm256_set1_ps(a.d[m * (Kp / 32) + g]);
-      const __m256 xs = _mm256_set1_ps(a.xs[m * ng + g]);
-      for (int h = 0; h < 2; ++h) {
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][h], ones));
-        float* p = acc[r] + 8 * h;
-        const __m256 v = _mm256_fmadd_ps(dot, _mm256_mul_ps(sv[h], da), _mm256_load_ps(p));
-        _mm256_store_ps(p, _mm256_fmadd_ps(mv[h], xs, v));
+    for (int u = 0; u < NT; ++u) {
+      __m256 sv[2], mv[2];
+      group_scales<KS>(a, t[u], g, dw[u], dm[u], sv, mv);
+      for (int r = 0; r < MT; ++r) {
+        const int64_t m = m0 + r;
+        const __m256 da = _mm256_set1_ps(a.d[m * (Kp / 32) + g]);
+        const __m256 xs = _mm256_set1_ps(a.xs[m * ng + g]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[u][r][h], ones));
+          float* p = acc[u][r] + 8 * h;
+          const __m256 v = _mm256_fmadd_ps(dot, _mm256_mul_ps(sv[h], da), _mm256_load_ps(p));
+          _mm256_store_ps(p, _mm256_fmadd_ps(mv[h], xs, v));
+        }
       }
     }
   }
-  store_tile<MT>(a, m0, t, acc);
+  for (int u = 0; u < NT; ++u) store_tile<MT>(a, m0, t[u], acc[u]);
 }
 
 }  // namespace
 
 void int4_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
   if (a.super)
-    tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
-      pass<true, decltype(mt)::value>(a, t, m0);
+    tiles_avx2([&](auto mt, auto nt, const int64_t* t, int64_t m0) {
+      pass<true, decltype(mt)::value, decltype(nt)::value>(a, t, m0);
     }, a.M, t0, t1);
   else
-    tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
-      pass<false, decltype(mt)::value>(a, t, m0);
+    tiles_avx2([&](auto mt, auto nt, const int64_t* t, int64_t m0) {
+      pass<false, decltype(mt)::value, decltype(nt)::value>(a, t, m0);
     }, a.M, t0, t1);
 }
 

@@ -22,60 +22,73 @@
 namespace localchat_cpu {
 namespace {
 
+// Rows m0 .. m0 + MT - 1 of tiles t[0 .. NT - 1], side by side (NT > 1 for one row: several
+// weight streams in flight; each tile takes the same operations whatever NT).
 // s16: [M, K / 16] each sub-block's activation sum in the low int16 of an int32 (high half 0).
-template <int MT>
-inline void pass(const A8Args& a, const int32_t* s16, int64_t t, int64_t m0) {
+template <int MT, int NT>
+inline void pass(const A8Args& a, const int32_t* s16, const int64_t* t, int64_t m0) {
   const int64_t K = a.K, Kp = a.Kp, ns = K / 16;
-  const uint8_t* pl = static_cast<const uint8_t*>(a.qweight) + t * (K / 8) * 64;
-  const uint8_t* ph = static_cast<const uint8_t*>(a.qhigh) + t * ns * 64;
-  const int8_t* ps = static_cast<const int8_t*>(a.scales) + t * ns * 16;
+  const uint8_t *pl[NT], *ph[NT];
+  const int8_t* ps[NT];
+  for (int u = 0; u < NT; ++u) {
+    pl[u] = static_cast<const uint8_t*>(a.qweight) + t[u] * (K / 8) * 64;
+    ph[u] = static_cast<const uint8_t*>(a.qhigh) + t[u] * ns * 64;
+    ps[u] = static_cast<const int8_t*>(a.scales) + t[u] * ns * 16;
+  }
   const __m256i nib = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
   const __m256i low16 = _mm256_set1_epi32(0xFFFF);
-  alignas(32) float acc[MT][16] = {};
+  alignas(32) float acc[NT][MT][16] = {};
   for (int64_t g = 0; g < K / 32; ++g) {
     for (int h = 0; h < 2; ++h) {
-      __m256i isum[MT];
-      for (int r = 0; r < MT; ++r) isum[r] = _mm256_setzero_si256();
+      __m256i isum[NT][MT];
+      for (int u = 0; u < NT; ++u)
+        for (int r = 0; r < MT; ++r) isum[u][r] = _mm256_setzero_si256();
       for (int64_t s = 2 * g; s < 2 * g + 2; ++s) {
-        const uint8_t* w = pl + 2 * s * 64 + 32 * h;
-        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2 + 64), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(ph + s * 64 + kPrefetch2 / 2), _MM_HINT_T0);
-        const __m256i H =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph + s * 64 + 32 * h));
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64));
-        const __m256i u0 = _mm256_or_si256(_mm256_and_si256(w0, nib),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 4), top));
-        const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w0, 4), nib),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 2), top));
-        const __m256i u2 = _mm256_or_si256(_mm256_and_si256(w1, nib), _mm256_and_si256(H, top));
-        const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w1, 4), nib),
-                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), top));
-        // the 8 outputs' sub-block scales: (sc, sc) int16 pairs, and -32 * sc in the low half
-        const __m256i sc32 = _mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ps + s * 16 + 8 * h)));
-        const __m256i scl = _mm256_and_si256(sc32, low16);
-        const __m256i sc16 = _mm256_or_si256(scl, _mm256_slli_epi32(scl, 16));
-        const __m256i scm = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sc32, 5));
-        for (int r = 0; r < MT; ++r) {
-          const int64_t m = m0 + r;
-          const int8_t* x = a.xq + m * Kp + 16 * s;
-          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, bcast4_256(x)),
-                                               _mm256_maddubs_epi16(u1, bcast4_256(x + 4)));
-          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, bcast4_256(x + 8)),
-                                               _mm256_maddubs_epi16(u3, bcast4_256(x + 12)));
-          const __m256i v = _mm256_add_epi32(_mm256_madd_epi16(p01, sc16),
-                                             _mm256_madd_epi16(p23, sc16));
-          const __m256i o = _mm256_madd_epi16(_mm256_set1_epi32(s16[m * ns + s]), scm);
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(v, o));
+        for (int u = 0; u < NT; ++u) {
+          const uint8_t* w = pl[u] + 2 * s * 64 + 32 * h;
+          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch2 + 64), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(ph[u] + s * 64 + kPrefetch2 / 2),
+                       _MM_HINT_T0);
+          const __m256i H =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph[u] + s * 64 + 32 * h));
+          const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+          const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64));
+          const __m256i u0 = _mm256_or_si256(_mm256_and_si256(w0, nib),
+                                             _mm256_and_si256(_mm256_slli_epi16(H, 4), top));
+          const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w0, 4), nib),
+                                             _mm256_and_si256(_mm256_slli_epi16(H, 2), top));
+          const __m256i u2 = _mm256_or_si256(_mm256_and_si256(w1, nib),
+                                             _mm256_and_si256(H, top));
+          const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w1, 4), nib),
+                                             _mm256_and_si256(_mm256_srli_epi16(H, 2), top));
+          // the 8 outputs' sub-block scales: (sc, sc) int16 pairs, and -32 * sc in the low half
+          const __m256i sc32 = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ps[u] + s * 16 + 8 * h)));
+          const __m256i scl = _mm256_and_si256(sc32, low16);
+          const __m256i sc16 = _mm256_or_si256(scl, _mm256_slli_epi32(scl, 16));
+          const __m256i scm =
+              _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sc32, 5));
+          for (int r = 0; r < MT; ++r) {
+            const int64_t m = m0 + r;
+            const int8_t* x = a.xq + m * Kp + 16 * s;
+            const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, bcast4_256(x)),
+                                                 _mm256_maddubs_epi16(u1, bcast4_256(x + 4)));
+            const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(u2, bcast4_256(x + 8)),
+                                                 _mm256_maddubs_epi16(u3, bcast4_256(x + 12)));
+            const __m256i v = _mm256_add_epi32(_mm256_madd_epi16(p01, sc16),
+                                               _mm256_madd_epi16(p23, sc16));
+            const __m256i o = _mm256_madd_epi16(_mm256_set1_epi32(s16[m * ns + s]), scm);
+            isum[u][r] = _mm256_add_epi32(isum[u][r], _mm256_add_epi32(v, o));
+          }
         }
       }
-      fold_group<MT>(a, m0, g, h, isum,
-                     f16x8_ps(a.super + (t * (K / 256) + g / 8) * 16 + 8 * h), acc);
+      for (int u = 0; u < NT; ++u)
+        fold_group<MT>(a, m0, g, h, isum[u],
+                       f16x8_ps(a.super + (t[u] * (K / 256) + g / 8) * 16 + 8 * h), acc[u]);
     }
   }
-  store_tile<MT>(a, m0, t, acc);
+  for (int u = 0; u < NT; ++u) store_tile<MT>(a, m0, t[u], acc[u]);
 }
 
 }  // namespace
@@ -90,8 +103,8 @@ void int6_panel_a8_avx2(const A8Args& a, int64_t t0, int64_t t1) {
       for (int k = 0; k < 16; ++k) sum += a.xq[m * a.Kp + 16 * s + k];
       s16[m * ns + s] = sum & 0xFFFF;
     }
-  tiles_avx2([&](auto mt, int64_t t, int64_t m0) {
-    pass<decltype(mt)::value>(a, s16.data(), t, m0);
+  tiles_avx2([&](auto mt, auto nt, const int64_t* t, int64_t m0) {
+    pass<decltype(mt)::value, decltype(nt)::value>(a, s16.data(), t, m0);
   }, a.M, t0, t1);
 }
 
