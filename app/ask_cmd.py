@@ -83,28 +83,31 @@ def run_ask(args: AskArgs) -> None:
     from localchat.app.settings import load_settings
     from localchat.engine.sampling_params import SamplingParams
 
-    check_model_flag(args.model)
-    if args.conversation is not None and not args.conversation.strip():
-        raise CliUsageError("--conversation needs a conversation id (see 'localchat history "
-                            "list'); use -c to continue the most recent one")
-    if args.continue_ and args.conversation:
-        raise CliUsageError("use either -c/--continue or --conversation ID, not both")
-    settings = load_settings()
-    keep_alive = keep_alive_seconds(args, settings)
-    for name in settings.unknown_keys:
-        cli_io.warn(f"config file: unknown key '{name}' (ignored; see 'localchat config show')")
-    knobs = {**settings.sampling, **{k: v for k, v in args.sampling.items() if v is not None}}
-    try:
-        sampling = SamplingParams(**knobs)
-    except ValueError as e:
-        raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
-    prompt = cli_input.valid_utf8(args.prompt, "the PROMPT argument")
+    # stdin first: piped text, read once, is kept if the turn fails before it is saved
     piped = None if args.no_stdin else cli_input.read_stdin()
-    text = cli_input.build_prompt(prompt, piped)
-
     store = None
     saved = False  # the user's message is in the history (a failure there says so)
     try:
+        check_model_flag(args.model)
+        if args.conversation is not None and not args.conversation.strip():
+            raise CliUsageError("--conversation needs a conversation id (see 'localchat history "
+                                "list'); use -c to continue the most recent one")
+        if args.continue_ and args.conversation:
+            raise CliUsageError("use either -c/--continue or --conversation ID, not both")
+        settings = load_settings()
+        keep_alive = keep_alive_seconds(args, settings)
+        for name in settings.unknown_keys:
+            cli_io.warn(f"config file: unknown key '{name}' (ignored; see 'localchat config "
+                        "show')")
+        flags = {k: v for k, v in args.sampling.items() if v is not None}
+        knobs = {**settings.sampling, **flags}
+        try:
+            sampling = SamplingParams(**knobs)
+        except ValueError as e:
+            raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
+        prompt = cli_input.valid_utf8(args.prompt, "the PROMPT argument")
+        text = cli_input.build_prompt(prompt, piped)
+
         store, conv = open_history(args)
         model = args.model or (conv.model if conv and conv.model else settings.default_model)
         context, context_origin = context_choice(args.context, settings)
@@ -140,8 +143,11 @@ def run_ask(args: AskArgs) -> None:
                 if store is not None:
                     conv_id = keep_turn_interrupted_while_loading(store, conv, args, model,
                                                                   system, text)
-                else:
-                    cli_io.interrupted(signum=interrupts.loading_signal())
+                else:  # no history (--no-save, or it cannot be used): a file, unless --no-save
+                    kept = unsent.keep_piped_text(piped) if piped and piped.strip() and \
+                        not args.no_save else None
+                    cli_io.interrupted(f"the piped text is kept in {kept}" if kept else "",
+                                       interrupts.loading_signal())
                 if args.json:
                     json_interrupted_while_loading(model, conv_id)
             raise
@@ -164,6 +170,14 @@ def run_ask(args: AskArgs) -> None:
         # the user asked for nothing to be saved
         if piped and not args.no_save and (not saved or getattr(exc, "refused", False)):
             unsent.with_kept_text(exc, piped)
+        raise
+    except (typer.Exit, typer.Abort):  # (said where raised: Ctrl+C, a closed stdout)
+        raise
+    except Exception:  # an internal error (its own line follows): the text is kept too
+        if piped and piped.strip() and not args.no_save and not saved:
+            path = unsent.keep_piped_text(piped)
+            if path is not None:
+                cli_io.note(f"the piped text is kept in {path}")
         raise
     finally:
         if store is not None:

@@ -10,6 +10,7 @@ line and column, and how to fix it): the user's text is theirs to repair.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -150,7 +151,7 @@ def absolute_model_path(key: Any, value: str) -> str:
             word.startswith("~") or word in (*NO_DRAFT, "auto", NGRAM) or \
             resolve_alias(value) or not path.exists():
         return value
-    return str(path.resolve())
+    return os.path.abspath(path)  # (a symlink stays one: repointing it repoints the model)
 
 
 def check_setting(key: Any, value: Any) -> None:

@@ -342,7 +342,7 @@ def set_value(name: str, raw: str | None, path: Path | None = None) -> tuple[Key
         changed = toml_edit.set_key(path, key.table, key.field, value)
     except OSError as exc:  # a read-only file or folder, a full disk
         raise SettingError(f"cannot write config file {path}: {exc.strerror or exc}") from None
-    except toml_edit.CommentsWouldBeLost as exc:
+    except toml_edit.CannotEdit as exc:
         raise SettingError(f"config file {exc}; left unchanged") from None
     return key, value, changed
 

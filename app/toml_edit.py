@@ -6,7 +6,7 @@ flat: top-level keys plus one level of tables, written as ``[sampling]``, as dot
 ``set_key`` edits the line that defines the key (or inserts one) and then checks the result
 with ``tomllib``; a multi-line value is replaced whole. When the edit does not give exactly
 the intended data, the file is rewritten whole from the data instead, but only when it holds
-no comment to lose (``CommentsWouldBeLost`` otherwise).
+no comment to lose and no value ``dumps`` cannot write (``CannotEdit`` otherwise).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ except ModuleNotFoundError:  # Python 3.10
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_\-]+)\s*\]\s*(#.*)?$")
 
 
-class CommentsWouldBeLost(ValueError):
-    """The edit can only be made by rewriting the whole file, which holds comments."""
+class CannotEdit(ValueError):
+    """The edit can only be made by rewriting the whole file, and that would lose something:
+    the file's comments, or a value ``dumps`` cannot write (a date, a nested table)."""
 
 
 def format_value(value: Any) -> str:
@@ -65,10 +66,13 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
 
     Raises:
         tomllib.TOMLDecodeError: the existing file is not valid TOML.
-        CommentsWouldBeLost: no line edit gives the data, and a whole rewrite would drop the
-            file's comments (nothing is written).
+        CannotEdit: no line edit gives the data, and a whole rewrite would drop the file's
+            comments or cannot write one of its values (nothing is written).
     """
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    text = ""
+    if path.exists():
+        with open(path, encoding="utf-8", newline="") as f:  # (CRLF kept, written back)
+            text = f.read()
     data = tomllib.loads(text)
     want = copy.deepcopy(data)
     section = want.setdefault(table, {}) if table else want
@@ -86,12 +90,18 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
             _drop_empty_tables(want)
     except tomllib.TOMLDecodeError:
         ok = False
-    if not ok and any(line.lstrip().startswith("#") or _trailing_comment(line)
-                      for line in text.splitlines()):
-        raise CommentsWouldBeLost(f"{path} writes {table or key} in a form this edit cannot "
-                                  "change without losing the file's comments: set it in an "
-                                  "editor")
-    _atomic_write(path, new if ok else dumps(want))
+    if not ok:
+        if "#" in text:  # (a comment, or a '#' in a string: either way, no rewrite)
+            raise CannotEdit(f"{path} writes {table or key} in a form this edit cannot change "
+                             "without losing the file's comments: set it in an editor")
+        try:
+            new = dumps(want)
+        except TypeError as exc:
+            raise CannotEdit(f"{path} holds a value this edit cannot write back ({exc}): set "
+                             f"{key} in an editor") from None
+    if "\r\n" in text:  # the file's own line endings
+        new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+    _atomic_write(path, new)
     return True
 
 
@@ -106,7 +116,8 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None,
     key_re = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
     current, found, section_end, table_seen = None, None, None, False
     first_header = len(lines)
-    for i, line in enumerate(lines):
+    for i in _statement_starts(lines):
+        line = lines[i]
         header = _HEADER.match(line)
         if header:
             first_header = min(first_header, i)
@@ -174,6 +185,18 @@ def _drop_empty_tables(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` less its empty tables (a ``[sampling]`` header, comments under it, left by
     unsetting its last key means no sampling setting, as no table does)."""
     return {k: v for k, v in data.items() if v != {}}
+
+
+def _statement_starts(lines: list[str]) -> list[int]:
+    """The indices of the lines that start a statement (a header, a ``key = value``, a
+    comment, a blank): the lines inside a multi-line value (a ``\"\"\"`` string, an
+    array) are skipped, so a ``key =`` or ``[table]`` written inside one is not taken for
+    the real thing."""
+    starts, i = [], 0
+    while i < len(lines):
+        starts.append(i)
+        i = _value_end(lines, i) if "=" in lines[i] else i + 1
+    return starts
 
 
 def _value_end(lines: list[str], i: int) -> int:

@@ -28,9 +28,13 @@ def keep_piped_text(text: str) -> Path | None:
         folder.mkdir(mode=0o700, exist_ok=True)
         fd, name = tempfile.mkstemp(  # a new file, mode 0600
             prefix=time.strftime("%Y%m%d-%H%M%S-", time.gmtime()), suffix=".txt", dir=folder)
+    except (OSError, LocalchatError):
+        return None
+    try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
-    except (OSError, LocalchatError):
+    except OSError:  # a full disk: no part-written file left behind
+        Path(name).unlink(missing_ok=True)
         return None
     return Path(name)
 

@@ -359,3 +359,39 @@ def test_a_failed_turn_keeps_the_piped_text_in_a_file(ask, home):
     assert (code, err) == (1, "localchat: error: unknown model 'nope'\n")  # nothing saved
     code, _, err, _, _ = ask(["review"], stdin=b"piped\n")
     assert (code, err) == (0, "") and len(list(unsent.iterdir())) == 2
+    # read before the settings: a broken config file keeps it too (exit 1, one line)
+    settings.config_path().write_text("temperature = [\n")
+    code, _, err, _, _ = ask(["review"], stdin=b"third\n")
+    assert code == 1 and err.count("\n") == 1 and "not valid TOML" in err
+    assert Path(err.rstrip("\n").split("; the piped text is kept in ")[1]).read_text() == "third\n"
+    settings.config_path().unlink()
+    # an internal error: its line, after a note naming the file
+    code, _, err, _, _ = ask(["review"], stdin=b"fourth\n", load_error=RuntimeError("kaboom"))
+    note, line = err.splitlines()
+    assert code == 1 and line.startswith("localchat: error: internal error: RuntimeError")
+    assert Path(note.split("the piped text is kept in ")[1]).read_text() == "fourth\n"
+    assert len(list(unsent.iterdir())) == 4
+
+
+def test_ctrl_c_while_loading_without_a_history_keeps_the_piped_text(ask, home, monkeypatch,
+                                                                     capsys):
+    """A history that cannot be used cannot hold the message: the piped text goes to a file,
+    named in the interrupted line (a trial lost it); ``--no-save`` still writes nothing."""
+    def interrupted(options):
+        raise KeyboardInterrupt
+
+    ask(["first"], ["x"])  # creates the data folder
+    (home / "data" / "history.db").write_bytes(b"\xff" * 8192)
+    for args, kept in ((["review"], True), (["review", "--no-save"], False)):
+        monkeypatch.setattr(ask_cmd, "load_engine", interrupted)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"piped text\n")))
+        code = cli_io.run_cli(cli.typer.main.get_command(cli.app), ["ask", *args])
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert code == 130
+        files = list((home / "data" / "unsent").glob("*.txt")) if kept else []
+        if kept:
+            assert last == f"localchat: interrupted; the piped text is kept in {files[0]}"
+            assert files[0].read_text() == "piped text\n"
+        else:
+            assert last == "localchat: interrupted"
+    assert len(list((home / "data" / "unsent").glob("*.txt"))) == 1

@@ -86,7 +86,7 @@ def test_an_edit_that_would_lose_comments_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "config.toml"
     path.write_text("# mine\ntheme = 'x'\n")
     monkeypatch.setattr(toml_edit, "_edit_lines", lambda *a: None)  # no line edit found
-    with pytest.raises(toml_edit.CommentsWouldBeLost):
+    with pytest.raises(toml_edit.CannotEdit):
         toml_edit.set_key(path, None, "theme", "y")
     assert path.read_text() == "# mine\ntheme = 'x'\n"
     path.write_text("theme = 'x'\n")  # no comment: the whole rewrite goes ahead
@@ -302,3 +302,38 @@ def test_a_relative_model_path_is_written_absolute(run, tmp_path, monkeypatch):
         code, _, err = run("config", "set", key, value)
         assert code == 0, err
         assert tomllib.loads(settings.config_path().read_text())[key] == written
+
+
+def test_a_key_or_header_inside_a_multiline_string_is_not_edited(tmp_path):
+    """(A trial's file: the edit took the ``default_model =`` inside the string for the key,
+    then the whole-file rewrite dropped the comment after the string.)"""
+    path = tmp_path / "config.toml"
+    text = ('default_model = "a"\nsystem_prompt = """\ndefault_model = "x"\n[sampling]\n'
+            '"""  # mine\n')
+    path.write_text(text)
+    toml_edit.set_key(path, None, "default_model", "b")
+    toml_edit.set_key(path, "sampling", "top_p", 0.5)
+    assert path.read_text() == text.replace('"a"', '"b"') + "\n[sampling]\ntop_p = 0.5\n"
+
+
+@pytest.mark.parametrize("text", [
+    "when = 1979-05-27T07:32:00Z\n[sampling]\n'temperature' = 0.5\n",  # a date
+    "[sampling]\ntop_p = 0.8\n[sampling.x]\ntemperature = 0.3\n",  # a nested table
+])
+def test_a_rewrite_that_cannot_write_a_value_is_refused(tmp_path, text):
+    """(A literal-string key or a nested table defeats the line edit: the whole file would
+    be rewritten, and ``dumps`` writes no date and no nested table.)"""
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(toml_edit.CannotEdit, match="cannot write back"):
+        toml_edit.set_key(path, "sampling", "temperature", 0.2)
+    assert path.read_text() == text
+
+
+def test_crlf_line_endings_are_kept(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'# c\r\ndefault_model = "a" # d\r\n[sampling]\r\ntop_p = 0.8\r\n')
+    toml_edit.set_key(path, "sampling", "temperature", 0.2)
+    toml_edit.set_key(path, None, "default_model", "b")
+    assert path.read_bytes() == (b'# c\r\ndefault_model = "b" # d\r\n[sampling]\r\ntop_p = 0.8\r\n'
+                                 b"temperature = 0.2\r\n")

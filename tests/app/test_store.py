@@ -132,6 +132,12 @@ def test_search_finds_emoji_and_part_of_a_cjk_run(db):
     assert [h.conversation_id for h in db.search("caf\u00e9")] == [other.id]
     assert "\x02" in db.search("caf\u00e9")[0].snippet  # (the index's marked snippet)
     assert db.search("\U0001f355 caf\u00e9") == []  # every word in one message
+    # a word the index finds and one it cannot, together: stemming kept for the first
+    db.add_message(food.id, "assistant", "Dragons like 100% of snake_case c++ code \U0001f409")
+    assert [h.role for h in db.search("dragon \U0001f409")] == ["assistant"]
+    for query in ("100%", "snake_case", "c++", "dragon c++", "% of"):  # literal, not wildcards
+        assert [h.role for h in db.search(query)] == ["assistant"], query
+    assert db.search("_") and db.search("50%") == [] and db.search("snake%case") == []
 
 
 def test_a_limit_past_sqlites_integers_means_all(db):

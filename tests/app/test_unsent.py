@@ -26,3 +26,27 @@ def test_an_unwritable_folder_leaves_the_error_as_it_was(tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "data_dir", lambda: tmp_path)
     unsent.with_kept_text(exc, "piped\n")
     assert exc.args[0].startswith(f"unknown model 'x'; the piped text is kept in {tmp_path}")
+
+
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    """A full disk: the part-written file goes, and nothing is named (a trial found an empty
+    file left behind)."""
+    monkeypatch.setattr(settings, "data_dir", lambda: tmp_path)
+
+    class Full:
+        def __init__(self, fd, *a, **k):
+            import os
+            os.close(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(unsent.os, "fdopen", Full)
+    assert unsent.keep_piped_text("piped\n") is None
+    assert list((tmp_path / "unsent").iterdir()) == []
