@@ -108,15 +108,16 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
 def _edit_lines(text: str, table: str | None, key: str, value: Any | None,
                 want: dict[str, Any]) -> str | None:
     lines = text.splitlines()
-    if table is not None and not any((h := _HEADER.match(line)) and h.group(1) == table
-                                     for line in lines):
-        edited = _edit_top_level_table(lines, table, key, value, want)
+    starts = _statement_starts(lines)
+    if table is not None and not any((h := _HEADER.match(lines[i])) and h.group(1) == table
+                                     for i in starts):
+        edited = _edit_top_level_table(lines, starts, table, key, value, want)
         if edited is not None:
             return edited
     key_re = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
     current, found, section_end, table_seen = None, None, None, False
     first_header = len(lines)
-    for i in _statement_starts(lines):
+    for i in starts:
         line = lines[i]
         header = _HEADER.match(line)
         if header:
@@ -152,32 +153,36 @@ def _edit_lines(text: str, table: str | None, key: str, value: Any | None,
     return "\n".join(lines) + "\n"
 
 
-def _edit_top_level_table(lines: list[str], table: str, key: str, value: Any | None,
-                          want: dict[str, Any]) -> str | None:
+def _edit_top_level_table(lines: list[str], starts: list[int], table: str, key: str,
+                          value: Any | None, want: dict[str, Any]) -> str | None:
     """The edit of ``[table].key`` where the top level (above any header) writes ``table``
-    as dotted keys or as a one-line inline table; None when it does neither."""
-    top = next((i for i, line in enumerate(lines) if _HEADER.match(line)), len(lines))
+    as dotted keys or as a one-line inline table; None when it does neither. ``starts``:
+    ``_statement_starts(lines)``."""
+    top_level = []
+    for i in starts:
+        if _HEADER.match(lines[i]):
+            break
+        top_level.append(i)
     t = re.escape(table)
     dotted = re.compile(rf"^\s*{t}\s*\.\s*(\"?){re.escape(key)}\1\s*=")
     any_dotted = re.compile(rf"^\s*{t}\s*\.")
     inline = re.compile(rf"^\s*{t}\s*=\s*\{{")
-    for i in range(top):
-        if dotted.match(lines[i]):
-            if value is None:
-                del lines[i]
-            else:
-                lines[i] = f"{table}.{key} = {format_value(value)}" + \
-                    _trailing_comment(lines[i])
+    for i in top_level:
+        if dotted.match(lines[i]):  # (its value may span lines: replaced whole)
+            end = _value_end(lines, i)
+            comment = _trailing_comment("\n".join(lines[i:end]))
+            lines[i:end] = [] if value is None else \
+                [f"{table}.{key} = {format_value(value)}" + comment]
             return "\n".join(lines) + "\n"
         if inline.match(lines[i]):
             body = ", ".join(f"{k} = {format_value(v)}" for k, v in want.get(table, {}).items())
             comment = _trailing_comment(lines[i])
             lines[i:i + 1] = [f"{table} = {{ {body} }}{comment}"] if body else []
             return "\n".join(lines) + "\n"
-    last = max((i for i in range(top) if any_dotted.match(lines[i])), default=None)
+    last = max((i for i in top_level if any_dotted.match(lines[i])), default=None)
     if last is None or value is None:
         return None
-    lines.insert(last + 1, f"{table}.{key} = {format_value(value)}")
+    lines.insert(_value_end(lines, last), f"{table}.{key} = {format_value(value)}")
     return "\n".join(lines) + "\n"
 
 

@@ -337,3 +337,16 @@ def test_crlf_line_endings_are_kept(tmp_path):
     toml_edit.set_key(path, None, "default_model", "b")
     assert path.read_bytes() == (b'# c\r\ndefault_model = "b" # d\r\n[sampling]\r\ntop_p = 0.8\r\n'
                                  b"temperature = 0.2\r\n")
+
+
+def test_dotted_keys_after_a_multiline_string_holding_a_header(tmp_path):
+    """The top level ends at the first real header, not at a ``[...]`` line inside a string;
+    a dotted key's multi-line value is replaced whole."""
+    path = tmp_path / "config.toml"
+    path.write_text('s = """\n[other]\n"""\nsampling.stop = [\n  "a",\n]  # p\n')
+    toml_edit.set_key(path, "sampling", "temperature", 0.25)
+    assert path.read_text() == ('s = """\n[other]\n"""\nsampling.stop = [\n  "a",\n]  # p\n'
+                                "sampling.temperature = 0.25\n")
+    toml_edit.set_key(path, "sampling", "stop", "b")
+    assert path.read_text() == ('s = """\n[other]\n"""\nsampling.stop = "b"  # p\n'
+                                "sampling.temperature = 0.25\n")
