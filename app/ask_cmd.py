@@ -144,8 +144,7 @@ def run_ask(args: AskArgs) -> None:
                     conv_id = keep_turn_interrupted_while_loading(store, conv, args, model,
                                                                   system, text)
                 else:  # no history (--no-save, or it cannot be used): a file, unless --no-save
-                    kept = unsent.keep_piped_text(piped) if piped and piped.strip() and \
-                        not args.no_save else None
+                    kept = None if args.no_save else unsent.keep_piped_text(piped)
                     cli_io.interrupted(f"the piped text is kept in {kept}" if kept else "",
                                        interrupts.loading_signal())
                 if args.json:
@@ -168,16 +167,15 @@ def run_ask(args: AskArgs) -> None:
     except (LocalchatError, CliUsageError) as exc:
         # the piped text, unless the history holds it (a refused turn was taken back) or
         # the user asked for nothing to be saved
-        if piped and not args.no_save and (not saved or getattr(exc, "refused", False)):
+        if not args.no_save and (not saved or getattr(exc, "refused", False)):
             unsent.with_kept_text(exc, piped)
         raise
     except (typer.Exit, typer.Abort):  # (said where raised: Ctrl+C, a closed stdout)
         raise
     except Exception:  # an internal error (its own line follows): the text is kept too
-        if piped and piped.strip() and not args.no_save and not saved:
-            path = unsent.keep_piped_text(piped)
-            if path is not None:
-                cli_io.note(f"the piped text is kept in {path}")
+        path = None if args.no_save or saved else unsent.keep_piped_text(piped)
+        if path is not None:
+            cli_io.note(f"the piped text is kept in {path}")
         raise
     finally:
         if store is not None:

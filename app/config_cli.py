@@ -143,15 +143,22 @@ def absolute_model_path(key: Any, value: str) -> str:
     that it names the same model from any folder (``ask -m ./x.gguf`` stores the absolute
     path in the history likewise); anything else (an alias, ``org/name``, ``~/...``, an
     absolute path) as given."""
-    from localchat.app.engine_loader import NGRAM, NO_DRAFT
     from localchat.engine.hub.catalog import resolve_alias
 
-    path, word = Path(value.strip()), value.strip().lower()
+    path = Path(value.strip())
     if key.name not in ("default_model", "draft") or path.is_absolute() or \
-            word.startswith("~") or word in (*NO_DRAFT, "auto", NGRAM) or \
+            value.strip().startswith("~") or _draft_word(key, value) or \
             resolve_alias(value) or not path.exists():
         return value
     return os.path.abspath(path)  # (a symlink stays one: repointing it repoints the model)
+
+
+def _draft_word(key: Any, value: str) -> bool:
+    """``value`` is one of ``draft``'s words (``auto``, ``ngram``, ``none`` / ``off``), not a
+    model."""
+    from localchat.app.engine_loader import NGRAM, NO_DRAFT
+
+    return key.name == "draft" and value.strip().lower() in (*NO_DRAFT, "auto", NGRAM)
 
 
 def check_setting(key: Any, value: Any) -> None:
@@ -166,12 +173,10 @@ def check_setting(key: Any, value: Any) -> None:
     """
     reason = None
     if key.name in ("default_model", "draft"):
-        from localchat.app.engine_loader import NGRAM, NO_DRAFT
         from localchat.engine.hub.catalog import resolve_alias
         from localchat.engine.hub.resolve import parse_repo_spec
 
-        special = key.name == "draft" and value.strip().lower() in (*NO_DRAFT, "auto", NGRAM)
-        if not (special or resolve_alias(value) or parse_repo_spec(value)
+        if not (_draft_word(key, value) or resolve_alias(value) or parse_repo_spec(value)
                 or Path(value).expanduser().exists()):
             reason = ("not " + ("auto, ngram, none, " if key.name == "draft" else "")
                       + "a catalog alias, a Hub repo id (org/name) or an existing file or "

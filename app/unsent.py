@@ -16,13 +16,16 @@ import time
 from pathlib import Path
 
 
-def keep_piped_text(text: str) -> Path | None:
+def keep_piped_text(text: str | None) -> Path | None:
     """Write ``text`` (the decoded stdin) to a new file under ``data_dir()/unsent``; its path,
-    or None when it cannot be written (a full disk, a read-only home: the error line that
-    would name it is said without it)."""
+    or None when there is nothing to keep (None: stdin not read; blank) or it cannot be
+    written (a full disk, a read-only home: the error line that would name it is said
+    without it)."""
     from localchat.app.settings import data_dir
     from localchat.engine.errors import LocalchatError
 
+    if not text or not text.strip():
+        return None
     try:
         folder = data_dir() / "unsent"
         folder.mkdir(mode=0o700, exist_ok=True)
@@ -39,10 +42,10 @@ def keep_piped_text(text: str) -> Path | None:
     return Path(name)
 
 
-def with_kept_text(exc: BaseException, text: str) -> None:
-    """Append where ``text`` (piped, non-blank) is kept to ``exc``'s one-line message, in
-    place; nothing for blank text, an exception of several arguments, or a failed write."""
-    if not text.strip() or len(exc.args) != 1:
+def with_kept_text(exc: BaseException, text: str | None) -> None:
+    """Append where ``text`` (piped) is kept to ``exc``'s one-line message, in place; nothing
+    for no or blank text, an exception of several arguments, or a failed write."""
+    if len(exc.args) != 1:
         return
     path = keep_piped_text(text)
     if path is not None:
