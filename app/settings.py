@@ -34,7 +34,9 @@ HOME_ENV = "LOCALCHAT_HOME"
 
 
 def _dir(kind: str) -> Path:
-    """The ``kind`` folder (cache, data, config), created if missing.
+    """The ``kind`` folder (cache, data, config), created if missing: the data and config
+    folders (the conversations, maybe an API key) private to the user (0700, whatever the
+    umask), as ``~/.ssh``; the cache (re-downloadable models) as the umask says.
 
     Raises:
         SettingError: it cannot be created or is not a folder (``LOCALCHAT_HOME`` names a
@@ -46,7 +48,7 @@ def _dir(kind: str) -> Path:
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME))
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o777 if kind == "cache" else 0o700, parents=True, exist_ok=True)
     except OSError as exc:
         where = f"{HOME_ENV}={home}: " if home else ""
         blocker = next((p for p in (path, *path.parents) if p.exists()), None)
@@ -358,6 +360,7 @@ def _read_toml(path: Path, fix: str | None = None) -> dict[str, Any]:
     """
     try:
         raw = path.read_bytes()
+        raw = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw  # (an editor's BOM)
     except FileNotFoundError:
         return {}
     except OSError as exc:

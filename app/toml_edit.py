@@ -6,7 +6,8 @@ flat: top-level keys plus one level of tables, written as ``[sampling]``, as dot
 ``set_key`` edits the line that defines the key (or inserts one) and then checks the result
 with ``tomllib``; a multi-line value is replaced whole. When the edit does not give exactly
 the intended data, the file is rewritten whole from the data instead, but only when it holds
-no comment to lose and no value ``dumps`` cannot write (``CannotEdit`` otherwise).
+no comment to lose and no value ``dumps`` cannot write (``CannotEdit`` otherwise). A leading
+byte-order mark (Windows editors) is read past and written back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+BOM = "\ufeff"  # a byte-order mark some editors write first: read past, kept
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_\-]+)\s*\]\s*(#.*)?$")
 
 
@@ -69,10 +71,12 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
         CannotEdit: no line edit gives the data, and a whole rewrite would drop the file's
             comments or cannot write one of its values (nothing is written).
     """
-    text = ""
+    text = bom = ""
     if path.exists():
         with open(path, encoding="utf-8", newline="") as f:  # (CRLF kept, written back)
             text = f.read()
+        if text.startswith(BOM):  # (an editor's byte-order mark: kept, written back)
+            text, bom = text[1:], BOM
     data = tomllib.loads(text)
     want = copy.deepcopy(data)
     section = want.setdefault(table, {}) if table else want
@@ -101,7 +105,7 @@ def set_key(path: Path, table: str | None, key: str, value: Any | None) -> bool:
                              f"{key} in an editor") from None
     if "\r\n" in text:  # the file's own line endings
         new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-    _atomic_write(path, new)
+    _atomic_write(path, bom + new)
     return True
 
 

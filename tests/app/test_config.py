@@ -339,6 +339,15 @@ def test_crlf_line_endings_are_kept(tmp_path):
                                  b"temperature = 0.2\r\n")
 
 
+def test_a_byte_order_mark_is_kept_and_the_first_line_still_edited(tmp_path):
+    """A file an editor saved with a UTF-8 BOM: its first line (a header here) is still found
+    and edited in place, and the BOM is written back."""
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"\xef\xbb\xbf[sampling]  # mine\ntop_p = 0.8\n")
+    toml_edit.set_key(path, "sampling", "top_p", 0.5)
+    assert path.read_bytes() == b"\xef\xbb\xbf[sampling]  # mine\ntop_p = 0.5\n"
+
+
 def test_dotted_keys_after_a_multiline_string_holding_a_header(tmp_path):
     """The top level ends at the first real header, not at a ``[...]`` line inside a string;
     a dotted key's multi-line value is replaced whole."""

@@ -25,6 +25,31 @@ def test_localchat_home_overrides_all(home):
     assert settings.config_path() == home / "config" / "config.toml"
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
+def test_data_and_config_folders_are_private_whatever_the_umask(home):
+    """Under ``umask 000`` the conversations' and config's folders are still 0700; the cache
+    follows the umask (re-downloadable files)."""
+    old = os.umask(0)
+    try:
+        dirs = {k: getattr(settings, f"{k}_dir")() for k in ("data", "config", "cache")}
+    finally:
+        os.umask(old)
+    modes = {k: d.stat().st_mode & 0o777 for k, d in dirs.items()}
+    assert modes == {"data": 0o700, "config": 0o700, "cache": 0o777}
+
+
+def test_a_byte_order_mark_before_the_config_is_read_past(home):
+    """Windows editors may write a UTF-8 BOM first; the file reads as without it, and a bad
+    byte later is still placed on its own line and column."""
+    cfg = settings.config_dir() / "config.toml"
+    cfg.write_bytes(b'\xef\xbb\xbfdefault_model = "m"\n[sampling]\ntop_p = 0.5\n')
+    loaded = settings.load_settings()
+    assert loaded.default_model == "m" and loaded.sampling["top_p"] == 0.5
+    cfg.write_bytes(b'\xef\xbb\xbfdefault_model = "m"\nx = "\xff"\n')
+    with pytest.raises(LocalchatError, match=r"byte 0xff at line 2, column 6"):
+        settings.load_settings()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="XDG layout is Linux's")
 def test_xdg_dirs_without_home(tmp_path, monkeypatch):
     monkeypatch.delenv("LOCALCHAT_HOME", raising=False)
