@@ -107,7 +107,7 @@ def _char_forms(char: str) -> str:
 
 def configure_logging(level: str, secret: str | None) -> None:
     """Send ``localchat.server`` records at ``level`` and above to stderr (prefixed
-    ``localchat serve:``) and redact ``secret`` there and in uvicorn's handlers (call after
+    ``localchat serve:``), uvicorn's there too (its access lines included), and redact ``secret`` there and in uvicorn's handlers (call after
     ``uvicorn.Config`` has set up its own).
 
     Raises:
@@ -123,6 +123,10 @@ def configure_logging(level: str, secret: str | None) -> None:
         handler.setFormatter(logging.Formatter("localchat serve: %(levelname)s %(message)s"))
         handler._localchat = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
+    for name in _UVICORN_LOGGERS:  # uvicorn's access lines go to stdout by its own config
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
     if not secret:
         return
     redact = RedactFilter(secret)

@@ -343,6 +343,7 @@ def test_serve_key_from_the_environment_is_required_and_never_logged(env):
     log = out.decode() + err.decode()
     assert serve.returncode in (0, 130), log  # 130: stopped by Ctrl+C (SIGINT)
     assert "ignored request fields: metadata, user" in log  # debug logging was on
-    assert "/v1/models" in log and "401" in log  # and so were the access lines
+    assert "/v1/models" in err.decode() and "401" in err.decode()  # access lines, on stderr
+    assert "/v1/models" not in out.decode()  # (stdout stays the program's, not the log's)
     assert SECRET not in log
     assert not state_file.exists()

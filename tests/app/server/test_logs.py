@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 
 from localchat.app.server.logs import REDACTED, RedactFilter
 
@@ -158,3 +159,29 @@ def test_a_live_server_logs_the_access_line_with_the_key_redacted(tmp_path, capf
     captured = capfd.readouterr()
     assert secret not in stream.getvalue() + captured.out + captured.err
     assert "Logging error" not in captured.err
+
+
+def test_uvicorns_handlers_write_to_stderr_after_configure_logging():
+    """uvicorn's own logging config sends its access lines to stdout; after
+    ``configure_logging`` (as ``serve_cmd`` calls it) every uvicorn handler writes to stderr,
+    so ``localchat serve --log-level info > file`` leaves the file free of log lines."""
+    import uvicorn
+
+    from localchat.app.server.logs import configure_logging
+
+    uvicorn.Config(lambda scope: None, log_level="info", access_log=True)  # its dictConfig
+    before = [h.stream for n in ("uvicorn.access",) for h in logging.getLogger(n).handlers]
+    assert sys.stdout in before  # uvicorn's default, which the call below must change
+    configure_logging("info", None)
+    try:
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+            streams = [h.stream for h in logging.getLogger(name).handlers
+                       if isinstance(h, logging.StreamHandler)]
+            assert all(s is sys.stderr for s in streams), name
+    finally:
+        server_logger = logging.getLogger("localchat.server")
+        for handler in list(server_logger.handlers):
+            if getattr(handler, "_localchat", False):
+                server_logger.removeHandler(handler)
+        server_logger.propagate = True
+        server_logger.setLevel(logging.NOTSET)
