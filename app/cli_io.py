@@ -275,6 +275,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     line naming it, 1; anything else -> ``internal error`` line, 1. With ``--debug`` runtime
     errors re-raise (traceback).
     """
+    from localchat.app.argv_hints import with_misread_prompt
     from localchat.app.cli_input import valid_argument
 
     args = [valid_argument(a) for a in (sys.argv[1:] if argv is None else argv)]
@@ -293,13 +294,13 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
             typer.echo(e.message)
         return EXIT_OK
     except click_exc.UsageError as e:
-        error(_usage_message(e))
+        error(with_misread_prompt(args, _usage_message(e)))
         return EXIT_USAGE
     except click_exc.ClickException as e:
         error(e.format_message())
         return e.exit_code
     except CliUsageError as e:
-        error(str(e))
+        error(with_misread_prompt(args, str(e)))
         return EXIT_USAGE
     except typer.Abort:
         interrupted()
@@ -322,7 +323,7 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     except LocalchatError as e:
         if debug:
             raise
-        error(str(e) or type(e).__name__)
+        error(with_misread_prompt(args, str(e) or type(e).__name__))
         return int(getattr(e, "exit_code", EXIT_RUNTIME))  # e.g. a refused --draft: 2
     except Exception as e:  # the last line of defence: never a bare traceback
         if debug:

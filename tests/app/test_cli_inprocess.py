@@ -205,6 +205,34 @@ def test_a_prompt_starting_with_a_dash_says_to_put_it_after_double_dash(fake_ask
     assert code == 2 and "Possible options: --max-tokens" in err and "goes after --" not in err
 
 
+@pytest.mark.parametrize("prompt, option, value", [
+    ("-make it short", "-m", "ake it short"), ("-sorry, again", "-s", "orry, again"),
+    ("-Count to 3", "-C", "ount to 3")])
+def test_a_prompt_read_as_a_short_option_with_its_value_says_so(fake_ask, prompt, option,
+                                                                value):
+    """click reads ``ask "-make it short"`` as ``-m "ake it short"`` (a short option takes
+    the rest of its word); the error that follows (no prompt; a bad --context) says so, and
+    how to pass such a prompt, before the help pointer."""
+    code, out, err, engine = fake_ask([prompt], ["x"])
+    assert (code, out, engine.sampling_params) == (2, "", None)  # nothing generated
+    assert err.endswith(f"; '{prompt}' was read as {option} '{value}': a prompt that starts "
+                        f"with '-' goes after --: localchat ask [OPTIONS] -- \"{prompt}\" "
+                        "(see 'localchat ask --help')\n") and err.count("\n") == 1, err
+    code, out, err, _ = fake_ask(["--", prompt], ["x"])  # the way it says
+    assert (code, out, err) == (0, "x\n", "")
+
+
+def test_the_misread_prompt_hint_only_where_that_prompt_causes_the_error():
+    from localchat.app.argv_hints import with_misread_prompt
+
+    args = ["ask", "-make it short"]
+    msg = "'ake it short' is not a model alias, a local .gguf file or model folder"
+    assert with_misread_prompt(args, msg).startswith(msg + "; '-make it short' was read as -m")
+    assert with_misread_prompt(args, "history cannot be used") == "history cannot be used"
+    assert with_misread_prompt(["ask", "--", "-make"], "no prompt: x") == "no prompt: x"
+    assert with_misread_prompt(["history", "-mx"], "no prompt: x") == "no prompt: x"
+
+
 def test_options_after_double_dash_say_to_put_them_first(fake_ask):
     code, out, err, _ = fake_ask(["--", "-5 plus 3?", "--max-tokens", "5"], ["x"])
     assert (code, out) == (2, "")
