@@ -103,7 +103,8 @@ def _describe_hub(spec: str, repo_id: str, revision: str | None,
         folder = huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=["config.json"], tqdm_class=SilentProgress)
     if not (Path(folder) / "config.json").is_file():
-        raise ModelNotFoundError(f"{name} has no config.json (not an HF-format model repo)")
+        raise ModelNotFoundError(f"{name} has no config.json (not an HF-format model repo; "
+                                 f"a GGUF repo is planned once pulled: `localchat pull {name}`)")
     try:
         hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
         config = ModelConfig.from_hf_config(hf_config)

