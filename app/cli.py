@@ -15,6 +15,7 @@ import typer
 
 from localchat.app import cli_io, interrupts
 from localchat.app.cli_io import DebugOpt, QuantOpt
+from localchat.app.cache_cli import cache_app
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
 from localchat.app.load_options import (
@@ -310,6 +311,7 @@ def chat(
 app.command("serve")(serve_command)
 app.add_typer(history_app)
 app.add_typer(config_app)
+app.add_typer(cache_app)
 app.command("pull")(pull_command)
 app.command("models")(models_command)
 app.command("plan")(plan_command)

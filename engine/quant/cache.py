@@ -8,7 +8,8 @@ so it serves every device. The model key of a GGUF file is ``gguf_cache_key`` (n
 and last MiB, transformers version); of an HF folder, a hash of ``config.json`` and each
 safetensors file's name, size and header (the folder name is the revision in the HF cache).
 Writes are atomic (temporary file + ``os.replace``); an unreadable or mismatched file is treated
-as a miss and rewritten.
+as a miss and rewritten. A load or write marks the file used (``cache_gc.mark_used``), which also
+removes the files it supersedes once they are a day unused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from ..cache_gc import mark_used
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +146,7 @@ def _write(state: dict[str, torch.Tensor], path: Path, meta: dict[str, str]) -> 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    mark_used(path)  # (and what it supersedes, unused for a day, goes)
 
 
 def _remove_stale_tmp(path: Path) -> None:
@@ -182,6 +186,7 @@ def load_quantized(model: nn.Module, path: Path) -> bool:
     except Exception as exc:  # noqa: BLE001 - safetensors' own errors and OSError
         logger.warning("quantized cache %s unreadable (%s); rebuilding", path, exc)
         return False
+    mark_used(path)
     return True
 
 
@@ -288,6 +293,7 @@ def load_quantized_mmap(model: nn.Module, path: Path, copy_modules=frozenset(),
                     module._buffers[attr] = t
             if on_module_loaded is not None:
                 on_module_loaded(module_name)
+    mark_used(path)  # used now; what it supersedes, unused for a day, goes
     return True
 
 

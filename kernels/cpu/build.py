@@ -44,7 +44,8 @@ _CFLAGS = ("-O3", "-std=c++17") + _OPENMP
 
 
 def build_dir() -> Path:
-    """Where the extension is built: one folder per torch version and Python ABI."""
+    """Where the extension is built (created): one folder per torch version, Python ABI and
+    source hash (:func:`build_name`)."""
     home = os.environ.get("LOCALCHAT_HOME")
     if home:
         root = Path(home).expanduser() / "cache"
@@ -52,15 +53,20 @@ def build_dir() -> Path:
         import platformdirs
 
         root = Path(platformdirs.user_cache_dir("localchat"))
+    path = root / "kernels" / build_name()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_name() -> str:
+    """This installation's build folder name, ``cpu-torch<version>-py<ABI>-<hash of the
+    flags, the source list and every source and header>``."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha1(" ".join(_CFLAGS + SOURCES).encode() + b"\0")
     for name in sorted(p.name for p in here.iterdir() if p.suffix in (".cpp", ".h")):
         digest.update(name.encode() + b"\0" + (here / name).read_bytes())
-    tag = (f"torch{torch.__version__.replace('+', '_')}-py{sys.version_info[0]}"
-           f"{sys.version_info[1]}-{digest.hexdigest()[:10]}")
-    path = root / "kernels" / f"cpu-{tag}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return (f"cpu-torch{torch.__version__.replace('+', '_')}-py{sys.version_info[0]}"
+            f"{sys.version_info[1]}-{digest.hexdigest()[:10]}")
 
 
 _PREDICT_ONLY = False  # inside predict_only(): answer available() without building
@@ -218,4 +224,8 @@ def _load_built(library: Path) -> bool:
         torch.ops.localchat_cpu.best_isa()
     except (OSError, RuntimeError, AttributeError):
         return False
+    try:  # used now (``localchat cache prune`` removes builds of other versions)
+        os.utime(library.parent)
+    except OSError:
+        pass
     return True
