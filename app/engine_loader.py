@@ -108,7 +108,8 @@ def resolve_draft(options: LoadOptions, source: Any, progress: Progress | None
 
 def on_disk(spec: str) -> Any:
     """The ``ModelSource`` of ``spec`` when it is on disk, None when it names a model still to
-    download (a catalog alias or Hub repo id not cached yet).
+    download (a catalog alias, Hub repo id or Hub GGUF file such as ``org/name:Q4_K_M`` not
+    cached yet).
 
     Raises:
         ModelNotFoundError: ``spec`` names no model (``resolve_model``'s message, as ``ask``
@@ -117,14 +118,15 @@ def on_disk(spec: str) -> Any:
     from localchat.app.settings import cache_dir
     from localchat.engine.errors import ModelNotFoundError
     from localchat.engine.hub.catalog import resolve_alias
-    from localchat.engine.hub.resolve import parse_repo_spec, resolve_model
+    from localchat.engine.hub.resolve import parse_gguf_spec, parse_repo_spec, resolve_model
 
     try:
         return resolve_model(spec, cache_dir=cache_dir(), download=False)
     except ModelNotFoundError:
         text = spec.strip()
         if text and not Path(text).expanduser().exists() and (
-                resolve_alias(text) is not None or parse_repo_spec(text) is not None):
+                resolve_alias(text) is not None or parse_repo_spec(text) is not None
+                or parse_gguf_spec(text) is not None):
             return None  # the load fetches it
         raise
 

@@ -381,3 +381,15 @@ def test_cli_pull_then_plan_a_real_gguf(env, hub, smollm2_gguf):
     assert described["model"]["architecture"] == "LlamaForCausalLM"
     assert described["model"]["checkpoint_bytes"] == len(data)
     assert described["native"] is not None and hub.requests == []  # its own Q4_1 format
+
+
+def test_the_tui_check_takes_a_hub_gguf_to_download(hf, hub, monkeypatch):
+    """``engine_loader.on_disk`` (the TUI's check before a load): a Hub GGUF spec not cached
+    yet is one the load fetches (None), not a spec that names no model."""
+    from localchat.app.engine_loader import on_disk
+
+    monkeypatch.setenv("LOCALCHAT_HOME", str(hf / "lc"))
+    assert on_disk("hf.co/org/gguf:Q8_0") is None
+    assert hub.requests == []
+    resolve("org/gguf:Q8_0", hf)
+    assert on_disk("org/gguf:q8_0").path.name == "Model-Q8_0.gguf"
