@@ -164,8 +164,8 @@ def _draft_word(key: Any, value: str) -> bool:
 def check_setting(key: Any, value: Any) -> None:
     """Refuse a value that parses but names nothing, before ``config set`` writes it
     (``key``: a ``settings.Key``, ``value`` as ``settings.parse_value`` returned it):
-    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``) or an existing
-    file or folder, and ``draft`` one of those or ``auto``, ``ngram``, ``none`` / ``off``;
+    ``default_model`` must be a catalog alias, a Hub repo id (``org/name``), a GGUF file of
+    one (``org/name:Q4_K_M``, a file's URL) or an existing file or folder, and ``draft`` one of those or ``auto``, ``ngram``, ``none`` / ``off``;
     ``theme`` one of localchat's themes or Textual's built-in ones.
 
     Raises:
@@ -174,13 +174,13 @@ def check_setting(key: Any, value: Any) -> None:
     reason = None
     if key.name in ("default_model", "draft"):
         from localchat.engine.hub.catalog import resolve_alias
-        from localchat.engine.hub.resolve import parse_repo_spec
+        from localchat.engine.hub.resolve import parse_gguf_spec, parse_repo_spec
 
         if not (_draft_word(key, value) or resolve_alias(value) or parse_repo_spec(value)
-                or Path(value).expanduser().exists()):
+                or parse_gguf_spec(value) or Path(value).expanduser().exists()):
             reason = ("not " + ("auto, ngram, none, " if key.name == "draft" else "")
-                      + "a catalog alias, a Hub repo id (org/name) or an existing file or "
-                      "folder (see 'localchat models')")
+                      + "a catalog alias, a Hub repo id (org/name, org/name:Q4_K_M) or an "
+                      "existing file or folder (see 'localchat models')")
     elif key.name == "theme":
         reason = theme_problem(value)
     if reason:

@@ -262,6 +262,20 @@ def test_config_set_accepts_aliases_repo_ids_and_themes(run, value):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("value", [
+    "bartowski/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M", "hf.co/org/name:q8_0",
+    "org/name@main:sub/model-Q5_K_M.gguf",
+    "https://huggingface.co/org/name/blob/main/model-Q4_0.gguf"])
+def test_config_set_accepts_a_gguf_file_of_a_hub_repo(run, value):
+    """What ``ask -m`` and ``pull`` take (``engine/hub/hub_gguf.py``), the settings take."""
+    for key in ("default_model", "draft"):
+        code, _, err = run("config", "set", key, value)
+        assert code == 0, err
+    assert settings.load_settings(environ={}).default_model == value
+    code, _, err = run("config", "set", "default_model", "org/name:")  # (no tag: refused)
+    assert code == 2 and "not a catalog alias" in err
+
+
 @pytest.mark.parametrize("value", ["auto", "ngram", "none", "off", "qwen2.5-coder-0.5b",
                                    "org/draft-model"])
 def test_config_set_accepts_every_kind_of_draft(run, value):
