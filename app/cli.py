@@ -24,7 +24,7 @@ from localchat.app.load_options import (
     check_theme_flag,
     tui_without_a_terminal,
 )
-from localchat.app.models_cli import models_command, pull_command
+from localchat.app.models_cli import models_command, pull_command, rm_command
 from localchat.app.plan_cli import plan_command
 from localchat.app.serve_cli import serve_command
 
@@ -314,6 +314,7 @@ app.add_typer(config_app)
 app.add_typer(cache_app)
 app.command("pull")(pull_command)
 app.command("models")(models_command)
+app.command("rm")(rm_command)
 app.command("plan")(plan_command)
 
 

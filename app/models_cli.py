@@ -1,4 +1,5 @@
-"""``localchat pull`` and ``localchat models``: fetch a model into the cache, list the catalog."""
+"""``localchat pull``, ``models`` and ``rm``: fetch a model into the cache, list the catalog and
+what was downloaded from the Hub, remove a downloaded model with what loads derived from it."""
 
 from __future__ import annotations
 
@@ -24,12 +25,45 @@ def pull_command(
 
 
 def models_command(debug: DebugOpt = False) -> None:
-    """List the catalog models: alias, source, size, cached, local path."""
+    """List the catalog models and the Hub models downloaded: alias, source, size, cached,
+    local path."""
     from localchat.app.settings import cache_dir
+    from localchat.engine.hub.catalog import CATALOG
+    from localchat.engine.hub.local_models import hub_downloads
     from localchat.engine.hub.resolve import list_models
 
     rows = [_model_row(info) for info in list_models(cache_dir())]
+    shown = {e.repo_id for e in CATALOG.values() if e.bundle is None}  # (under their alias)
+    rows += [(d.spec, "hub (downloaded)", cli_io.human_size(d.size_bytes), "✓", str(d.path))
+             for d in hub_downloads() if d.spec not in shown]
     print_table(("ALIAS", "SOURCE", "SIZE", "CACHED", "PATH"), rows)
+
+
+def rm_command(
+    models: Annotated[list[str], typer.Argument(
+        help="Downloaded models to remove: aliases, Hub repo ids, org/name:TAG.")],
+    debug: DebugOpt = False,
+) -> None:
+    """Remove downloaded models and the files loads derived from them (never a local file)."""
+    from localchat.app.settings import cache_dir
+    from localchat.engine.errors import LocalchatError
+    from localchat.engine.hub.local_models import remove_model
+
+    failed = 0
+    for spec in models:
+        try:
+            removed = remove_model(spec, cache_dir())
+        except (LocalchatError, OSError) as exc:
+            failed += 1
+            cli_io.error(f"{spec}: {exc.strerror or exc}" if isinstance(exc, OSError) and
+                         exc.strerror else str(exc))
+            continue
+        derived = (f"; and {len(removed.derived)} derived files "
+                   f"({cli_io.human_size(removed.derived_bytes)})" if removed.derived else "")
+        cli_io.note(f"removed {spec}: {', '.join(str(p) for p in removed.paths)} "
+                    f"({cli_io.human_size(removed.bytes)} freed){derived}")
+    if failed:
+        raise typer.Exit(cli_io.EXIT_RUNTIME)
 
 
 def _resolve(spec: str) -> Any:
