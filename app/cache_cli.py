@@ -2,8 +2,8 @@
 
 ``show`` lists the files loads derive from the models (repacked weights, kernel builds, GGUF
 metadata: ``engine/cache_gc.py``) with their size, when each was last used and why it is
-stale, if it is; ``prune`` removes the stale ones (``--all``: every one, each rebuilt by the
-next load that needs it). The downloaded models are never touched: ``pull`` fetched them and
+stale, if it is; ``prune`` removes the stale ones (``--all``: every one but a write or kernel
+build in progress, each rebuilt by the next load that needs it). The downloaded models are never touched: ``pull`` fetched them and
 ``models`` lists them.
 """
 
@@ -30,8 +30,8 @@ def _entries(max_age_days: float):
     return cache_dir(), scan(cache_dir(), kernel_build=build_name(), max_age_days=max_age_days)
 
 
-AgeOpt = Annotated[float, typer.Option(
-    "--max-age", help="Days unused after which an entry is stale.", min=0)]
+AgeOpt = Annotated[int, typer.Option(
+    "--max-age", help="Days unused after which a repacked file is stale.", min=0)]
 
 
 @cache_app.command()
@@ -40,9 +40,9 @@ def show(max_age: AgeOpt = 30) -> None:
     from localchat.app.history_cli import print_table
 
     folder, entries = _entries(max_age)
-    rows = [(e.kind, e.path.name, cli_io.human_size(e.bytes),
-             time.strftime("%Y-%m-%d", time.localtime(e.last_used)), e.stale or "")
-            for e in entries]
+    rows = [(e.kind, cli_io.one_line(e.path.name), cli_io.human_size(e.bytes),
+             time.strftime("%Y-%m-%d", time.localtime(e.last_used)),
+             "in progress" if e.busy else e.stale or "") for e in entries]
     if rows:
         print_table(("KIND", "NAME", "SIZE", "USED", "STALE"), rows)
     stale = [e for e in entries if e.stale]
@@ -56,7 +56,8 @@ def show(max_age: AgeOpt = 30) -> None:
 def prune(
     max_age: AgeOpt = 30,
     everything: Annotated[bool, typer.Option(
-        "--all", help="Every entry, not only the stale ones (each is rebuilt when needed).")
+        "--all", help="Every entry but a write or build in progress, not only the stale ones "
+        "(each is rebuilt when needed).")
     ] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Only list what would be removed.")] = False,
@@ -65,7 +66,7 @@ def prune(
     from localchat.engine.cache_gc import remove
 
     folder, entries = _entries(max_age)
-    chosen = entries if everything else [e for e in entries if e.stale]
+    chosen = [e for e in entries if e.stale or (everything and not e.busy)]
     for e in chosen:
         typer.echo(f"{e.path}  {cli_io.human_size(e.bytes)}  {e.stale or 'not stale'}")
     if dry_run:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 DAY_S = 86400
 MAX_AGE_DAYS = 30  # an entry unused this long is stale
-TMP_AGE_S = 3600  # a write's temporary file (quant/.<name>.*) this old was interrupted
+TMP_AGE_S = 3600  # a write's temporary file or a build's scratch folder this old was stopped
 DERIVED = ("quant", "kernels")  # folders of cache_dir()
 # quant/ file names (quant/cache.py's cache_path): <model key>-<scheme>-g<group>-<dtype>[-v<N>]
 # with <model key> = <name>-<16 hex>, <scheme> "native" plus the layouts in use (native-panel-
@@ -55,14 +55,15 @@ _QUANT_NAME = re.compile(r"^(?P<key>.+-[0-9a-f]{16})-(?P<family>[a-z0-9]+)(?:-[a
 class CacheEntry:
     """One file or folder of a derived-cache folder: ``kind`` (the folder: ``quant``,
     ``kernels``...), ``path``, ``bytes`` (a folder's files summed), ``last_used`` (mtime,
-    seconds since the epoch; :func:`touch` sets it on use) and ``stale``: why it may go, or
-    None."""
+    seconds since the epoch; :func:`touch` sets it on use), ``stale``: why it may go, or
+    None, and ``busy``: a write or kernel build in progress (never stale, never removed)."""
 
     kind: str
     path: Path
     bytes: int
     last_used: float
     stale: str | None
+    busy: bool = False  # a write or build in progress (a temporary name, recently changed)
 
 
 def touch(path: Path) -> None:
@@ -112,20 +113,24 @@ def scan(cache_dir: Path, *, kernel_build: str | None = None,
                 size = _bytes(path)
             except OSError:
                 continue
-            why = None
+            why, busy = None, False
             match = _QUANT_NAME.match(name) if kind == "quant" else None
-            if match and match["version"] and match["version"] != version:
+            temporary = name.startswith(".") if kind == "quant" else ".build-" in name
+            if temporary:  # (quant/.<name>.*: a write; kernels/<build>.build-*: a build)
+                busy = now - used <= TMP_AGE_S
+                why = None if busy else ("an interrupted write" if kind == "quant"
+                                         else "an interrupted build")
+            elif match and match["version"] and match["version"] != version:
                 why = f"layout v{match['version']} (this localchat reads v{version})"
             elif match and used < newest.get(_slot(name), used):
                 why = "superseded by a newer layout of the same weights"
-            elif kind == "quant" and name.startswith(".") and now - used > TMP_AGE_S:
-                why = "an interrupted write"
             elif kind == "kernels":
                 if kernel_build is not None and name != kernel_build:
                     why = "another build (torch, Python or sources)"
             elif now - used > max_age_days * DAY_S:
-                why = f"unused for {int((now - used) // DAY_S)} days"
-            entries.append(CacheEntry(kind, path, size, used, why))
+                days = int((now - used) // DAY_S)
+                why = f"unused for {days} days" if days else "unused for under a day"
+            entries.append(CacheEntry(kind, path, size, used, why, busy))
     return entries
 
 

@@ -37,6 +37,10 @@ def home(tmp_path, monkeypatch):
         os.utime(path, (t, t))
         paths[name] = path
     os.utime(paths["current"])
+    building = home / "cache" / "kernels" / f"{build_name()}.build-abc"  # a build in progress
+    building.mkdir()
+    (building / "a.o").write_bytes(b"o")
+    paths["building"] = building / "a.o"
     return paths
 
 
@@ -51,12 +55,13 @@ def test_show_lists_each_entry_and_why_it_is_stale(home, capsys):
     assert code == 0
     lines = {line.split()[1]: line for line in out.splitlines()[1:]}
     assert set(lines) == {home[k].name for k in ("current", "superseded", "old_version")} | {
-        home[k].parent.name for k in ("other_build", "this_build")}
+        home[k].parent.name for k in ("other_build", "this_build", "building")}
+    assert lines[home["building"].parent.name].endswith("in progress")
     assert lines[home["superseded"].name].endswith("superseded by a newer layout of the same "
                                                    "weights")
     assert "another build" in lines[home["other_build"].parent.name]
     assert lines[home["current"].name].split()[-1] == time.strftime("%Y-%m-%d")  # not stale
-    assert err.startswith(f"localchat: note: {home['model'].parents[2]}: 5.0 kB in 5 entries "
+    assert err.startswith(f"localchat: note: {home['model'].parents[2]}: 5.0 kB in 6 entries "
                           "beside the models; 3.0 kB stale in 3 ('localchat cache prune'")
 
 
@@ -70,4 +75,5 @@ def test_prune_removes_the_stale_entries_only(home, capsys):
     assert gone == {"superseded", "old_version", "other_build"}
     code, out, err = _run(capsys, "prune", "--all")
     assert code == 0 and "removed 2 entries" in err
-    assert [k for k, p in home.items() if p.exists()] == ["model"]  # models are never pruned
+    # models are never pruned, nor a build in progress
+    assert [k for k, p in home.items() if p.exists()] == ["model", "building"]

@@ -36,13 +36,21 @@ def test_each_stale_rule_and_what_stays(tmp_path):
     young_tmp = _file(q / f".{older.name}.a8x1", 60, now=now)  # (another write in progress)
     this_build = _file(tmp_path / "kernels" / "cpu-this" / "lib.so", 50 * DAY, 7, now=now)
     other_build = _file(tmp_path / "kernels" / "cpu-old" / "lib.so", 60, 5, now=now)
+    building = tmp_path / "kernels" / "cpu-this.build-x1"  # a build in progress (its scratch)
+    died = tmp_path / "kernels" / "cpu-other.build-y2"  # one stopped two hours ago
+    for folder, age in ((building, 60), (died, 2 * 3600)):
+        _file(folder / "a.o", age, now=now)
+        os.utime(folder, (now - age, now - age))
     (tmp_path / "models").mkdir()
     _file(tmp_path / "models" / "m" / "m.gguf", 90 * DAY, now=now)  # never listed
     entries = cache_gc.scan(tmp_path, kernel_build="cpu-this", now=now)
     why = {e.path: e.stale for e in entries}
     assert set(why) == {newer, older, other_version, unused, int4, tmp, young_tmp,
-                        this_build.parent, other_build.parent}
-    assert why[newer] is None and why[int4] is None and why[young_tmp] is None
+                        this_build.parent, other_build.parent, building, died}
+    assert why[newer] is None and why[int4] is None
+    busy = {e.path for e in entries if e.busy}
+    assert busy == {young_tmp, building} and why[young_tmp] is None and why[building] is None
+    assert why[died] == "an interrupted build"
     assert why[older] == "superseded by a newer layout of the same weights"
     assert why[other_version] == f"layout v{int(v) - 1} (this localchat reads v{v})"
     assert why[unused] == "unused for 40 days"
