@@ -78,7 +78,7 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
             f"{name} is {what} and HF_HUB_OFFLINE is set; unset HF_HUB_OFFLINE to download it"
         )
     cache = Path(huggingface_hub.constants.HF_HUB_CACHE)
-    with hub_errors(repo_id, revision, name, local_only=False):
+    with hub_errors(repo_id, revision, name, local_only=False), _quiet_listing():
         files = huggingface_hub.snapshot_download(
             repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
             ignore_patterns=HUB_IGNORE_PATTERNS, dry_run=True, tqdm_class=SilentProgress,
@@ -132,6 +132,21 @@ def missing_files(folder: Path) -> str | None:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_listing():
+    """huggingface_hub's own warning of a listing that matches none of our patterns ("No
+    files matched ...", a GGUF-only repo) kept off stderr: what to say is ours to decide."""
+    import logging
+
+    log = logging.getLogger("huggingface_hub._snapshot_download")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _snapshot(repo_id: str, revision: str | None, name: str, *, local_only: bool,

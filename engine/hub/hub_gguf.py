@@ -68,8 +68,10 @@ def model_ggufs(paths) -> list[str]:
 
 
 def is_split(path: str) -> bool:
-    """Whether ``path`` is one part of a split GGUF (``*-00001-of-00003.gguf``)."""
-    return _SPLIT_RE.search(path[:-5]) is not None
+    """Whether ``path`` is one part of a split GGUF (``*-00001-of-00003.gguf``; a file of one
+    part, ``-00001-of-00001``, is whole)."""
+    m = _SPLIT_RE.search(path[:-5])
+    return m is not None and int(m.group(2)) > 1
 
 
 def choose(spec: GgufSpec, paths) -> str:

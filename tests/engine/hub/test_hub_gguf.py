@@ -139,6 +139,15 @@ def test_quant_labels():
         "Q4_K_M", "IQ2_XXS", "F16", "Q4_K_M", None]
 
 
+def test_a_gguf_of_one_part_is_whole_not_split():
+    """``-00001-of-00001`` (unsloth's single files) is a whole model; two parts are refused."""
+    spec = GgufSpec("org/u", tag="Q6_K")
+    one = "Model-Q6_K-00001-of-00001.gguf"
+    assert choose(spec, [one, "README.md"]) == one
+    with pytest.raises(ModelNotFoundError, match="split GGUF file"):
+        choose(spec, ["Model-Q6_K-00001-of-00002.gguf", "Model-Q6_K-00002-of-00002.gguf"])
+
+
 def test_choose_excludes_mmproj():
     spec = GgufSpec("org/m", tag="Q4_K_M")
     assert choose(spec, ["mmproj-x-Q4_K_M.gguf", "x-Q4_K_M.gguf"]) == "x-Q4_K_M.gguf"
@@ -364,6 +373,9 @@ def test_cli_pull_ask_and_plan(env, hub, tmp_path):
     assert "split GGUF files are not supported" in error_line(
         cli(env, "ask", "-m", "org/split:Q4_K_M", "hi"))
     assert "nothing after ':'" in error_line(cli(env, "pull", "org/k:"))
+    plain = cli(env, "pull", "org/k")  # a GGUF-only repo, online: no library line on stderr
+    assert "downloading org/k from the Hugging Face Hub: x-Q4_K_M.gguf" in plain.stderr
+    assert "No files matched" not in plain.stderr, plain.stderr
 
 
 def test_cli_pull_then_plan_a_real_gguf(env, hub, smollm2_gguf):
