@@ -34,9 +34,9 @@ HOME_ENV = "LOCALCHAT_HOME"
 
 
 def _dir(kind: str) -> Path:
-    """The ``kind`` folder (cache, data, config), created if missing: the data and config
-    folders (the conversations, maybe an API key) private to the user (0700, whatever the
-    umask), as ``~/.ssh``; the cache (re-downloadable models) as the umask says.
+    """The ``kind`` folder (cache, data, config), created if missing, private to the user
+    (0700 whatever the umask, as ``~/.ssh``; a missing ``LOCALCHAT_HOME`` too): they hold the
+    conversations, maybe an API key, and the kernel library localchat loads.
 
     Raises:
         SettingError: it cannot be created or is not a folder (``LOCALCHAT_HOME`` names a
@@ -48,7 +48,8 @@ def _dir(kind: str) -> Path:
     else:
         path = Path(getattr(platformdirs, f"user_{kind}_dir")(APP_NAME))
     try:
-        path.mkdir(mode=0o777 if kind == "cache" else 0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         where = f"{HOME_ENV}={home}: " if home else ""
         blocker = next((p for p in (path, *path.parents) if p.exists()), None)

@@ -26,16 +26,16 @@ def test_localchat_home_overrides_all(home):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
-def test_data_and_config_folders_are_private_whatever_the_umask(home):
-    """Under ``umask 000`` the conversations' and config's folders are still 0700; the cache
-    follows the umask (re-downloadable files)."""
+def test_the_folders_are_private_whatever_the_umask(home):
+    """Under ``umask 000`` the conversations', config's and cache's folders (the cache holds
+    the kernel library localchat loads) and a new LOCALCHAT_HOME are still 0700."""
     old = os.umask(0)
     try:
         dirs = {k: getattr(settings, f"{k}_dir")() for k in ("data", "config", "cache")}
     finally:
         os.umask(old)
-    modes = {k: d.stat().st_mode & 0o777 for k, d in dirs.items()}
-    assert modes == {"data": 0o700, "config": 0o700, "cache": 0o777}
+    modes = {k: d.stat().st_mode & 0o777 for k, d in {**dirs, "home": home}.items()}
+    assert modes == {"data": 0o700, "config": 0o700, "cache": 0o700, "home": 0o700}
 
 
 def test_a_byte_order_mark_before_the_config_is_read_past(home):
