@@ -17,18 +17,48 @@ VALUE_SHORT_OPTIONS = ("-m", "-s", "-C")
 
 
 def misread_prompt(args: Sequence[str]) -> tuple[str, str, str] | None:
-    """``(word, option, value)`` for the first word of ``ask``'s arguments (``args`` as
-    given after the program name; before any ``--``) that is a value-taking short option
-    with its value attached (``"-make it short"`` -> ``("-make it short", "-m", "ake it
-    short")``); None when there is none or the command is not ``ask``."""
+    """``(word, option, value)`` for the last word of ``ask``'s arguments (``args`` as given
+    after the program name; before any ``--``) that is a value-taking short option with its
+    value attached (``"-make it short"`` -> ``("-make it short", "-m", "ake it short")``),
+    where no word after it can be the prompt (``ask -mqwen Hi`` gave one: ``Hi``; a word
+    after a ``--long`` option is taken for its value); None when there is none or the
+    command is not ``ask``."""
     if not args or args[0] != "ask":
         return None
-    for word in args[1:]:
-        if word == "--":
-            break
+    found, after = None, False  # after: a word that may be the prompt follows ``found``
+    words = list(args[1:])
+    words = words[:words.index("--")] if "--" in words else words
+    for i, word in enumerate(words):
         if len(word) > 2 and word[:2] in VALUE_SHORT_OPTIONS:
-            return word, word[:2], word[2:]
-    return None
+            found, after = (word, word[:2], word[2:]), False
+        elif found and not word.startswith("-") and not (
+                i and words[i - 1].startswith("--") and "=" not in words[i - 1]):
+            after = True
+    return None if after else found
+
+
+def remember(args: Sequence[str]) -> None:
+    """Keep this run's arguments (``cli_io.run_cli``, once per command) for
+    :func:`warn_misread_system_prompt`, which runs where only the parsed options are known."""
+    global _ARGS
+    _ARGS = tuple(args)
+
+
+_ARGS: tuple[str, ...] = ()
+
+
+def warn_misread_system_prompt() -> None:
+    """``echo text | localchat ask "-sorry"`` runs (the piped text is the prompt) with the
+    system prompt ``"orry"``: no error follows to name it in, so ``ask`` calls this once
+    its prompt came from stdin alone, and a warning line says it before the answer. Nothing
+    for the other options, whose misreading ends in an error (:func:`with_misread_prompt`)."""
+    found = misread_prompt(_ARGS)
+    if found is not None and found[1] == "-s":
+        from localchat.app.cli_io import warn
+
+        word, option, value = found
+        warn(f"'{word}' was read as {option} '{value}' (the system prompt); a prompt that "
+             f"starts with '-' goes after --: localchat ask [OPTIONS] -- \"{word}\"")
 
 
 def with_misread_prompt(args: Sequence[str], message: str) -> str:

@@ -96,9 +96,10 @@ def run_ask(args: AskArgs) -> None:
             raise CliUsageError("use either -c/--continue or --conversation ID, not both")
         settings = load_settings()
         keep_alive = keep_alive_seconds(args, settings)
+        from localchat.app.config_cli import unknown_key_warning
+
         for name in settings.unknown_keys:
-            cli_io.warn(f"config file: unknown key '{name}' (ignored; see 'localchat config "
-                        "show')")
+            cli_io.warn(unknown_key_warning(name))
         flags = {k: v for k, v in args.sampling.items() if v is not None}
         knobs = {**settings.sampling, **flags}
         try:
@@ -107,6 +108,10 @@ def run_ask(args: AskArgs) -> None:
             raise CliUsageError(cli_io.sampling_error_message(e, SAMPLING_FLAGS)) from None
         prompt = cli_input.valid_utf8(args.prompt, "the PROMPT argument")
         text = cli_input.build_prompt(prompt, piped)
+        if prompt is None and args.system:  # ("-sorry": a prompt read as -s "orry")
+            from localchat.app.argv_hints import warn_misread_system_prompt
+
+            warn_misread_system_prompt()
 
         store, conv = open_history(args)
         model = args.model or (conv.model if conv and conv.model else settings.default_model)

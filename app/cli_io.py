@@ -275,10 +275,11 @@ def run_cli(command: Any, argv: Sequence[str] | None = None) -> int:
     line naming it, 1; anything else -> ``internal error`` line, 1. With ``--debug`` runtime
     errors re-raise (traceback).
     """
-    from localchat.app.argv_hints import with_misread_prompt
+    from localchat.app.argv_hints import remember, with_misread_prompt
     from localchat.app.cli_input import valid_argument
 
     args = [valid_argument(a) for a in (sys.argv[1:] if argv is None else argv)]
+    remember(args)
     debug = debug_requested(args)
     _tolerant_streams()
     if not debug and not sys.warnoptions:  # library warnings are noise on a user's stderr

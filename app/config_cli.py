@@ -62,7 +62,20 @@ def show() -> None:
             shown = "not set" if default is None else f"default {default}"
             typer.echo(f"# {name}: {shown} ({key.help}; env {key.env})")
     for name in settings.unknown_keys:
-        cli_io.warn(f"config file: unknown key '{name}' (ignored)")
+        cli_io.warn(unknown_key_warning(name))
+
+
+def unknown_key_warning(name: str) -> str:
+    """The warning line for a key of config.toml that localchat does not know (``name``,
+    dotted): a sampling field written at the top level (``temperature = 0.3``) is named
+    with where it goes."""
+    from localchat.app.settings import KEYS, SAMPLING_TABLE
+
+    if "." not in name and f"{SAMPLING_TABLE}.{name}" in KEYS:
+        return (f"config file: unknown key '{name}' (ignored): a sampling setting goes under "
+                f"[{SAMPLING_TABLE}], or write {SAMPLING_TABLE}.{name} (localchat config set "
+                f"{name} VALUE does that)")
+    return f"config file: unknown key '{name}' (ignored; see 'localchat config show')"
 
 
 @config_app.command()

@@ -222,6 +222,19 @@ def test_a_prompt_read_as_a_short_option_with_its_value_says_so(fake_ask, prompt
     assert (code, out, err) == (0, "x\n", "")
 
 
+def test_a_piped_prompt_with_a_misread_system_prompt_is_warned(fake_ask):
+    """``echo text | ask "-sorry"`` answers the piped text with the system prompt "orry":
+    a warning says so; ``-s'be brief'`` with a prompt argument, or spaced, gets none."""
+    code, out, err, engine = fake_ask(["-sorry"], ["x"], stdin=b"The quick brown fox.")
+    assert (code, out) == (0, "x\n")
+    assert err == ("localchat: warning: '-sorry' was read as -s 'orry' (the system prompt); a "
+                   "prompt that starts with '-' goes after --: localchat ask [OPTIONS] -- "
+                   "\"-sorry\"\n")
+    for args in (["-sbe brief", "Hi"], ["-s", "orry"]):
+        code, out, err, _ = fake_ask(args, ["x"], stdin=b"text")
+        assert (code, err) == (0, ""), err
+
+
 def test_the_misread_prompt_hint_only_where_that_prompt_causes_the_error():
     from localchat.app.argv_hints import with_misread_prompt
 
@@ -231,6 +244,10 @@ def test_the_misread_prompt_hint_only_where_that_prompt_causes_the_error():
     assert with_misread_prompt(args, "history cannot be used") == "history cannot be used"
     assert with_misread_prompt(["ask", "--", "-make"], "no prompt: x") == "no prompt: x"
     assert with_misread_prompt(["history", "-mx"], "no prompt: x") == "no prompt: x"
+    # a word after it is the prompt: the option was meant (a --long option's value is not)
+    msg = "'bogus' is not a model alias"
+    assert with_misread_prompt(["ask", "-mbogus", "Hi"], msg) == msg
+    assert with_misread_prompt(["ask", "-mbogus", "--max-tokens", "5"], msg) != msg
 
 
 def test_options_after_double_dash_say_to_put_them_first(fake_ask):

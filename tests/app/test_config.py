@@ -373,3 +373,18 @@ def test_dotted_keys_after_a_multiline_string_holding_a_header(tmp_path):
     toml_edit.set_key(path, "sampling", "stop", "b")
     assert path.read_text() == ('s = """\n[other]\n"""\nsampling.stop = "b"  # p\n'
                                 "sampling.temperature = 0.25\n")
+
+
+def test_a_sampling_key_written_at_the_top_level_says_where_it_goes(run):
+    """``temperature = 0.3`` at the top of config.toml is ignored (it is sampling.temperature);
+    the warning says where it goes. Another unknown key gets the plain warning."""
+    settings.config_path().write_text("temperature = 0.3\ncolour = 'red'\n")
+    code, _, err = run("config", "show")
+    assert code == 0
+    warnings = [line for line in err.splitlines() if "unknown key" in line]
+    assert warnings == [
+        "localchat: warning: config file: unknown key 'temperature' (ignored): a sampling "
+        "setting goes under [sampling], or write sampling.temperature (localchat config set "
+        "temperature VALUE does that)",
+        "localchat: warning: config file: unknown key 'colour' (ignored; see 'localchat "
+        "config show')"]
