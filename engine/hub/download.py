@@ -108,8 +108,9 @@ def check_free_disk(folder: Path, need_bytes: int, name: str) -> None:
     free = shutil.disk_usage(probe).free
     if free < need_bytes + DISK_MARGIN_BYTES:
         raise ModelDownloadError(
-            f"not enough disk space for {name}: it needs {_size(need_bytes)} but {probe} has "
-            f"{_size(free)} free; free some space or point HF_HOME at a larger disk"
+            f"not enough disk space for {name}: it needs {_size(need_bytes)} and "
+            f"{_size(DISK_MARGIN_BYTES)} kept free, but {probe} has {_size(free)} free; free "
+            "some space or point HF_HOME at a larger disk"
         )
 
 
@@ -218,7 +219,7 @@ def _translate(exc: BaseException, repo_id: str, revision: str | None, name: str
         if exc.errno == errno.ENOSPC:
             return ModelDownloadError(
                 f"disk full while downloading {name}; free some space and run "
-                f"`localchat pull {name}` again (the download resumes)"
+                f"`localchat pull {name}` again (files already complete are kept)"
             )
         if isinstance(exc, ConnectionError):
             return _network_error(name, exc)

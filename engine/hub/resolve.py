@@ -204,6 +204,11 @@ def resolve_model(
         if at:  # meant as a Hub repo (org/@main, org/name@@)
             raise ModelNotFoundError(f"no such file or folder, and not a Hub repo id "
                                      f"(org/name[@revision]): {text}")
+        if re.match(r"(?i)^https?://", text):  # a URL of no form read above
+            raise ModelNotFoundError(
+                f"{text} is not a model URL localchat reads: give a Hub repo's page "
+                "(https://huggingface.co/org/name) or a .gguf file's "
+                "(https://huggingface.co/org/name/blob/main/x.gguf)")
         raise ModelNotFoundError(f"no such file or folder: {text}")
     repo = parse_repo_spec(text) or gguf  # org/name:latest is org/name
     if repo is not None:

@@ -148,6 +148,16 @@ def test_a_gguf_of_one_part_is_whole_not_split():
         choose(spec, ["Model-Q6_K-00001-of-00002.gguf", "Model-Q6_K-00002-of-00002.gguf"])
 
 
+def test_a_url_of_no_form_read_is_named_as_such(tmp_path):
+    """A URL localchat does not read (not a model page or a .gguf file's) is not called a
+    missing local file."""
+    for url in ("https://huggingface.co/org/x/blob/main/README.md",
+                "https://example.com/a/b/resolve/main/x.gguf",
+                "https://huggingface.co/datasets/org/x"):
+        with pytest.raises(ModelNotFoundError, match="is not a model URL localchat reads"):
+            resolve_model(url, cache_dir=tmp_path, download=False)
+
+
 def test_choose_excludes_mmproj():
     spec = GgufSpec("org/m", tag="Q4_K_M")
     assert choose(spec, ["mmproj-x-Q4_K_M.gguf", "x-Q4_K_M.gguf"]) == "x-Q4_K_M.gguf"
