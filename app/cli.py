@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from localchat.app import cli_io, interrupts
-from localchat.app.cli_io import DebugOpt, QuantOpt
 from localchat.app.cache_cli import cache_app
+from localchat.app.cli_io import DebugOpt, QuantOpt
 from localchat.app.config_cli import config_app
 from localchat.app.history_cli import history_app
 from localchat.app.load_options import (

@@ -89,14 +89,23 @@ def hub_snapshot(repo_id: str, revision: str | None, *, download: bool = True,
             _NO_SAFETENSORS if "config.json" in names else _NO_CONFIG))
     todo = [f for f in files if f.will_download]
     need = sum(f.file_size or 0 for f in todo)
-    check_free_disk(cache, need, name)
-    if progress is not None:
-        progress(f"downloading {name} from the Hugging Face Hub: {len(todo)} files, "
-                 f"{_size(need)} into {cache}")
-    cancel = threading.Event()
-    bar = _progress_class(name, cancel, shown=progress is not None)
-    with _cancel_on_sigint(cancel):
+    with fetching(name, f"{len(todo)} files", need, cache, progress) as bar:
         return _snapshot(repo_id, revision, name, local_only=False, tqdm_class=bar)
+
+
+@contextlib.contextmanager
+def fetching(name: str, what: str, size: int, cache: Path, progress: Progress | None):
+    """The start of a Hub download of ``what`` (``size`` bytes) into ``cache``: the free-disk
+    check, the announcing line to ``progress`` (when given), then, inside, the tqdm class
+    for ``snapshot_download`` (a byte bar on stderr when ``progress`` is given; Ctrl+C
+    cancels it within a chunk). Raises ``ModelDownloadError`` when the disk is too full."""
+    check_free_disk(cache, size, name)
+    if progress is not None:
+        progress(f"downloading {name} from the Hugging Face Hub: {what}, {_size(size)} "
+                 f"into {cache}")
+    cancel = threading.Event()
+    with _cancel_on_sigint(cancel):
+        yield _progress_class(name, cancel, shown=progress is not None)
 
 
 def check_free_disk(folder: Path, need_bytes: int, name: str) -> None:

@@ -14,17 +14,10 @@ from __future__ import annotations
 
 import glob
 import re
-import threading
 from pathlib import Path
 
 from ..errors import ModelDownloadError, ModelNotFoundError
-from .download import (
-    _cancel_on_sigint,
-    _progress_class,
-    _size,
-    check_free_disk,
-    hub_errors,
-)
+from .download import fetching, hub_errors
 from .resolve import GgufSpec
 
 DEFAULT_TAG = "Q4_K_M"  # what a plain spec takes, as Ollama does
@@ -200,14 +193,8 @@ def hub_gguf(spec: GgufSpec, *, download: bool = True, progress=None,
     path = choose(spec, files)
     size = files[path] or 0
     cache = Path(constants.HF_HUB_CACHE)
-    check_free_disk(cache, size, name)
-    if progress is not None:
-        progress(f"downloading {name} from the Hugging Face Hub: {path}, {_size(size)} "
-                 f"into {cache}")
-    cancel = threading.Event()
-    bar = _progress_class(name, cancel, shown=progress is not None)
-    with _cancel_on_sigint(cancel), hub_errors(spec.repo_id, spec.revision, name,
-                                                local_only=False):
+    with fetching(name, path, size, cache, progress) as bar, \
+            hub_errors(spec.repo_id, spec.revision, name, local_only=False):
         folder = huggingface_hub.snapshot_download(
             spec.repo_id, revision=spec.revision, allow_patterns=[glob.escape(path)],
             tqdm_class=bar)

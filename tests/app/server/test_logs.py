@@ -112,6 +112,16 @@ def test_a_traceback_and_odd_arguments_are_redacted():
     assert "client sent ***" in out and "status 4" in out
 
 
+def _reset_server_logger() -> None:
+    """Undo ``configure_logging``'s handler on the ``localchat.server`` logger."""
+    server_logger = logging.getLogger("localchat.server")
+    for handler in list(server_logger.handlers):
+        if getattr(handler, "_localchat", False):
+            server_logger.removeHandler(handler)
+    server_logger.propagate = True
+    server_logger.setLevel(logging.NOTSET)
+
+
 def test_a_live_server_logs_the_access_line_with_the_key_redacted(tmp_path, capfd):
     """``localchat serve --api-key K --log-level info`` as ``serve_cmd`` sets it up (uvicorn's
     own logging config, then ``configure_logging``), a request carrying the key in its URL:
@@ -144,12 +154,7 @@ def test_a_live_server_logs_the_access_line_with_the_key_redacted(tmp_path, capf
         server.stop()
         for handler in access.handlers:
             handler.filters.clear()
-        server_logger = logging.getLogger("localchat.server")
-        for handler in list(server_logger.handlers):
-            if getattr(handler, "_localchat", False):
-                server_logger.removeHandler(handler)
-        server_logger.propagate = True
-        server_logger.setLevel(logging.NOTSET)
+        _reset_server_logger()
     lines = stream.getvalue().splitlines()
     assert errors == []
     assert [line for line in lines if "/v1/models" in line] == [
@@ -179,9 +184,4 @@ def test_uvicorns_handlers_write_to_stderr_after_configure_logging():
                        if isinstance(h, logging.StreamHandler)]
             assert all(s is sys.stderr for s in streams), name
     finally:
-        server_logger = logging.getLogger("localchat.server")
-        for handler in list(server_logger.handlers):
-            if getattr(handler, "_localchat", False):
-                server_logger.removeHandler(handler)
-        server_logger.propagate = True
-        server_logger.setLevel(logging.NOTSET)
+        _reset_server_logger()

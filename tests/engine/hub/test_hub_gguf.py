@@ -9,7 +9,6 @@ fake's request log tells which files were fetched. No test touches the real netw
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from localchat.engine.errors import ModelDownloadError, ModelNotFoundError
 from localchat.engine.hub.hub_gguf import choose, quant_label, tag_matches
 from localchat.engine.hub.resolve import GgufSpec, parse_gguf_spec, parse_repo_spec, resolve_model
 from tests.engine.hub.fake_hub_server import FakeHub, FakeRepo
+from tests.engine.hub.test_download import env  # noqa: F401 - the subprocess environment
 
 
 def fake_gguf(label: str) -> bytes:
@@ -339,16 +339,7 @@ def tiny_gguf(tmp_path: Path) -> bytes:
     return path.read_bytes()
 
 
-@pytest.fixture
-def env(tmp_path, hub):
-    e = {k: v for k, v in os.environ.items()
-         if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE")}
-    e.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1",
-             LOCALCHAT_HOME=str(tmp_path / "lc"), HF_HUB_ETAG_TIMEOUT="5")
-    return e
-
-
-def cli(env, *args, **extra):
+def cli(env, *args, **extra):  # noqa: F811
     return subprocess.run([sys.executable, "-m", "localchat.app.cli", *args],
                           env={**env, **extra}, capture_output=True, text=True, timeout=120,
                           check=False, stdin=subprocess.DEVNULL)
@@ -362,7 +353,7 @@ def error_line(proc) -> str:
     return errors[0].removeprefix("localchat: error: ")
 
 
-def test_cli_pull_ask_and_plan(env, hub, tmp_path):
+def test_cli_pull_ask_and_plan(env, hub, tmp_path):  # noqa: F811
     hub.repos["org/tiny-gguf"] = repo({"tiny-Q4_K_M.gguf": tiny_gguf(tmp_path)})
     plan = cli(env, "plan", "org/tiny-gguf:Q4_K_M")
     assert error_line(plan) == ("org/tiny-gguf:Q4_K_M is not downloaded yet; run "
@@ -388,7 +379,7 @@ def test_cli_pull_ask_and_plan(env, hub, tmp_path):
     assert "No files matched" not in plain.stderr, plain.stderr
 
 
-def test_cli_pull_then_plan_a_real_gguf(env, hub, smollm2_gguf):
+def test_cli_pull_then_plan_a_real_gguf(env, hub, smollm2_gguf):  # noqa: F811
     """The SmolLM2 bundle's GGUF (tests/conftest.py) served as a Hub repo's file: pull, then
     plan from the cache alone (its metadata read by the loader)."""
     data = smollm2_gguf.read_bytes()

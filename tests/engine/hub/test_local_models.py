@@ -44,8 +44,8 @@ def test_hub_downloads_lists_the_loadable_models(pulled):
     assert q4.path == sources["org/gguf:Q4_K_M"].path
     assert q4.size_bytes == len(GGUF_REPO["Model-Q4_K_M.gguf"])
     assert rows["org/hf"].path == sources["org/hf"].path
-    for spec in rows:  # each listed spec resolves to the same model, offline
-        assert resolve_model(spec, cache_dir=pulled[0], download=False).path == rows[spec].path
+    for spec, row in rows.items():  # each listed spec resolves to the same model, offline
+        assert resolve_model(spec, cache_dir=pulled[0], download=False).path == row.path
 
 
 def test_remove_a_hub_gguf_file_keeps_the_repos_other_files(pulled):
