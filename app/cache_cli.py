@@ -1,10 +1,10 @@
 """``localchat cache``: what the cache folder holds beside the models, and pruning it.
 
-``show`` lists the files loads derive from the models (repacked weights, kernel builds, GGUF
-metadata: ``engine/cache_gc.py``) with their size, when each was last used and why it is
-stale, if it is; ``prune`` removes the stale ones (``--all``: every one but a write or kernel
-build in progress, each rebuilt by the next load that needs it). The downloaded models are never touched: ``pull`` fetched them and
-``models`` lists them.
+``show`` lists the files loads derive from the models (repacked weights, kernel builds:
+``engine/cache_gc.py``) with their size, when each was last used and why it is stale, if it
+is; ``prune`` removes the stale ones (``--all``: every one but a write or kernel build in
+progress, each rebuilt by the next load that needs it). The downloaded models are never
+touched: ``pull`` fetched them, ``models`` lists them and ``rm`` removes one.
 """
 
 from __future__ import annotations
