@@ -22,7 +22,7 @@ class TextPromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="title")
+            yield Label(self.title_text, classes="title", markup=False)  # (user text)
             yield Input(self.value, placeholder=self.placeholder, id="value")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -43,7 +43,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="title")
+            yield Label(self.question, classes="title", markup=False)  # (a title: "[/] ...")
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="no")
                 yield Button(self.confirm, id="yes", variant="error")

@@ -81,6 +81,23 @@ async def test_rename_delete_export(make_app, tmp_path):
         assert [c.id for c in app.store.list_conversations()] == [b]
 
 
+async def test_a_title_with_markup_characters_is_asked_about_and_deleted(make_app):
+    """A conversation titled "[/] what does this regex mean?" (a closing markup tag): the
+    delete dialog shows the title as written instead of crashing on it as markup."""
+    app = make_app(GatedEngine(gated=False))
+    title = "[/] what does [b]this[/b] regex mean?"
+    a = seed(app.store, title, [("q1", "a1")])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await chat(app).open_conversation(a)
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ChatScreen))
+        shown = str(app.screen.query_one(".title").render())
+        assert title in shown
+        await pilot.press("y")
+        await wait_for(pilot, lambda: chat(app).current.id is None, what="the delete")
+        assert app.store.list_conversations() == []
+
+
 async def test_export_asks_before_replacing_an_existing_file(make_app, tmp_path):
     """Ctrl+T onto an existing file replaced it without a word (new-user trial): now a
     confirmation; "n" keeps the file as it was, "y" replaces it with the export."""
