@@ -117,6 +117,7 @@ class ChatApp(App[None]):
                 self.notify(warning, severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.store.on_failure = self._history_failed  # reports a failure at open at once
+        self.store.on_lost = self._conversation_lost
         if self.engine is None:
             self.load_model(self.model_name, self.draft)
         else:
@@ -210,6 +211,12 @@ class ChatApp(App[None]):
             screen.show_history_banner(problem)
         self.notify("The history cannot be saved; this chat is kept in memory (Ctrl+T "
                     "exports it)", severity="error", title="History unavailable", timeout=10)
+
+    def _conversation_lost(self, conversation_id: str) -> None:
+        """An open conversation was deleted by another localchat: it goes on in memory."""
+        self.notify("This conversation was deleted elsewhere (another localchat); it goes on "
+                    "here but is no longer saved (Ctrl+T exports it, Ctrl+N starts a new one)",
+                    severity="warning", title="Conversation deleted", timeout=10)
 
     def _chat_screen(self) -> ChatScreen | None:
         for screen in self.screen_stack:

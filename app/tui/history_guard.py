@@ -8,8 +8,10 @@ malformed", "attempt to write a readonly database", a full disk: ``sqlite3.Error
 shows a persistent banner), writes stop reaching the file and return in-memory stand-ins (a
 conversation id ``mem-…``, messages with ``id`` None), and reads that fail return nothing. The
 conversation itself lives on in the screen's ``ConversationState``, and the export action
-writes it from memory. Logic errors (``ConversationNotFoundError``, a bad role) pass through
-unchanged, as from the store.
+writes it from memory. A conversation deleted by another process (``localchat history rm``,
+another TUI) while it is open is *lost*: its writes raise ``ConversationNotFoundError`` in the
+store, here they go to memory as above, for that conversation only, and ``on_lost`` is called
+once with its id (the app says so). Other logic errors (a bad role) pass through unchanged.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class HistoryGuard:
         self.path = path if path is not None else getattr(store, "path", None)
         self.problem: str | None = None
         self._on_failure = on_failure
+        self.lost: set[str] = set()  # conversations deleted elsewhere while open
+        self.on_lost: Callable[[str], None] | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -103,6 +107,20 @@ class HistoryGuard:
                 self.fail(exc)
         return fallback()
 
+    def _write_to(self, conversation_id: str, name: str, *args: Any,
+                  fallback: Callable[[], Any], **kwargs: Any) -> Any:
+        """A write to one conversation: to memory when it is one, or was deleted elsewhere
+        (found so now: ``on_lost`` once)."""
+        if conversation_id.startswith(MEMORY_PREFIX) or conversation_id in self.lost:
+            return fallback()
+        try:
+            return self._call(name, conversation_id, *args, fallback=fallback, **kwargs)
+        except store_module.ConversationNotFoundError:
+            self.lost.add(conversation_id)
+            if self.on_lost is not None:
+                self.on_lost(conversation_id)
+            return fallback()
+
     def _read(self, name: str, *args: Any, fallback: Callable[[], Any], **kwargs: Any) -> Any:
         """Reads keep working on a read-only file: tried whenever a store is open."""
         if self._store is not None:
@@ -131,28 +149,21 @@ class HistoryGuard:
             return Message(None, conversation_id, role, content,  # type: ignore[arg-type]
                            time.time(), interrupted, stats)
 
-        if conversation_id.startswith(MEMORY_PREFIX):
-            return memory()
-        return self._call("add_message", conversation_id, role, content,
-                          interrupted=interrupted, stats=stats, fallback=memory)
+        return self._write_to(conversation_id, "add_message", role, content,
+                              interrupted=interrupted, stats=stats, fallback=memory)
 
     def update_conversation(self, conversation_id: str, **fields: Any) -> None:
-        if not conversation_id.startswith(MEMORY_PREFIX):
-            self._call("update_conversation", conversation_id, fallback=lambda: None, **fields)
+        self._write_to(conversation_id, "update_conversation", fallback=lambda: None, **fields)
 
     def rename_conversation(self, conversation_id: str, title: str) -> None:
-        if not conversation_id.startswith(MEMORY_PREFIX):
-            self._call("rename_conversation", conversation_id, title, fallback=lambda: None)
+        self._write_to(conversation_id, "rename_conversation", title, fallback=lambda: None)
 
     def delete_conversation(self, conversation_id: str) -> None:
-        if not conversation_id.startswith(MEMORY_PREFIX):
-            self._call("delete_conversation", conversation_id, fallback=lambda: None)
+        self._write_to(conversation_id, "delete_conversation", fallback=lambda: None)
 
     def delete_messages_from(self, conversation_id: str, message_id: int) -> int:
-        if conversation_id.startswith(MEMORY_PREFIX):
-            return 0
-        return self._call("delete_messages_from", conversation_id, message_id,
-                          fallback=lambda: 0)
+        return self._write_to(conversation_id, "delete_messages_from", message_id,
+                              fallback=lambda: 0)
 
     # -- reads ---------------------------------------------------------------------------------
 

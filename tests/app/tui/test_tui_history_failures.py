@@ -135,3 +135,29 @@ async def test_history_that_cannot_be_opened_shows_the_banner_at_start(make_app,
         await pilot.pause()
         assert chat(app).query_one("#history-banner").display
         await _chat_goes_on_and_exports(app, pilot, str(path), tmp_path)
+
+
+async def test_a_conversation_deleted_elsewhere_goes_on_in_memory(make_app, tmp_path):
+    """The open conversation is deleted by another localchat (``history rm``, another TUI):
+    the next message, its reply, a regeneration and a settings save no longer crash the app
+    (``ConversationNotFoundError``); the chat goes on in memory and says so once."""
+    path = tmp_path / "history.db"
+    app = make_app(GatedEngine(gated=False), store=open_tui_store(path))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "first")
+        await wait_for(pilot, lambda: chat(pilot.app).current.id is not None
+                       and len(chat(pilot.app).current.messages) == 2, what="the first turn")
+        conv_id = chat(app).current.id
+        other = TuiStore(path)  # another process's handle on the same file
+        other.delete_conversation(conv_id)
+        await send(pilot, "second")
+        await wait_for(pilot, lambda: len(chat(pilot.app).current.messages) == 4,
+                       what="the second turn")
+        assert [m.content for m in chat(app).current.messages[::2]] == ["first", "second"]
+        await pilot.press("ctrl+r")  # regenerate: deletes the last reply from the history
+        await wait_for(pilot, lambda: len(chat(pilot.app).current.messages) == 4
+                       and chat(pilot.app).current.turn is None, what="the regeneration")
+        lost = [n for n in app._notifications if n.title == "Conversation deleted"]
+        assert len(lost) == 1 and "no longer saved" in lost[0].message
+        assert isinstance(app.screen, ChatScreen) and app.store.lost == {conv_id}
+        assert other.list_conversations() == []  # nothing of it written back
