@@ -221,6 +221,10 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
         if problem:
             self.notify(problem, severity="warning")
             return False
+        too_long = self.too_long(state, text)
+        if too_long:  # refused before it is saved: the text stays in the prompt
+            self.notify(too_long, severity="error", title="Cannot send")
+            return False
         prompt = self.query_one(PromptInput)
         prompt.clear()
         if self.editing is not None:
@@ -235,6 +239,26 @@ class ChatScreen(TurnRunner, ConversationActions, Screen):
             MessageView("user", text, index=len(state.messages) - 1, created=row.created))
         await self.start_turn(state)
         return True
+
+    def too_long(self, state: ConversationState, text: str) -> str | None:
+        """Why ``text`` cannot be sent in ``state`` at all (the system prompt and it alone
+        leave no room for a reply in the local engine's context: ``session.fit_prompt``), or
+        None. Checked before the message is saved, so that such a message neither joins the
+        history nor pushes the earlier turns out of every later prompt."""
+        app: Any = self.app
+        if getattr(app.engine, "remote", False):  # (the server judges its own context)
+            return None
+        from localchat.app.session import ChatSession, fit_prompt
+        from localchat.engine.errors import ContextLengthError
+
+        session = ChatSession(system=state.system_prompt or None)
+        session.add_user(text)
+        max_tokens = {**app.sampling_defaults(), **state.sampling}.get("max_tokens")
+        try:
+            fit_prompt(session, app.engine.tokenizer, app.engine.max_model_len, max_tokens)
+        except ContextLengthError as exc:
+            return str(exc)
+        return None
 
     def ensure_saved(self, state: ConversationState) -> str:
         """The conversation's id, creating its history row on first use."""
