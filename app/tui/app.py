@@ -73,6 +73,7 @@ class ChatApp(App[None]):
         self.settings = settings
         self.store: HistoryGuard = store
         self.model_name: str = model or settings.default_model
+        self.loads_running = 0  # model loads on their threads now (run_tui waits for them)
         self.draft: str | None = settings.draft
         self.quant: str | None = settings.quant
         from localchat.app.load_options import context_choice
@@ -155,6 +156,7 @@ class ChatApp(App[None]):
         def progress(line: str) -> None:
             self.call_from_thread(self._progress, model, line)
 
+        self.loads_running += 1
         try:
             extra = {} if self.context is None else {"context": self.context,
                                                      "context_origin": self.context_origin}
@@ -169,6 +171,8 @@ class ChatApp(App[None]):
             logger.debug("loading %s failed", model, exc_info=True)
             self.post_message(EngineLoaded(model, error=describe_error(exc)))
             return
+        finally:
+            self.loads_running -= 1
         self.post_message(EngineLoaded(model, engine))
 
     def _progress(self, model: str, line: str) -> None:
@@ -313,4 +317,10 @@ def run_tui(model: str | None = None, theme: str | None = None,
     if app._exception is not None and not app.show_tracebacks:
         raise LocalchatError(f"the chat stopped on an unexpected error: "
                              f"{describe_error(app._exception)} (--debug shows the traceback)")
+    if app.loads_running:
+        # the load runs on (a repack is not interruptible) and the process waits for it at
+        # exit: a line, rather than a blank terminal until it ends
+        from localchat.app.cli_io import note
+
+        note(f"waiting for the load of {app.model_name} to finish before exiting")
     return app.return_code or 0

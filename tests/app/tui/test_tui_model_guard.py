@@ -4,6 +4,8 @@ typo in Ctrl+S unloaded SmolLM2, and nothing brought it back)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from localchat.app.tui.screens.chat_screen import ChatScreen
 from localchat.app.tui.screens.settings_screen import SettingsScreen
 from tests.app.tui.conftest import wait_for
@@ -98,3 +100,28 @@ async def test_a_failed_switch_loads_the_previous_model_again(make_app):
         chat(app).query_one("#prompt").focus()
         await pilot.press("h", "i", "enter")
         await wait_for(pilot, lambda: len(chat(app).current.messages) == 4, what="the reply")
+
+
+async def test_quitting_while_a_load_runs_is_known_to_run_tui(make_app):
+    """A load cannot be interrupted (a repack in progress): the app counts the loads running
+    on their threads, so that ``run_tui`` says why the process waits after the screen is
+    gone, rather than leaving a blank terminal; the count is 0 once the load ends."""
+    import threading
+
+    release = threading.Event()
+
+    def slow_loader(model, **kwargs):
+        release.wait(30)
+        return GatedEngine(gated=False)
+
+    app = make_app(None, engine_loader=slow_loader, model="smollm2-135m")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.loads_running == 1, what="the load")
+        await pilot.press("ctrl+q")
+    assert app.loads_running == 1  # quit while loading: run_tui's note is due
+    release.set()
+    for _ in range(100):
+        if app.loads_running == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert app.loads_running == 0
