@@ -368,32 +368,6 @@ async def test_dropped_turns_notice(make_app):
         assert "1 earlier turn left out" in str(notice.render())
 
 
-async def test_a_message_longer_than_the_context_is_refused_before_it_is_saved(make_app):
-    """A message the context cannot hold with any reply (a pasted file): refused in the
-    prompt, as a send during a reply is; it is not saved, so the next, shorter message still
-    gets the earlier turn in its prompt rather than losing it to the refused one."""
-    from localchat.app.settings import Settings
-
-    engine = GatedEngine([["r1"], ["r2"]], gated=False, max_model_len=96)
-    app = make_app(engine, settings=Settings(sampling={"max_tokens": 16}))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await type_and_send(pilot, "a" * 10)
-        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
-        prompt = chat(app).query_one(PromptInput)
-        prompt.text = "z" * 200  # (pasted)
-        await pilot.press("end", "enter")
-        await wait_for(pilot, lambda: any(n.title == "Cannot send" for n in app._notifications))
-        assert prompt.text == "z" * 200 and len(engine.calls) == 1
-        assert [m.content for m in chat(app).current.messages] == ["a" * 10, "r1"]
-        assert [m.role for m in app.store.get_conversation(chat(app).current.id).messages] \
-            == ["user", "assistant"]
-        prompt.text = ""
-        await type_and_send(pilot, "b" * 5)
-        await wait_for(pilot, lambda: len(engine.calls) == 2)
-        assert decode_ids(engine.calls[1]["ids"]) == \
-            f"user:{'a' * 10}|assistant:r1|user:{'b' * 5}|assistant:"
-
-
 async def test_newline_keys_and_a_refused_send_keeps_the_text(make_app):
     engine = GatedEngine([["one", "two"]])
     app = make_app(engine)

@@ -24,8 +24,10 @@ from localchat.app.tui.widgets.prompt_input import PromptInput
 from localchat.app.tui.widgets.sidebar import ConversationItem, Sidebar
 from localchat.app.tui.widgets.status_bar import StatusBar
 from localchat.engine.sampling_params import SamplingParams
+from tests.app.fake_engine import decode_ids
 from tests.app.tui.conftest import wait_for
 from tests.app.tui.fake_async_engine import GatedEngine
+from tests.app.tui.test_tui_chat import type_and_send
 
 
 def chat(app) -> ChatScreen:
@@ -256,3 +258,27 @@ async def test_context_reaches_the_loader_and_the_status_bar(make_app, monkeypat
     async with again.run_test(size=(120, 30)) as pilot:
         await wait_for(pilot, lambda: again.engine is not None, what="the load")
         assert seen[1]["context"] == 3000 and seen[1]["context_origin"] == "LOCALCHAT_CONTEXT"
+
+
+async def test_a_message_longer_than_the_context_is_refused_before_it_is_saved(make_app):
+    """A message the context cannot hold with any reply (a pasted file): refused in the
+    prompt, as a send during a reply is; it is not saved, so the next, shorter message still
+    gets the earlier turn in its prompt rather than losing it to the refused one."""
+    engine = GatedEngine([["r1"], ["r2"]], gated=False, max_model_len=96)
+    app = make_app(engine, settings=Settings(sampling={"max_tokens": 16}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await type_and_send(pilot, "a" * 10)
+        await wait_for(pilot, lambda: len(chat(app).current.messages) == 2)
+        prompt = chat(app).query_one(PromptInput)
+        prompt.text = "z" * 200  # (pasted)
+        await pilot.press("end", "enter")
+        await wait_for(pilot, lambda: any(n.title == "Cannot send" for n in app._notifications))
+        assert prompt.text == "z" * 200 and len(engine.calls) == 1
+        assert [m.content for m in chat(app).current.messages] == ["a" * 10, "r1"]
+        assert [m.role for m in app.store.get_conversation(chat(app).current.id).messages] \
+            == ["user", "assistant"]
+        prompt.text = ""
+        await type_and_send(pilot, "b" * 5)
+        await wait_for(pilot, lambda: len(engine.calls) == 2)
+        assert decode_ids(engine.calls[1]["ids"]) == \
+            f"user:{'a' * 10}|assistant:r1|user:{'b' * 5}|assistant:"

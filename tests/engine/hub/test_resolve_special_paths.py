@@ -11,8 +11,6 @@ import pytest
 from localchat.engine.errors import ModelNotFoundError
 from localchat.engine.hub.resolve import resolve_model
 
-from .test_resolve import fake_hub  # noqa: F401 - the fixture
-
 
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_path_that_is_neither_file_nor_folder_is_not_a_model(tmp_path, fake_hub, kind):
