@@ -73,9 +73,10 @@ def prune(
         cli_io.note(f"would remove {len(chosen)} entries, "
                     f"{cli_io.human_size(sum(e.bytes for e in chosen))}")
         return
-    removed, freed = remove(chosen)
-    cli_io.note(f"removed {removed} entries, {cli_io.human_size(freed)} freed in {folder}"
-                + (f"; {len(chosen) - removed} could not be removed" if removed < len(chosen)
-                   else ""))
-    if removed < len(chosen):
+    removed = remove(chosen)
+    left = len(chosen) - len(removed)
+    cli_io.note(f"removed {len(removed)} entries, "
+                f"{cli_io.human_size(sum(e.bytes for e in removed))} freed in {folder}"
+                + (f"; {left} could not be removed" if left else ""))
+    if left:
         raise typer.Exit(cli_io.EXIT_RUNTIME)

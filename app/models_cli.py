@@ -55,8 +55,8 @@ def rm_command(
             removed = remove_model(spec, cache_dir())
         except (LocalchatError, OSError) as exc:
             failed += 1
-            cli_io.error(f"{spec}: {exc.strerror or exc}" if isinstance(exc, OSError) and
-                         exc.strerror else str(exc))
+            said = exc.strerror if isinstance(exc, OSError) else None
+            cli_io.error(f"{spec}: {said}" if said else str(exc))
             continue
         derived = (f"; and {len(removed.derived)} derived files "
                    f"({cli_io.human_size(removed.derived_bytes)})" if removed.derived else "")

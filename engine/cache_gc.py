@@ -32,6 +32,7 @@ start; ``pip cache`` and ``huggingface-cli delete-cache`` prune on request (own 
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -110,7 +111,7 @@ def scan(cache_dir: Path, *, kernel_build: str | None = None,
             path = folder / name
             try:
                 used = path.stat().st_mtime
-                size = _bytes(path)
+                size = path_bytes(path)
             except OSError:
                 continue
             why, busy = None, False
@@ -134,10 +135,10 @@ def scan(cache_dir: Path, *, kernel_build: str | None = None,
     return entries
 
 
-def remove(entries: list[CacheEntry]) -> tuple[int, int]:
-    """Delete ``entries`` (files, or folders with their files); returns ``(removed,
-    bytes freed)``. An entry that cannot be removed (permissions, gone already) is skipped."""
-    removed = freed = 0
+def remove(entries: list[CacheEntry]) -> list[CacheEntry]:
+    """Delete ``entries`` (files, or folders with their files); returns those removed. An
+    entry that cannot be removed (permissions, gone already) is skipped."""
+    removed = []
     for entry in entries:
         try:
             if entry.path.is_dir() and not entry.path.is_symlink():
@@ -146,9 +147,8 @@ def remove(entries: list[CacheEntry]) -> tuple[int, int]:
                 entry.path.unlink()
         except OSError:
             continue
-        removed += 1
-        freed += entry.bytes
-    return removed, freed
+        removed.append(entry)
+    return removed
 
 
 def mark_used(path: Path, *, grace_s: float = DAY_S, now: float | None = None) -> int:
@@ -163,7 +163,7 @@ def mark_used(path: Path, *, grace_s: float = DAY_S, now: float | None = None) -
         return 0
     now = time.time() if now is None else now
     stale = []
-    for other in path.parent.glob(f"{glob_escape(slot[0])}-*.safetensors"):
+    for other in path.parent.glob(f"{glob.escape(slot[0])}-*.safetensors"):
         if other.name != path.name and _slot(other.name) == slot:
             try:
                 st = other.stat()
@@ -171,7 +171,7 @@ def mark_used(path: Path, *, grace_s: float = DAY_S, now: float | None = None) -
                 continue
             if now - st.st_mtime > grace_s:
                 stale.append(CacheEntry("quant", other, st.st_size, st.st_mtime, "superseded"))
-    return remove(stale)[1]
+    return sum(e.bytes for e in remove(stale))
 
 
 def _slot(name: str) -> tuple[str, str, str, str] | None:
@@ -180,12 +180,9 @@ def _slot(name: str) -> tuple[str, str, str, str] | None:
     return None if m is None else (m["key"], m["family"], m["group"], m["dtype"])
 
 
-def glob_escape(text: str) -> str:
-    """``text`` with the glob metacharacters ``*?[`` taken literally."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
-
-
-def _bytes(path: Path) -> int:
+def path_bytes(path: Path) -> int:
+    """Bytes of the file ``path``, or of the files under the folder ``path`` (a link counts as
+    its target's size only when it is the path itself). Raises ``OSError``."""
     if path.is_dir() and not path.is_symlink():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     return path.stat().st_size

@@ -162,27 +162,19 @@ def _delete_hub_revision(snapshot: Path, removed: Removed) -> None:
 
 
 def _delete_derived(cache_dir: Path, key: str, removed: Removed) -> None:
-    import shutil
+    """The files loads derived from the model of cache key ``key``: its repacked weights,
+    GGUF metadata and tokenizer (``cache_gc.remove``)."""
+    import glob
 
-    candidates = [*(cache_dir / "quant").glob(f"{_glob_escape(key)}-*.safetensors"),
-                  cache_dir / "gguf-meta" / key, cache_dir / "gguf-tokenizers" / key]
-    for path in candidates:
+    from ..cache_gc import CacheEntry, path_bytes, remove
+
+    entries = []
+    for path in [*(cache_dir / "quant").glob(f"{glob.escape(key)}-*.safetensors"),
+                 cache_dir / "gguf-meta" / key, cache_dir / "gguf-tokenizers" / key]:
         try:
-            if path.is_dir():
-                size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-                shutil.rmtree(path)
-            elif path.is_file():
-                size = path.stat().st_size
-                path.unlink()
-            else:
-                continue
-        except OSError:
+            entries.append(CacheEntry("derived", path, path_bytes(path), 0.0, key))
+        except OSError:  # (not there)
             continue
-        removed.derived.append(path)
-        removed.derived_bytes += size
-
-
-def _glob_escape(text: str) -> str:
-    from ..cache_gc import glob_escape
-
-    return glob_escape(text)
+    for entry in remove(entries):
+        removed.derived.append(entry.path)
+        removed.derived_bytes += entry.bytes

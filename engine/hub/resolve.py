@@ -256,6 +256,8 @@ def is_cached(entry_or_spec: CatalogEntry | str, cache_dir: Path) -> bool:
 
 def list_models(cache_dir: Path) -> list[ModelInfo]:
     """Every catalog entry, in catalog order, with its cache state (sizes in bytes)."""
+    from ..cache_gc import path_bytes
+
     rows = []
     for entry in CATALOG.values():
         path = _cached_path(entry, cache_dir)
@@ -265,7 +267,7 @@ def list_models(cache_dir: Path) -> list[ModelInfo]:
             size: int | None = entry.bundle.total_bytes
         else:
             source = "hub: " + entry.repo_id + (f"@{entry.revision}" if entry.revision else "")
-            size = _folder_bytes(path) if path is not None else None
+            size = path_bytes(path) if path is not None else None  # (links followed)
         rows.append(ModelInfo(entry.alias, source, entry.description, path is not None, size, path))
     return rows
 
@@ -360,11 +362,6 @@ def _cached_path(entry: CatalogEntry, cache_dir: Path) -> Path | None:
         return _hub_snapshot(entry.repo_id, entry.revision, False, None)
     except (ModelNotFoundError, ModelDownloadError):
         return None
-
-
-def _folder_bytes(folder: Path) -> int:
-    """Bytes of the files in ``folder`` (symlinks into the HF blob store are followed)."""
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def _hub_snapshot(repo_id: str, revision: str | None, download: bool, progress) -> Path:

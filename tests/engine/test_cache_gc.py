@@ -68,7 +68,9 @@ def test_remove_deletes_files_and_folders_and_counts_what_it_freed(tmp_path):
     entries = [cache_gc.CacheEntry("quant", a, 30, 0.0, "x"),
                cache_gc.CacheEntry("kernels", b.parent, 12, 0.0, "x"),
                cache_gc.CacheEntry("quant", gone, 99, 0.0, "x")]
-    assert cache_gc.remove(entries) == (2, 42)
+    removed = cache_gc.remove(entries)
+    assert (len(removed), sum(e.bytes for e in removed)) == (2, 42)
+    assert [e.path for e in removed] == [a, b.parent]  # the gone one skipped
     assert not a.exists() and not b.parent.exists()
 
 
